@@ -1,0 +1,1 @@
+//! CC App Server core.

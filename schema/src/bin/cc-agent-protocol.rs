@@ -1,0 +1,96 @@
+//! `cc-agent-protocol`: the schema's command line — validate messages, print the digest, generate
+//! every language's types, and gate changes against the frozen v1 baseline.
+
+use cc_agent_protocol::{schema_digest, validate_protocol_message};
+use clap::{Parser, Subcommand};
+use std::io::{BufRead, BufReader, Read};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "cc-agent-protocol", version, about = "The CC App Server wire v1 schema: validate, digest, generate, compat")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check one JSON-RPC message per line (FILE, or `-`/nothing for stdin); prints a verdict per
+    /// line and exits 1 if any line is invalid.
+    Validate {
+        /// A file of JSON lines; `-` or nothing reads standard input.
+        file: Option<String>,
+    },
+    /// Print the schema digest (`sha256:` + hex of the RFC 8785 form).
+    Digest,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Digest => {
+            println!("{}", schema_digest());
+            ExitCode::SUCCESS
+        }
+        Command::Validate { file } => validate(file.as_deref()),
+    }
+}
+
+fn validate(file: Option<&str>) -> ExitCode {
+    let reader: Box<dyn Read> = match file {
+        None | Some("-") => Box::new(std::io::stdin()),
+        Some(path) => match std::fs::File::open(path) {
+            Ok(f) => Box::new(f),
+            Err(e) => {
+                eprintln!("cc-agent-protocol: cannot open {path}: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let mut reader = BufReader::new(reader);
+    let (mut ok, mut bad) = (0usize, 0usize);
+    let mut buf = Vec::new();
+    let mut line_no = 0usize;
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("cc-agent-protocol: read error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+        line_no += 1;
+        let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let verdict = match std::str::from_utf8(line) {
+            Err(e) => Err(format!("invalid UTF-8 at byte {}", e.valid_up_to())),
+            Ok(text) => match serde_json::from_str(text) {
+                Err(e) => Err(format!("parse error: {e}")),
+                Ok(value) => validate_protocol_message(&value)
+                    .map(|kind| format!("{kind:?}"))
+                    .map_err(|e| format!("{} ({})", e, e.class.code())),
+            },
+        };
+        match verdict {
+            Ok(kind) => {
+                ok += 1;
+                println!("line {line_no}: valid {kind}");
+            }
+            Err(reason) => {
+                bad += 1;
+                println!("line {line_no}: INVALID {reason}");
+            }
+        }
+    }
+    println!("{ok} valid, {bad} invalid");
+    if bad > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,85 @@
+//! Wire v1 of CC App Server, defined once: the canonical JSON Schema, its digest, the runtime
+//! validator, the v1 compatibility gate and the code generator all live here so that every
+//! language's view of the protocol comes from one file.
+
+pub mod jcs;
+pub mod validate;
+
+pub use validate::{
+    assert_approval_decision, validate_approval_decision, validate_protocol_definition,
+    validate_protocol_message, ErrorClass, MessageKind, ValidationError, ValidationIssue,
+};
+
+use serde_json::Value;
+use sha2::{Digest as _, Sha256};
+use std::sync::OnceLock;
+
+/// The canonical schema, byte for byte as checked in.
+pub const SCHEMA_JSON: &str = include_str!("../cc-agent-protocol.schema.json");
+
+/// The wire version this schema defines.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The parsed canonical schema (parsed once per process).
+pub fn schema() -> &'static Value {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    SCHEMA.get_or_init(|| serde_json::from_str(SCHEMA_JSON).expect("the checked-in schema is JSON"))
+}
+
+/// `sha256:` + 64 lowercase hex of the RFC 8785 form of `schema`.
+pub fn digest_of(schema: &Value) -> String {
+    format!("sha256:{}", sha256_hex(&jcs::canonical_bytes(schema)))
+}
+
+/// The digest of the canonical schema, computed once.
+pub fn schema_digest() -> &'static str {
+    static DIGEST: OnceLock<String> = OnceLock::new();
+    DIGEST.get_or_init(|| digest_of(schema()))
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_ignores_formatting_and_key_order() {
+        let compact = serde_json::to_string(schema()).unwrap();
+        let reformatted: Value = serde_json::from_str(&compact).unwrap();
+        assert_eq!(digest_of(&reformatted), schema_digest());
+        // Same document with every object's keys reversed and different whitespace.
+        fn reverse(v: &Value) -> Value {
+            match v {
+                Value::Object(m) => {
+                    Value::Object(m.iter().rev().map(|(k, v)| (k.clone(), reverse(v))).collect())
+                }
+                Value::Array(a) => Value::Array(a.iter().map(reverse).collect()),
+                other => other.clone(),
+            }
+        }
+        let reversed = serde_json::to_string_pretty(&reverse(schema())).unwrap();
+        assert_ne!(reversed, SCHEMA_JSON);
+        assert_eq!(digest_of(&serde_json::from_str(&reversed).unwrap()), schema_digest());
+    }
+
+    #[test]
+    fn digest_moves_on_a_semantic_change() {
+        let mut changed = schema().clone();
+        changed["$defs"]["Identifier"]["maxLength"] = Value::from(129);
+        assert_ne!(digest_of(&changed), schema_digest());
+        let mut described = schema().clone();
+        described["$defs"]["Thread"]["description"] = Value::from("changed");
+        assert_ne!(digest_of(&described), schema_digest());
+    }
+
+    #[test]
+    fn digest_has_the_wire_form() {
+        let d = schema_digest();
+        assert!(d.starts_with("sha256:") && d.len() == 71, "{d}");
+        assert!(d[7..].bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+    }
+}

@@ -1,0 +1,435 @@
+//! The runtime validator: every message crossing a transport is checked against the canonical
+//! schema before anything acts on it, and a refusal says exactly where and why — for a tagged union,
+//! inside the branch its tag selected, never a bare "not valid under any of oneOf".
+
+use jsonschema::error::ValidationErrorKind;
+use jsonschema::Validator;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::OnceLock;
+
+/// What a valid message turned out to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessageKind {
+    /// A client request (`method` + `id`); `definition` names its envelope, e.g. `ThreadStartRequest`.
+    ClientRequest { method: String, definition: String },
+    /// A server request (`approval/decide`).
+    ServerRequest { method: String, definition: String },
+    /// A server notification (`method`, no `id`).
+    Notification { method: String, definition: String },
+    /// A response (`result` or `error`), in either direction; its result is checked by name once
+    /// the receiver has matched the id.
+    Response,
+}
+
+/// Which JSON-RPC error a refusal maps to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The envelope is wrong (-32600).
+    InvalidRequest,
+    /// The method is not part of wire v1 (-32601).
+    MethodNotFound,
+    /// The envelope is right but its params are not (-32602).
+    InvalidParams,
+}
+
+impl ErrorClass {
+    /// The JSON-RPC error code for this class.
+    pub fn code(self) -> i64 {
+        match self {
+            ErrorClass::InvalidRequest => -32600,
+            ErrorClass::MethodNotFound => -32601,
+            ErrorClass::InvalidParams => -32602,
+        }
+    }
+}
+
+/// One reason an instance was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidationIssue {
+    /// JSON pointer into the instance (`""` is the whole instance).
+    pub pointer: String,
+    /// The definition a tagged union's tag selected, when the issue is inside one.
+    pub branch: Option<String>,
+    /// What is wrong, for a person.
+    pub message: String,
+}
+
+/// A refusal: the definition checked and every issue found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValidationError {
+    pub definition: String,
+    pub class: ErrorClass,
+    pub issues: Vec<ValidationIssue>,
+}
+
+impl fmt::Display for ValidationIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = if self.pointer.is_empty() { "(root)" } else { &self.pointer };
+        match &self.branch {
+            Some(branch) => write!(f, "at {at} (branch {branch}): {}", self.message),
+            None => write!(f, "at {at}: {}", self.message),
+        }
+    }
+}
+
+impl fmt::Display for ValidationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid {}", self.definition)?;
+        for (i, issue) in self.issues.iter().enumerate() {
+            write!(f, "{}{issue}", if i == 0 { ": " } else { "; " })?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ValidationError {}
+
+impl ValidationError {
+    fn single(definition: &str, class: ErrorClass, pointer: &str, message: String) -> Self {
+        ValidationError {
+            definition: definition.to_string(),
+            class,
+            issues: vec![ValidationIssue { pointer: pointer.to_string(), branch: None, message }],
+        }
+    }
+
+    /// The first issue's pointer, for error data.
+    pub fn pointer(&self) -> &str {
+        self.issues.first().map(|i| i.pointer.as_str()).unwrap_or("")
+    }
+}
+
+/// A `oneOf` whose branches are `$ref`s to objects that share a required `const` tag.
+struct TaggedUnion {
+    tag: String,
+    /// (tag value, definition name), in schema order.
+    branches: Vec<(Value, String)>,
+}
+
+struct Registry {
+    root: &'static Value,
+    validators: HashMap<String, OnceLock<Validator>>,
+    client_methods: HashMap<String, String>,
+    server_methods: HashMap<String, String>,
+    notifications: HashMap<String, String>,
+}
+
+fn ref_name(schema: &Value) -> Option<&str> {
+    schema.get("$ref")?.as_str()?.strip_prefix("#/$defs/")
+}
+
+fn registry() -> &'static Registry {
+    static REGISTRY: OnceLock<Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let root = crate::schema();
+        let defs = root["$defs"].as_object().expect("schema has $defs");
+        let methods = |union: &str| -> HashMap<String, String> {
+            let tagged = tagged_union(root, &defs[union]).expect("envelope unions are tagged");
+            assert_eq!(tagged.tag, "method");
+            tagged
+                .branches
+                .into_iter()
+                .map(|(tag, def)| (tag.as_str().expect("method tags are strings").to_string(), def))
+                .collect()
+        };
+        Registry {
+            root,
+            validators: defs.keys().map(|k| (k.clone(), OnceLock::new())).collect(),
+            client_methods: methods("ClientRequest"),
+            server_methods: methods("ServerRequest"),
+            notifications: methods("ServerNotification"),
+        }
+    })
+}
+
+/// Reads the tag structure of a `oneOf` node, if it is a tagged union.
+fn tagged_union(root: &Value, node: &Value) -> Option<TaggedUnion> {
+    let branches = node.get("oneOf")?.as_array()?;
+    let defs: Vec<(&str, &Value)> = branches
+        .iter()
+        .map(|b| ref_name(b).and_then(|n| root["$defs"].get(n).map(|d| (n, d))))
+        .collect::<Option<_>>()?;
+    // The union names its tag (`x-tag`); every branch must carry it as a required `const`.
+    let tag = node.get("x-tag")?.as_str()?.to_string();
+    let tagged = defs.iter().all(|(_, d)| {
+        d["properties"].get(&tag).and_then(|p| p.get("const")).is_some()
+            && d["required"].as_array().is_some_and(|r| r.iter().any(|x| x == tag.as_str()))
+    });
+    if !tagged {
+        return None;
+    }
+    let branches = defs
+        .iter()
+        .map(|(n, d)| (d["properties"][&tag]["const"].clone(), n.to_string()))
+        .collect();
+    Some(TaggedUnion { tag, branches })
+}
+
+/// For `oneOf: [X, {"type": "null"}]`, the definition X names.
+fn nullable_inner(node: &Value) -> Option<&str> {
+    let branches = node.get("oneOf")?.as_array()?;
+    if branches.len() != 2 || branches[1] != serde_json::json!({"type": "null"}) {
+        return None;
+    }
+    ref_name(&branches[0])
+}
+
+fn unescape(segment: &str) -> String {
+    segment.replace("~1", "/").replace("~0", "~")
+}
+
+impl Registry {
+    fn validator(&self, def: &str) -> &Validator {
+        self.validators[def].get_or_init(|| {
+            let mut wrapper = self.root.clone();
+            let obj = wrapper.as_object_mut().expect("schema is an object");
+            obj.remove("oneOf");
+            obj.insert("$ref".into(), Value::from(format!("#/$defs/{def}")));
+            jsonschema::draft202012::new(&wrapper).expect("the canonical schema compiles")
+        })
+    }
+
+    /// Follows an evaluation path (which spells out `$ref` hops) to the schema node holding the
+    /// failing `oneOf`.
+    fn oneof_node(&self, def: &str, evaluation_path: &str) -> Option<&'static Value> {
+        let mut node: &'static Value = &self.root["$defs"][def];
+        let segments: Vec<String> = evaluation_path.split('/').skip(1).map(unescape).collect();
+        let (last, walk) = segments.split_last()?;
+        if last != "oneOf" {
+            return None;
+        }
+        // The wrapper's own `$ref` is the first hop and lands on `def` itself.
+        let walk = walk.strip_prefix(&["$ref".to_string()]).unwrap_or(walk);
+        for seg in walk {
+            node = if seg == "$ref" {
+                &self.root["$defs"][ref_name(node)?]
+            } else if let Some(arr) = node.as_array() {
+                arr.get(seg.parse::<usize>().ok()?)?
+            } else {
+                node.get(seg.as_str())?
+            };
+        }
+        Some(node)
+    }
+
+    fn check(&self, def: &str, instance: &Value, base: &str, branch: Option<&str>, out: &mut Vec<ValidationIssue>) {
+        let validator = self.validator(def);
+        if validator.is_valid(instance) {
+            return;
+        }
+        for err in validator.iter_errors(instance) {
+            let rel = err.instance_path().to_string();
+            let pointer = format!("{base}{rel}");
+            let is_oneof = matches!(
+                err.kind(),
+                ValidationErrorKind::OneOfNotValid { .. } | ValidationErrorKind::OneOfMultipleValid { .. }
+            );
+            if is_oneof {
+                let eval = err.evaluation_path().to_string();
+                if let (Some(node), Some(sub)) = (self.oneof_node(def, &eval), instance.pointer(&rel)) {
+                    if let Some(union) = tagged_union(self.root, node) {
+                        self.check_tagged(&union, sub, &pointer, out);
+                        continue;
+                    }
+                    if let Some(inner) = nullable_inner(node) {
+                        self.check(inner, sub, &pointer, branch, out);
+                        continue;
+                    }
+                }
+            }
+            out.push(ValidationIssue { pointer, branch: branch.map(str::to_string), message: err.to_string() });
+        }
+    }
+
+    fn check_tagged(&self, union: &TaggedUnion, instance: &Value, pointer: &str, out: &mut Vec<ValidationIssue>) {
+        let expected = || {
+            union.branches.iter().map(|(t, _)| t.to_string()).collect::<Vec<_>>().join(", ")
+        };
+        let Some(obj) = instance.as_object() else {
+            out.push(ValidationIssue {
+                pointer: pointer.to_string(),
+                branch: None,
+                message: format!("expected an object tagged by \"{}\"", union.tag),
+            });
+            return;
+        };
+        let Some(tag) = obj.get(&union.tag) else {
+            out.push(ValidationIssue {
+                pointer: pointer.to_string(),
+                branch: None,
+                message: format!("missing tag \"{}\"; expected one of {}", union.tag, expected()),
+            });
+            return;
+        };
+        match union.branches.iter().find(|(t, _)| t == tag) {
+            Some((_, def)) => self.check(def, instance, pointer, Some(def), out),
+            None => out.push(ValidationIssue {
+                pointer: format!("{pointer}/{}", union.tag),
+                branch: None,
+                message: format!("unknown {} {}; expected one of {}", union.tag, truncate(&tag.to_string(), 80), expected()),
+            }),
+        }
+    }
+
+    fn validate_def(&self, def: &str, instance: &Value, class: ErrorClass) -> Result<(), ValidationError> {
+        let mut issues = Vec::new();
+        self.check(def, instance, "", None, &mut issues);
+        if issues.is_empty() {
+            return Ok(());
+        }
+        let class = match class {
+            ErrorClass::InvalidRequest if issues.iter().all(|i| i.pointer.starts_with("/params")) => ErrorClass::InvalidParams,
+            other => other,
+        };
+        Err(ValidationError { definition: def.to_string(), class, issues })
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// Validates one wire message (either direction) and says what it is.
+///
+/// Requests are told apart by `method` + `id`, notifications by `method` alone, responses by
+/// `result` or `error`; each is then checked against its own definition.
+pub fn validate_protocol_message(message: &Value) -> Result<MessageKind, ValidationError> {
+    let reg = registry();
+    let Some(obj) = message.as_object() else {
+        return Err(ValidationError::single("message", ErrorClass::InvalidRequest, "", "a protocol message is a JSON object".into()));
+    };
+    let method = match obj.get("method") {
+        None => {
+            reg.validate_def("ClientResponse", message, ErrorClass::InvalidRequest)?;
+            return Ok(MessageKind::Response);
+        }
+        Some(Value::String(m)) => m.as_str(),
+        Some(_) => {
+            return Err(ValidationError::single("message", ErrorClass::InvalidRequest, "/method", "method must be a string".into()));
+        }
+    };
+    let has_id = obj.contains_key("id");
+    let lookup = |map: &HashMap<String, String>| map.get(method).cloned();
+    let (definition, kind): (String, fn(String, String) -> MessageKind) = if has_id {
+        if let Some(def) = lookup(&reg.client_methods) {
+            (def, |method, definition| MessageKind::ClientRequest { method, definition })
+        } else if let Some(def) = lookup(&reg.server_methods) {
+            (def, |method, definition| MessageKind::ServerRequest { method, definition })
+        } else {
+            return Err(ValidationError::single(
+                "message",
+                ErrorClass::MethodNotFound,
+                "/method",
+                format!("unknown method {}", truncate(&Value::from(method).to_string(), 80)),
+            ));
+        }
+    } else if let Some(def) = lookup(&reg.notifications) {
+        (def, |method, definition| MessageKind::Notification { method, definition })
+    } else {
+        return Err(ValidationError::single(
+            "message",
+            ErrorClass::MethodNotFound,
+            "/method",
+            format!("unknown notification {}", truncate(&Value::from(method).to_string(), 80)),
+        ));
+    };
+    reg.validate_def(&definition, message, ErrorClass::InvalidRequest)?;
+    Ok(kind(method.to_string(), definition))
+}
+
+/// Validates `value` against one named definition of the schema (e.g. `ThreadStartResult`).
+pub fn validate_protocol_definition(name: &str, value: &Value) -> Result<(), ValidationError> {
+    let reg = registry();
+    if !reg.validators.contains_key(name) {
+        return Err(ValidationError::single(name, ErrorClass::InvalidParams, "", format!("no definition named {name:?} in wire v1")));
+    }
+    reg.validate_def(name, value, ErrorClass::InvalidParams)
+}
+
+/// Validates an approval decision object (`{"decision": "acceptOnce"}` …). Unknown decisions fail.
+pub fn validate_approval_decision(value: &Value) -> Result<(), ValidationError> {
+    validate_protocol_definition("ApprovalDecision", value)
+}
+
+/// Validates an approval decision and returns its wire tag (`acceptOnce`, …, `cancel`).
+pub fn assert_approval_decision(value: &Value) -> Result<&str, ValidationError> {
+    validate_approval_decision(value)?;
+    Ok(value["decision"].as_str().expect("a valid decision has a string tag"))
+}
+
+/// Every definition name, in schema order.
+pub fn definition_names() -> impl Iterator<Item = &'static str> {
+    crate::schema()["$defs"].as_object().expect("schema has $defs").keys().map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn start(params: Value) -> Value {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "turn/start", "params": params})
+    }
+
+    #[test]
+    fn a_valid_request_names_its_definition() {
+        let kind = validate_protocol_message(&start(json!({"threadId": "t1", "input": [{"type": "text", "text": "hi"}]}))).unwrap();
+        assert_eq!(kind, MessageKind::ClientRequest { method: "turn/start".into(), definition: "TurnStartRequest".into() });
+    }
+
+    #[test]
+    fn errors_inside_a_tagged_branch_name_the_branch_and_pointer() {
+        let err = validate_protocol_message(&start(json!({"threadId": "t1", "input": [{"type": "text", "text": 5}]}))).unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidParams);
+        assert_eq!(err.issues.len(), 1, "{err}");
+        assert_eq!(err.issues[0].pointer, "/params/input/0/text");
+        assert_eq!(err.issues[0].branch.as_deref(), Some("TextInput"));
+        assert!(!err.to_string().contains("oneOf"), "{err}");
+    }
+
+    #[test]
+    fn unknown_tag_lists_the_known_ones() {
+        let err = validate_protocol_message(&start(json!({"threadId": "t1", "input": [{"type": "image"}]}))).unwrap_err();
+        assert_eq!(err.issues[0].pointer, "/params/input/0/type");
+        assert!(err.issues[0].message.contains("\"text\""), "{err}");
+    }
+
+    #[test]
+    fn unknown_method_is_method_not_found() {
+        let err = validate_protocol_message(&json!({"jsonrpc": "2.0", "id": 1, "method": "thread/explode"})).unwrap_err();
+        assert_eq!(err.class, ErrorClass::MethodNotFound);
+    }
+
+    #[test]
+    fn nested_nullable_reports_the_inner_definition() {
+        let msg = json!({"jsonrpc": "2.0", "method": "turn/completed", "params": {"threadId": "t", "eventSeq": 3, "turn": {
+            "id": "u", "threadId": "t", "status": "completed", "startedAt": "2026-01-01T00:00:00Z",
+            "completedAt": "yesterday", "error": null}}});
+        let err = validate_protocol_message(&msg).unwrap_err();
+        assert_eq!(err.issues[0].pointer, "/params/turn/completedAt", "{err}");
+    }
+
+    #[test]
+    fn approval_decisions_are_strict() {
+        assert_eq!(assert_approval_decision(&json!({"decision": "acceptOnce"})).unwrap(), "acceptOnce");
+        assert!(validate_approval_decision(&json!({"decision": "acceptAlways"})).is_err());
+        assert!(validate_approval_decision(&json!({"decision": "acceptOnce", "scope": "all"})).is_err());
+        assert!(validate_approval_decision(&json!("acceptOnce")).is_err());
+    }
+
+    #[test]
+    fn every_definition_compiles() {
+        for name in definition_names() {
+            registry().validator(name);
+        }
+    }
+}
