@@ -1,1 +1,5 @@
-//! CC App Server core.
+//! CC App Server core: the wire v1 engine, its transports, the rollout stores that make every
+//! thread durable, the kernel and tool traits, and the one Rust client every host goes through.
+
+pub mod rollout;
+pub mod time;

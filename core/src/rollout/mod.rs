@@ -1,0 +1,1 @@
+//! Rollout stores (being written).

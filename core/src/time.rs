@@ -1,0 +1,1 @@
+//! Wall-clock timestamps in the wire form (being written).
