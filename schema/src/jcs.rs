@@ -103,7 +103,8 @@ mod tests {
 
     #[test]
     fn numbers_use_ecmascript_form() {
-        let v: Value = serde_json::from_str("[1.0, -0.0, 1e21, 1e-7, 0.1, 100, -5, 1.5e300]").unwrap();
+        let v: Value =
+            serde_json::from_str("[1.0, -0.0, 1e21, 1e-7, 0.1, 100, -5, 1.5e300]").unwrap();
         assert_eq!(canonicalize(&v), "[1,0,1e+21,1e-7,0.1,100,-5,1.5e+300]");
     }
 

@@ -2,6 +2,7 @@
 //! validator, the v1 compatibility gate and the code generator all live here so that every
 //! language's view of the protocol comes from one file.
 
+pub mod codegen;
 pub mod jcs;
 pub mod validate;
 
@@ -54,16 +55,22 @@ mod tests {
         // Same document with every object's keys reversed and different whitespace.
         fn reverse(v: &Value) -> Value {
             match v {
-                Value::Object(m) => {
-                    Value::Object(m.iter().rev().map(|(k, v)| (k.clone(), reverse(v))).collect())
-                }
+                Value::Object(m) => Value::Object(
+                    m.iter()
+                        .rev()
+                        .map(|(k, v)| (k.clone(), reverse(v)))
+                        .collect(),
+                ),
                 Value::Array(a) => Value::Array(a.iter().map(reverse).collect()),
                 other => other.clone(),
             }
         }
         let reversed = serde_json::to_string_pretty(&reverse(schema())).unwrap();
         assert_ne!(reversed, SCHEMA_JSON);
-        assert_eq!(digest_of(&serde_json::from_str(&reversed).unwrap()), schema_digest());
+        assert_eq!(
+            digest_of(&serde_json::from_str(&reversed).unwrap()),
+            schema_digest()
+        );
     }
 
     #[test]
@@ -80,6 +87,8 @@ mod tests {
     fn digest_has_the_wire_form() {
         let d = schema_digest();
         assert!(d.starts_with("sha256:") && d.len() == 71, "{d}");
-        assert!(d[7..].bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        assert!(d[7..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
     }
 }

@@ -66,7 +66,11 @@ pub struct ValidationError {
 
 impl fmt::Display for ValidationIssue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let at = if self.pointer.is_empty() { "(root)" } else { &self.pointer };
+        let at = if self.pointer.is_empty() {
+            "(root)"
+        } else {
+            &self.pointer
+        };
         match &self.branch {
             Some(branch) => write!(f, "at {at} (branch {branch}): {}", self.message),
             None => write!(f, "at {at}: {}", self.message),
@@ -91,13 +95,20 @@ impl ValidationError {
         ValidationError {
             definition: definition.to_string(),
             class,
-            issues: vec![ValidationIssue { pointer: pointer.to_string(), branch: None, message }],
+            issues: vec![ValidationIssue {
+                pointer: pointer.to_string(),
+                branch: None,
+                message,
+            }],
         }
     }
 
     /// The first issue's pointer, for error data.
     pub fn pointer(&self) -> &str {
-        self.issues.first().map(|i| i.pointer.as_str()).unwrap_or("")
+        self.issues
+            .first()
+            .map(|i| i.pointer.as_str())
+            .unwrap_or("")
     }
 }
 
@@ -131,7 +142,12 @@ fn registry() -> &'static Registry {
             tagged
                 .branches
                 .into_iter()
-                .map(|(tag, def)| (tag.as_str().expect("method tags are strings").to_string(), def))
+                .map(|(tag, def)| {
+                    (
+                        tag.as_str().expect("method tags are strings").to_string(),
+                        def,
+                    )
+                })
                 .collect()
         };
         Registry {
@@ -154,8 +170,13 @@ fn tagged_union(root: &Value, node: &Value) -> Option<TaggedUnion> {
     // The union names its tag (`x-tag`); every branch must carry it as a required `const`.
     let tag = node.get("x-tag")?.as_str()?.to_string();
     let tagged = defs.iter().all(|(_, d)| {
-        d["properties"].get(&tag).and_then(|p| p.get("const")).is_some()
-            && d["required"].as_array().is_some_and(|r| r.iter().any(|x| x == tag.as_str()))
+        d["properties"]
+            .get(&tag)
+            .and_then(|p| p.get("const"))
+            .is_some()
+            && d["required"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|x| x == tag.as_str()))
     });
     if !tagged {
         return None;
@@ -214,7 +235,14 @@ impl Registry {
         Some(node)
     }
 
-    fn check(&self, def: &str, instance: &Value, base: &str, branch: Option<&str>, out: &mut Vec<ValidationIssue>) {
+    fn check(
+        &self,
+        def: &str,
+        instance: &Value,
+        base: &str,
+        branch: Option<&str>,
+        out: &mut Vec<ValidationIssue>,
+    ) {
         let validator = self.validator(def);
         if validator.is_valid(instance) {
             return;
@@ -224,11 +252,14 @@ impl Registry {
             let pointer = format!("{base}{rel}");
             let is_oneof = matches!(
                 err.kind(),
-                ValidationErrorKind::OneOfNotValid { .. } | ValidationErrorKind::OneOfMultipleValid { .. }
+                ValidationErrorKind::OneOfNotValid { .. }
+                    | ValidationErrorKind::OneOfMultipleValid { .. }
             );
             if is_oneof {
                 let eval = err.evaluation_path().to_string();
-                if let (Some(node), Some(sub)) = (self.oneof_node(def, &eval), instance.pointer(&rel)) {
+                if let (Some(node), Some(sub)) =
+                    (self.oneof_node(def, &eval), instance.pointer(&rel))
+                {
                     if let Some(union) = tagged_union(self.root, node) {
                         self.check_tagged(&union, sub, &pointer, out);
                         continue;
@@ -239,13 +270,28 @@ impl Registry {
                     }
                 }
             }
-            out.push(ValidationIssue { pointer, branch: branch.map(str::to_string), message: err.to_string() });
+            out.push(ValidationIssue {
+                pointer,
+                branch: branch.map(str::to_string),
+                message: err.to_string(),
+            });
         }
     }
 
-    fn check_tagged(&self, union: &TaggedUnion, instance: &Value, pointer: &str, out: &mut Vec<ValidationIssue>) {
+    fn check_tagged(
+        &self,
+        union: &TaggedUnion,
+        instance: &Value,
+        pointer: &str,
+        out: &mut Vec<ValidationIssue>,
+    ) {
         let expected = || {
-            union.branches.iter().map(|(t, _)| t.to_string()).collect::<Vec<_>>().join(", ")
+            union
+                .branches
+                .iter()
+                .map(|(t, _)| t.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         };
         let Some(obj) = instance.as_object() else {
             out.push(ValidationIssue {
@@ -259,7 +305,11 @@ impl Registry {
             out.push(ValidationIssue {
                 pointer: pointer.to_string(),
                 branch: None,
-                message: format!("missing tag \"{}\"; expected one of {}", union.tag, expected()),
+                message: format!(
+                    "missing tag \"{}\"; expected one of {}",
+                    union.tag,
+                    expected()
+                ),
             });
             return;
         };
@@ -268,22 +318,40 @@ impl Registry {
             None => out.push(ValidationIssue {
                 pointer: format!("{pointer}/{}", union.tag),
                 branch: None,
-                message: format!("unknown {} {}; expected one of {}", union.tag, truncate(&tag.to_string(), 80), expected()),
+                message: format!(
+                    "unknown {} {}; expected one of {}",
+                    union.tag,
+                    truncate(&tag.to_string(), 80),
+                    expected()
+                ),
             }),
         }
     }
 
-    fn validate_def(&self, def: &str, instance: &Value, class: ErrorClass) -> Result<(), ValidationError> {
+    fn validate_def(
+        &self,
+        def: &str,
+        instance: &Value,
+        class: ErrorClass,
+    ) -> Result<(), ValidationError> {
         let mut issues = Vec::new();
         self.check(def, instance, "", None, &mut issues);
         if issues.is_empty() {
             return Ok(());
         }
         let class = match class {
-            ErrorClass::InvalidRequest if issues.iter().all(|i| i.pointer.starts_with("/params")) => ErrorClass::InvalidParams,
+            ErrorClass::InvalidRequest
+                if issues.iter().all(|i| i.pointer.starts_with("/params")) =>
+            {
+                ErrorClass::InvalidParams
+            }
             other => other,
         };
-        Err(ValidationError { definition: def.to_string(), class, issues })
+        Err(ValidationError {
+            definition: def.to_string(),
+            class,
+            issues,
+        })
     }
 }
 
@@ -305,7 +373,12 @@ fn truncate(s: &str, max: usize) -> String {
 pub fn validate_protocol_message(message: &Value) -> Result<MessageKind, ValidationError> {
     let reg = registry();
     let Some(obj) = message.as_object() else {
-        return Err(ValidationError::single("message", ErrorClass::InvalidRequest, "", "a protocol message is a JSON object".into()));
+        return Err(ValidationError::single(
+            "message",
+            ErrorClass::InvalidRequest,
+            "",
+            "a protocol message is a JSON object".into(),
+        ));
     };
     let method = match obj.get("method") {
         None => {
@@ -314,32 +387,52 @@ pub fn validate_protocol_message(message: &Value) -> Result<MessageKind, Validat
         }
         Some(Value::String(m)) => m.as_str(),
         Some(_) => {
-            return Err(ValidationError::single("message", ErrorClass::InvalidRequest, "/method", "method must be a string".into()));
+            return Err(ValidationError::single(
+                "message",
+                ErrorClass::InvalidRequest,
+                "/method",
+                "method must be a string".into(),
+            ));
         }
     };
     let has_id = obj.contains_key("id");
     let lookup = |map: &HashMap<String, String>| map.get(method).cloned();
     let (definition, kind): (String, fn(String, String) -> MessageKind) = if has_id {
         if let Some(def) = lookup(&reg.client_methods) {
-            (def, |method, definition| MessageKind::ClientRequest { method, definition })
+            (def, |method, definition| MessageKind::ClientRequest {
+                method,
+                definition,
+            })
         } else if let Some(def) = lookup(&reg.server_methods) {
-            (def, |method, definition| MessageKind::ServerRequest { method, definition })
+            (def, |method, definition| MessageKind::ServerRequest {
+                method,
+                definition,
+            })
         } else {
             return Err(ValidationError::single(
                 "message",
                 ErrorClass::MethodNotFound,
                 "/method",
-                format!("unknown method {}", truncate(&Value::from(method).to_string(), 80)),
+                format!(
+                    "unknown method {}",
+                    truncate(&Value::from(method).to_string(), 80)
+                ),
             ));
         }
     } else if let Some(def) = lookup(&reg.notifications) {
-        (def, |method, definition| MessageKind::Notification { method, definition })
+        (def, |method, definition| MessageKind::Notification {
+            method,
+            definition,
+        })
     } else {
         return Err(ValidationError::single(
             "message",
             ErrorClass::MethodNotFound,
             "/method",
-            format!("unknown notification {}", truncate(&Value::from(method).to_string(), 80)),
+            format!(
+                "unknown notification {}",
+                truncate(&Value::from(method).to_string(), 80)
+            ),
         ));
     };
     reg.validate_def(&definition, message, ErrorClass::InvalidRequest)?;
@@ -350,7 +443,12 @@ pub fn validate_protocol_message(message: &Value) -> Result<MessageKind, Validat
 pub fn validate_protocol_definition(name: &str, value: &Value) -> Result<(), ValidationError> {
     let reg = registry();
     if !reg.validators.contains_key(name) {
-        return Err(ValidationError::single(name, ErrorClass::InvalidParams, "", format!("no definition named {name:?} in wire v1")));
+        return Err(ValidationError::single(
+            name,
+            ErrorClass::InvalidParams,
+            "",
+            format!("no definition named {name:?} in wire v1"),
+        ));
     }
     reg.validate_def(name, value, ErrorClass::InvalidParams)
 }
@@ -363,12 +461,18 @@ pub fn validate_approval_decision(value: &Value) -> Result<(), ValidationError> 
 /// Validates an approval decision and returns its wire tag (`acceptOnce`, …, `cancel`).
 pub fn assert_approval_decision(value: &Value) -> Result<&str, ValidationError> {
     validate_approval_decision(value)?;
-    Ok(value["decision"].as_str().expect("a valid decision has a string tag"))
+    Ok(value["decision"]
+        .as_str()
+        .expect("a valid decision has a string tag"))
 }
 
 /// Every definition name, in schema order.
 pub fn definition_names() -> impl Iterator<Item = &'static str> {
-    crate::schema()["$defs"].as_object().expect("schema has $defs").keys().map(String::as_str)
+    crate::schema()["$defs"]
+        .as_object()
+        .expect("schema has $defs")
+        .keys()
+        .map(String::as_str)
 }
 
 #[cfg(test)]
@@ -382,13 +486,25 @@ mod tests {
 
     #[test]
     fn a_valid_request_names_its_definition() {
-        let kind = validate_protocol_message(&start(json!({"threadId": "t1", "input": [{"type": "text", "text": "hi"}]}))).unwrap();
-        assert_eq!(kind, MessageKind::ClientRequest { method: "turn/start".into(), definition: "TurnStartRequest".into() });
+        let kind = validate_protocol_message(&start(
+            json!({"threadId": "t1", "input": [{"type": "text", "text": "hi"}]}),
+        ))
+        .unwrap();
+        assert_eq!(
+            kind,
+            MessageKind::ClientRequest {
+                method: "turn/start".into(),
+                definition: "TurnStartRequest".into()
+            }
+        );
     }
 
     #[test]
     fn errors_inside_a_tagged_branch_name_the_branch_and_pointer() {
-        let err = validate_protocol_message(&start(json!({"threadId": "t1", "input": [{"type": "text", "text": 5}]}))).unwrap_err();
+        let err = validate_protocol_message(&start(
+            json!({"threadId": "t1", "input": [{"type": "text", "text": 5}]}),
+        ))
+        .unwrap_err();
         assert_eq!(err.class, ErrorClass::InvalidParams);
         assert_eq!(err.issues.len(), 1, "{err}");
         assert_eq!(err.issues[0].pointer, "/params/input/0/text");
@@ -398,14 +514,20 @@ mod tests {
 
     #[test]
     fn unknown_tag_lists_the_known_ones() {
-        let err = validate_protocol_message(&start(json!({"threadId": "t1", "input": [{"type": "image"}]}))).unwrap_err();
+        let err = validate_protocol_message(&start(
+            json!({"threadId": "t1", "input": [{"type": "image"}]}),
+        ))
+        .unwrap_err();
         assert_eq!(err.issues[0].pointer, "/params/input/0/type");
         assert!(err.issues[0].message.contains("\"text\""), "{err}");
     }
 
     #[test]
     fn unknown_method_is_method_not_found() {
-        let err = validate_protocol_message(&json!({"jsonrpc": "2.0", "id": 1, "method": "thread/explode"})).unwrap_err();
+        let err = validate_protocol_message(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "thread/explode"}),
+        )
+        .unwrap_err();
         assert_eq!(err.class, ErrorClass::MethodNotFound);
     }
 
@@ -420,9 +542,14 @@ mod tests {
 
     #[test]
     fn approval_decisions_are_strict() {
-        assert_eq!(assert_approval_decision(&json!({"decision": "acceptOnce"})).unwrap(), "acceptOnce");
+        assert_eq!(
+            assert_approval_decision(&json!({"decision": "acceptOnce"})).unwrap(),
+            "acceptOnce"
+        );
         assert!(validate_approval_decision(&json!({"decision": "acceptAlways"})).is_err());
-        assert!(validate_approval_decision(&json!({"decision": "acceptOnce", "scope": "all"})).is_err());
+        assert!(
+            validate_approval_decision(&json!({"decision": "acceptOnce", "scope": "all"})).is_err()
+        );
         assert!(validate_approval_decision(&json!("acceptOnce")).is_err());
     }
 

@@ -7,7 +7,11 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "cc-agent-protocol", version, about = "The CC App Server wire v1 schema: validate, digest, generate, compat")]
+#[command(
+    name = "cc-agent-protocol",
+    version,
+    about = "The CC App Server wire v1 schema: validate, digest, generate, compat"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -23,6 +27,16 @@ enum Command {
     },
     /// Print the schema digest (`sha256:` + hex of the RFC 8785 form).
     Digest,
+    /// Write every language's generated types; with --check, write nothing and fail if any
+    /// checked-in file differs from what would be written.
+    Generate {
+        /// Compare instead of writing; exit 1 naming each stale file.
+        #[arg(long)]
+        check: bool,
+        /// The workspace root (default: the current directory).
+        #[arg(long, default_value = ".")]
+        root: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -33,7 +47,41 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Validate { file } => validate(file.as_deref()),
+        Command::Generate { check, root } => generate(check, &root),
     }
+}
+
+fn generate(check: bool, root: &std::path::Path) -> ExitCode {
+    let files = cc_agent_protocol::codegen::generate_all(cc_agent_protocol::schema());
+    if check {
+        let stale = cc_agent_protocol::codegen::stale_files(root, &files);
+        for path in &stale {
+            eprintln!(
+                "stale generated file: {} (run `cargo run -p cc-agent-protocol -- generate`)",
+                path.display()
+            );
+        }
+        if stale.is_empty() {
+            println!("{} generated files are fresh", files.len());
+            return ExitCode::SUCCESS;
+        }
+        return ExitCode::FAILURE;
+    }
+    for f in &files {
+        let path = root.join(&f.path);
+        if let Some(dir) = path.parent() {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                eprintln!("cc-agent-protocol: cannot create {}: {e}", dir.display());
+                return ExitCode::from(2);
+            }
+        }
+        if let Err(e) = std::fs::write(&path, &f.contents) {
+            eprintln!("cc-agent-protocol: cannot write {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+        println!("wrote {}", f.path.display());
+    }
+    ExitCode::SUCCESS
 }
 
 fn validate(file: Option<&str>) -> ExitCode {
