@@ -3,6 +3,7 @@
 //! language's view of the protocol comes from one file.
 
 pub mod codegen;
+pub mod compat;
 pub mod jcs;
 pub mod validate;
 

@@ -37,6 +37,15 @@ enum Command {
         #[arg(long, default_value = ".")]
         root: std::path::PathBuf,
     },
+    /// Classify every difference from a frozen baseline; exit 1 on any breaking change.
+    Compat {
+        /// The frozen baseline schema.
+        #[arg(long, default_value = "schema/baselines/v1.json")]
+        baseline: std::path::PathBuf,
+        /// The schema to check (default: the canonical schema).
+        #[arg(long)]
+        schema: Option<std::path::PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -48,6 +57,49 @@ fn main() -> ExitCode {
         }
         Command::Validate { file } => validate(file.as_deref()),
         Command::Generate { check, root } => generate(check, &root),
+        Command::Compat { baseline, schema } => compat(&baseline, schema.as_deref()),
+    }
+}
+
+fn read_json(path: &std::path::Path) -> Result<serde_json::Value, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", path.display()))
+}
+
+fn compat(baseline: &std::path::Path, schema: Option<&std::path::Path>) -> ExitCode {
+    let (old, new) = match (
+        read_json(baseline),
+        schema
+            .map(read_json)
+            .unwrap_or_else(|| Ok(cc_agent_protocol::schema().clone())),
+    ) {
+        (Ok(old), Ok(new)) => (old, new),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("cc-agent-protocol: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let findings = cc_agent_protocol::compat::compare(&old, &new);
+    let breaking = findings.iter().filter(|f| f.breaking).count();
+    for f in &findings {
+        let verdict = if f.breaking { "BREAKING" } else { "allowed" };
+        println!(
+            "{verdict} {} [{}] {}",
+            if f.pointer.is_empty() {
+                "(root)"
+            } else {
+                &f.pointer
+            },
+            f.rule,
+            f.detail
+        );
+    }
+    println!("{} differences, {breaking} breaking", findings.len());
+    if breaking > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

@@ -1,0 +1,9 @@
+//! The python target (being written).
+
+use super::model::Model;
+use super::GeneratedFile;
+
+/// Every python file the generator writes.
+pub fn generate(_model: &Model) -> Vec<GeneratedFile> {
+    Vec::new()
+}
