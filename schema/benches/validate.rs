@@ -17,7 +17,7 @@ fn digest(byte: &str) -> String {
 
 fn thread() -> Value {
     json!({"id": "thr_01", "title": "Refactor the parser", "status": "idle", "archived": false,
-           "createdAt": TS, "updatedAt": TS, "lastEventSeq": 12, "turnCount": 1,
+           "createdAt": TS, "updatedAt": TS, "lastEventSeq": 12,
            "forkedFrom": null, "metadata": {"project": "cc"}})
 }
 
