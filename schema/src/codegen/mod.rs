@@ -19,10 +19,15 @@ pub struct GeneratedFile {
 /// Every generated file, in a fixed order.
 pub fn generate_all(schema: &serde_json::Value) -> Vec<GeneratedFile> {
     let model = model::build(schema);
-    vec![GeneratedFile {
+    let mut files = vec![GeneratedFile {
         path: PathBuf::from("core/src/protocol/generated.rs"),
         contents: rust::generate(&model),
-    }]
+    }];
+    files.extend(typescript::generate(&model));
+    files.extend(python::generate(&model));
+    files.extend(kotlin::generate(&model));
+    files.extend(swift::generate(&model));
+    files
 }
 
 /// Files under `root` that differ from what the generator writes (missing counts as different).

@@ -1,9 +1,763 @@
-//! The python target (being written).
+//! The Python target: one package, `bindings/python/cc_agent_protocol/`, of frozen dataclasses
+//! (keyword-only, so schema order is kept) with a `decode_<Name>` and an `encode_<Name>` function per
+//! definition; `mypy --strict` clean.
+//!
+//! - required → `name: T`; nullable → `name: T | None`; optional → `name: T | Missing = MISSING`;
+//!   optional-nullable → `name: T | None | Missing = MISSING`. `MISSING` is the only member of the
+//!   enum `Missing`, so `None` keeps meaning JSON `null` and `isinstance(v, Missing)` narrows.
+//! - a tagged union is a `TypeAlias` of its branch classes; each branch class carries its tag as a
+//!   `Literal` field with that value as default. A display (`keep_unknown`) union adds
+//!   `UnknownCase` (the raw object), a display enum adds `UnknownValue` (the raw string); strict ones
+//!   raise `DecodeError` on a value they do not know.
+//! - string enums are `Literal` aliases of their exact wire values.
+//! - open structs keep members this version does not know in `extra`; strict structs refuse them.
+//! - identifiers are snake_case; a Python keyword, soft keyword, a builtin the class body needs or
+//!   one of the runtime's own names gets a trailing `_` (`type` → `type_`, `class` → `class_`). The
+//!   wire name never changes.
 
-use super::model::Model;
+use super::model::{Def, DefKind, Field, Model, Ty};
 use super::GeneratedFile;
+use serde_json::Value;
+use std::fmt::Write;
+use std::path::PathBuf;
 
-/// Every python file the generator writes.
-pub fn generate(_model: &Model) -> Vec<GeneratedFile> {
-    Vec::new()
+/// The package directory.
+pub const PACKAGE: &str = "bindings/python/cc_agent_protocol";
+
+/// Python keywords and soft keywords, plus the names a generated class body or `__init__` uses
+/// (builtins in annotations, `field`, `self`) and the field the runtime adds (`extra`).
+const RESERVED: &[&str] = &[
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
+    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
+    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
+    "with", "yield", "_", "case", "match", "type", "self", "cls", "object", "default", "extra",
+    "field", "str", "int", "float", "bool", "list", "dict", "bytes",
+];
+
+/// Names the runtime part of the module defines; no definition may use them.
+const RUNTIME_NAMES: &[&str] = &[
+    "Json",
+    "JsonObject",
+    "Missing",
+    "MISSING",
+    "DecodeError",
+    "UnknownCase",
+    "UnknownValue",
+    "Message",
+    "SCHEMA_DIGEST",
+    "SCHEMA_ID",
+    "DEFINITION_NAMES",
+];
+
+/// The envelope's parts, as DESIGN §4 names them.
+const ENVELOPE: &[&str] = &[
+    "ClientRequest",
+    "ClientResponse",
+    "ServerRequest",
+    "ServerNotification",
+];
+
+/// The Python identifier for a wire name: snake_case, `_` appended to reserved words, `f_`
+/// prefixed when it would start with a digit.
+pub fn field_ident(wire: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in wire.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 && !out.ends_with('_') {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else if c.is_ascii_alphanumeric() || c == '_' {
+            out.push(c);
+        } else {
+            out.push('_');
+        }
+    }
+    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert_str(0, "f_");
+    }
+    if RESERVED.contains(&out.as_str()) {
+        out.push('_');
+    }
+    out
+}
+
+fn json_string(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serializes")
+}
+
+/// A Python literal for a JSON scalar.
+fn literal(v: &Value) -> String {
+    match v {
+        Value::Null => "None".into(),
+        Value::Bool(true) => "True".into(),
+        Value::Bool(false) => "False".into(),
+        other => serde_json::to_string(other).expect("a const serializes"),
+    }
+}
+
+fn ty(t: &Ty) -> String {
+    match t {
+        Ty::String => "str".into(),
+        Ty::Integer { .. } => "int".into(),
+        Ty::Number => "float".into(),
+        Ty::Boolean => "bool".into(),
+        Ty::Json => "Json".into(),
+        Ty::Named(n) => n.clone(),
+        Ty::Array(inner) => format!("list[{}]", ty(inner)),
+        Ty::Map(inner) => format!("dict[str, {}]", ty(inner)),
+    }
+}
+
+/// An expression decoding `raw` (a `Json` expression) found at `path` (a `str` expression).
+fn dec(t: &Ty, raw: &str, path: &str, depth: usize) -> String {
+    match t {
+        Ty::String => format!("_str({raw}, {path})"),
+        Ty::Integer { signed: true } => format!("_int({raw}, {path})"),
+        Ty::Integer { signed: false } => format!("_uint({raw}, {path})"),
+        Ty::Number => format!("_float({raw}, {path})"),
+        Ty::Boolean => format!("_bool({raw}, {path})"),
+        Ty::Json => raw.to_string(),
+        Ty::Named(n) => format!("decode_{n}({raw}, {path})"),
+        Ty::Array(inner) => {
+            let (i, r) = (format!("i{depth}"), format!("r{depth}"));
+            format!(
+                "[{} for {i}, {r} in enumerate(_list({raw}, {path}))]",
+                dec(inner, &r, &format!("_index_path({path}, {i})"), depth + 1)
+            )
+        }
+        Ty::Map(inner) => {
+            let (k, r) = (format!("k{depth}"), format!("r{depth}"));
+            format!(
+                "{{{k}: {} for {k}, {r} in _object({raw}, {path}).items()}}",
+                dec(inner, &r, &format!("_member_path({path}, {k})"), depth + 1)
+            )
+        }
+    }
+}
+
+/// An expression encoding `value` (of type `t`) as `Json`.
+fn enc(t: &Ty, value: &str, depth: usize) -> String {
+    match t {
+        Ty::String | Ty::Integer { .. } | Ty::Number | Ty::Boolean | Ty::Json => value.to_string(),
+        Ty::Named(n) => format!("encode_{n}({value})"),
+        Ty::Array(inner) => {
+            let x = format!("x{depth}");
+            format!("[{} for {x} in {value}]", enc(inner, &x, depth + 1))
+        }
+        Ty::Map(inner) => {
+            let (k, x) = (format!("k{depth}"), format!("x{depth}"));
+            format!(
+                "{{{k}: {} for {k}, {x} in {value}.items()}}",
+                enc(inner, &x, depth + 1)
+            )
+        }
+    }
+}
+
+fn comment(out: &mut String, indent: &str, text: Option<&str>) {
+    if let Some(text) = text {
+        for line in text.lines() {
+            let line = line.trim_end();
+            let _ = writeln!(
+                out,
+                "{indent}#{}{line}",
+                if line.is_empty() { "" } else { " " }
+            );
+        }
+    }
+}
+
+/// A required, non-null constant: typed as its `Literal`, defaulted, checked by the decoder.
+fn fixed(f: &Field) -> Option<&Value> {
+    f.constant.as_ref().filter(|_| f.required && !f.nullable)
+}
+
+fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
+    let name = &d.name;
+    let idents: Vec<String> = fields.iter().map(|f| field_ident(&f.wire)).collect();
+    for (i, a) in idents.iter().enumerate() {
+        assert!(
+            !idents[..i].contains(a),
+            "{name}: two members map to the Python identifier {a}"
+        );
+    }
+    comment(out, "", d.description.as_deref());
+    let _ = writeln!(out, "@dataclass(frozen=True, kw_only=True)\nclass {name}:");
+    if fields.is_empty() && strict {
+        let _ = writeln!(out, "    pass");
+    }
+    for (f, ident) in fields.iter().zip(&idents) {
+        comment(out, "    ", f.description.as_deref());
+        if ident != &f.wire {
+            let _ = writeln!(out, "    # wire name: {}", json_string(&f.wire));
+        }
+        if let Some(c) = fixed(f) {
+            let lit = literal(c);
+            let _ = writeln!(out, "    {ident}: Literal[{lit}] = {lit}");
+            continue;
+        }
+        let base = ty(&f.ty);
+        let line = match (f.required, f.nullable) {
+            (true, false) => format!("{ident}: {base}"),
+            (true, true) => format!("{ident}: {base} | None"),
+            (false, false) => format!("{ident}: {base} | Missing = MISSING"),
+            (false, true) => format!("{ident}: {base} | None | Missing = MISSING"),
+        };
+        let _ = writeln!(out, "    {line}");
+    }
+    if !strict {
+        let _ = writeln!(
+            out,
+            "    # Members this version does not know, kept so they survive a round trip.\n    extra: JsonObject = field(default_factory=dict)"
+        );
+    }
+    out.push('\n');
+
+    // The members this struct names.
+    let members: Vec<String> = fields.iter().map(|f| json_string(&f.wire)).collect();
+    let _ = writeln!(
+        out,
+        "\n_{name}_MEMBERS: Final = frozenset(({}{}))\n",
+        members.join(", "),
+        if members.len() == 1 { "," } else { "" }
+    );
+
+    // Decoder.
+    let _ = writeln!(
+        out,
+        "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    o = _object(raw, path)"
+    );
+    let required: Vec<String> = fields
+        .iter()
+        .filter(|f| f.required)
+        .map(|f| json_string(&f.wire))
+        .collect();
+    if !required.is_empty() {
+        let _ = writeln!(
+            out,
+            "    _require(o, path, ({}{}))",
+            required.join(", "),
+            if required.len() == 1 { "," } else { "" }
+        );
+    }
+    if strict {
+        let _ = writeln!(
+            out,
+            "    _only(o, path, _{name}_MEMBERS, {})",
+            json_string(name)
+        );
+    }
+    for f in fields {
+        if let Some(c) = &f.constant {
+            let w = json_string(&f.wire);
+            let check = format!("_const(o[{w}], _member_path(path, {w}), {})", literal(c));
+            if f.required && !f.nullable {
+                let _ = writeln!(out, "    {check}");
+            } else {
+                let _ = writeln!(
+                    out,
+                    "    if {w} in o and o[{w}] is not None:\n        {check}"
+                );
+            }
+        }
+    }
+    let _ = writeln!(out, "    return {name}(");
+    for (f, ident) in fields.iter().zip(&idents) {
+        if fixed(f).is_some() {
+            continue;
+        }
+        let w = json_string(&f.wire);
+        let value = dec(
+            &f.ty,
+            &format!("o[{w}]"),
+            &format!("_member_path(path, {w})"),
+            0,
+        );
+        let expr = match (f.required, f.nullable) {
+            (true, false) => value,
+            (true, true) => format!("None if o[{w}] is None else {value}"),
+            (false, false) => format!("{value} if {w} in o else MISSING"),
+            (false, true) => {
+                format!("MISSING if {w} not in o else None if o[{w}] is None else {value}")
+            }
+        };
+        let _ = writeln!(out, "        {ident}=({expr}),");
+    }
+    if !strict {
+        let _ = writeln!(
+            out,
+            "        extra={{k: v for k, v in o.items() if k not in _{name}_MEMBERS}},"
+        );
+    }
+    let _ = writeln!(out, "    )\n");
+
+    // Encoder: the schema's order, then the members this version does not know.
+    let _ = writeln!(
+        out,
+        "\ndef encode_{name}(value: {name}) -> Json:\n    out: JsonObject = {{}}"
+    );
+    for (f, ident) in fields.iter().zip(&idents) {
+        let w = json_string(&f.wire);
+        if let Some(c) = fixed(f) {
+            let _ = writeln!(out, "    out[{w}] = {}", literal(c));
+            continue;
+        }
+        let v = format!("value.{ident}");
+        match (f.required, f.nullable) {
+            (true, false) => {
+                let _ = writeln!(out, "    out[{w}] = {}", enc(&f.ty, &v, 0));
+            }
+            (true, true) => {
+                let _ = writeln!(
+                    out,
+                    "    out[{w}] = None if {v} is None else {}",
+                    enc(&f.ty, &v, 0)
+                );
+            }
+            (false, false) => {
+                let _ = writeln!(
+                    out,
+                    "    if not isinstance({v}, Missing):\n        out[{w}] = {}",
+                    enc(&f.ty, &v, 0)
+                );
+            }
+            (false, true) => {
+                let _ = writeln!(
+                    out,
+                    "    if not isinstance({v}, Missing):\n        out[{w}] = None if {v} is None else {}",
+                    enc(&f.ty, &v, 0)
+                );
+            }
+        }
+    }
+    if !strict {
+        let _ = writeln!(
+            out,
+            "    for k, v in value.extra.items():\n        if k not in _{name}_MEMBERS:\n            out[k] = v"
+        );
+    }
+    let _ = writeln!(out, "    return out\n");
+}
+
+fn def(out: &mut String, d: &Def) {
+    let name = &d.name;
+    match &d.kind {
+        DefKind::Alias(t) => {
+            comment(out, "", d.description.as_deref());
+            let _ = writeln!(out, "{name}: TypeAlias = {}\n", json_string(&ty(t)));
+            let _ = writeln!(
+                out,
+                "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    return {}\n",
+                dec(t, "raw", "path", 0)
+            );
+            let _ = writeln!(
+                out,
+                "\ndef encode_{name}(value: {name}) -> Json:\n    return {}\n",
+                enc(t, "value", 0)
+            );
+        }
+        DefKind::StringEnum {
+            values,
+            keep_unknown,
+        } => {
+            comment(out, "", d.description.as_deref());
+            let known: Vec<String> = values.iter().map(|v| json_string(v)).collect();
+            let alias = format!(
+                "Literal[{}]{}",
+                known.join(", "),
+                if *keep_unknown { " | UnknownValue" } else { "" }
+            );
+            let _ = writeln!(out, "{name}: TypeAlias = {}\n", json_string(&alias));
+            let _ = writeln!(
+                out,
+                "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    s = _str(raw, path)"
+            );
+            for v in &known {
+                let _ = writeln!(out, "    if s == {v}:\n        return {v}");
+            }
+            if *keep_unknown {
+                let _ = writeln!(out, "    return UnknownValue(raw=s)\n");
+            } else {
+                let _ = writeln!(
+                    out,
+                    "    raise DecodeError(path, \"unknown {name} \" + repr(s))\n"
+                );
+            }
+            let body = if *keep_unknown {
+                "value.raw if isinstance(value, UnknownValue) else value"
+            } else {
+                "value"
+            };
+            let _ = writeln!(
+                out,
+                "\ndef encode_{name}(value: {name}) -> Json:\n    return {body}\n"
+            );
+        }
+        DefKind::Struct { fields, strict, .. } => struct_def(out, d, fields, *strict),
+        DefKind::Union {
+            tag,
+            branches,
+            keep_unknown,
+        } => {
+            comment(out, "", d.description.as_deref());
+            let mut cases: Vec<String> = branches.iter().map(|b| b.def.clone()).collect();
+            if *keep_unknown {
+                cases.push("UnknownCase".into());
+            }
+            let _ = writeln!(
+                out,
+                "{name}: TypeAlias = {}\n",
+                json_string(&cases.join(" | "))
+            );
+            let t = json_string(tag);
+            let _ = writeln!(
+                out,
+                "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    o = _object(raw, path)\n    tag = o.get({t}, MISSING)"
+            );
+            for b in branches {
+                let _ = writeln!(
+                    out,
+                    "    if _is_tag(tag, {}):\n        return decode_{}(o, path)",
+                    literal(&b.tag_value),
+                    b.def
+                );
+            }
+            if *keep_unknown {
+                let _ = writeln!(out, "    return UnknownCase(raw=o)\n");
+            } else {
+                let _ = writeln!(
+                    out,
+                    "    if isinstance(tag, Missing):\n        raise DecodeError(_member_path(path, {t}), \"missing tag of {name}\")\n    raise DecodeError(_member_path(path, {t}), \"unknown {tag} \" + repr(tag) + \" of {name}\")\n"
+                );
+            }
+            let _ = writeln!(out, "\ndef encode_{name}(value: {name}) -> Json:");
+            for b in branches {
+                let _ = writeln!(
+                    out,
+                    "    if isinstance(value, {d}):\n        return encode_{d}(value)",
+                    d = b.def
+                );
+            }
+            if *keep_unknown {
+                let _ = writeln!(out, "    return value.raw\n");
+            } else {
+                let _ = writeln!(out, "    assert_never(value)\n");
+            }
+        }
+    }
+    out.push('\n');
+}
+
+fn envelope(out: &mut String, model: &Model) {
+    if ENVELOPE.iter().any(|n| model.def(n).is_none()) {
+        return;
+    }
+    let tags = |n: &str| -> Vec<String> {
+        match model.def(n).map(|d| &d.kind) {
+            Some(DefKind::Union { branches, .. }) => {
+                branches.iter().map(|b| literal(&b.tag_value)).collect()
+            }
+            _ => Vec::new(),
+        }
+    };
+    let _ = writeln!(
+        out,
+        "# Any wire v1 message, told apart the JSON-RPC way: `method` + `id` is a request (the client's\n# or the server's, by method), `method` alone a notification, `result` or `error` a response.\nMessage: TypeAlias = {}\n",
+        json_string(&ENVELOPE.join(" | "))
+    );
+    out.push_str("\ndef decode_message(raw: Json, path: str = \"$\") -> Message:\n    o = _object(raw, path)\n    if \"method\" in o:\n        if \"id\" not in o:\n            return decode_ServerNotification(o, path)\n        method = o[\"method\"]\n");
+    for n in ["ClientRequest", "ServerRequest"] {
+        let t = tags(n);
+        let _ = writeln!(
+            out,
+            "        if isinstance(method, str) and method in ({}{}):\n            return decode_{n}(o, path)",
+            t.join(", "),
+            if t.len() == 1 { "," } else { "" }
+        );
+    }
+    out.push_str("        raise DecodeError(_member_path(path, \"method\"), \"unknown method \" + repr(method))\n    return decode_ClientResponse(o, path)\n\n");
+    out.push_str("\ndef encode_message(value: Message) -> Json:\n");
+    let mut unknown_claimed = false;
+    for n in ENVELOPE {
+        let classes: Vec<String> = match model.def(n).map(|d| &d.kind) {
+            Some(DefKind::Union {
+                branches,
+                keep_unknown,
+                ..
+            }) => {
+                let mut c: Vec<String> = branches.iter().map(|b| b.def.clone()).collect();
+                if *keep_unknown && !unknown_claimed {
+                    unknown_claimed = true;
+                    c.push("UnknownCase".into());
+                }
+                c
+            }
+            _ => vec![n.to_string()],
+        };
+        let _ = writeln!(
+            out,
+            "    if isinstance(value, ({}{})):\n        return encode_{n}(value)",
+            classes.join(", "),
+            if classes.len() == 1 { "," } else { "" }
+        );
+    }
+    out.push_str("    assert_never(value)\n\n");
+}
+
+const RUNTIME: &str = r#"from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Final, Literal, TypeAlias, assert_never
+
+Json: TypeAlias = "None | bool | int | float | str | list[Json] | dict[str, Json]"
+JsonObject: TypeAlias = "dict[str, Json]"
+
+
+class Missing(enum.Enum):
+    """The type of `MISSING`: a member that is not on the wire (`None` is JSON `null`)."""
+
+    MISSING = "MISSING"
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Final = Missing.MISSING
+
+
+@dataclass(frozen=True)
+class UnknownCase:
+    """A display union's case this version does not know, kept as sent."""
+
+    raw: JsonObject
+
+
+@dataclass(frozen=True)
+class UnknownValue:
+    """A display enum's value this version does not know, kept as sent."""
+
+    raw: str
+
+
+class DecodeError(ValueError):
+    """A value that does not have the shape its type needs; `path` points at it."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(path + ": " + message)
+        self.path = path
+
+
+def _kind(raw: object) -> str:
+    if raw is None:
+        return "null"
+    if isinstance(raw, bool):
+        return "boolean"
+    if isinstance(raw, (int, float)):
+        return "number"
+    if isinstance(raw, str):
+        return "string"
+    if isinstance(raw, list):
+        return "array"
+    return "object"
+
+
+def _member_path(path: str, key: str) -> str:
+    return path + "." + key if key.isidentifier() else path + "[" + repr(key) + "]"
+
+
+def _index_path(path: str, index: int) -> str:
+    return path + "[" + str(index) + "]"
+
+
+def _object(raw: Json, path: str) -> JsonObject:
+    if not isinstance(raw, dict):
+        raise DecodeError(path, "expected an object, got " + _kind(raw))
+    return raw
+
+
+def _list(raw: Json, path: str) -> list[Json]:
+    if not isinstance(raw, list):
+        raise DecodeError(path, "expected an array, got " + _kind(raw))
+    return raw
+
+
+def _require(o: JsonObject, path: str, names: tuple[str, ...]) -> None:
+    for name in names:
+        if name not in o:
+            raise DecodeError(_member_path(path, name), "missing")
+
+
+def _only(o: JsonObject, path: str, names: frozenset[str], of: str) -> None:
+    for name in o:
+        if name not in names:
+            raise DecodeError(_member_path(path, name), "unknown member of " + of)
+
+
+def _str(raw: Json, path: str) -> str:
+    if not isinstance(raw, str):
+        raise DecodeError(path, "expected a string, got " + _kind(raw))
+    return raw
+
+
+def _int(raw: Json, path: str) -> int:
+    # JSON has one number type: 3.0 is the integer 3 (JSON Schema agrees).
+    if isinstance(raw, float) and raw.is_integer():
+        return int(raw)
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        raise DecodeError(path, "expected an integer, got " + _kind(raw))
+    return raw
+
+
+def _uint(raw: Json, path: str) -> int:
+    n = _int(raw, path)
+    if n < 0:
+        raise DecodeError(path, "expected an integer >= 0")
+    return n
+
+
+def _float(raw: Json, path: str) -> float:
+    if not isinstance(raw, (int, float)) or isinstance(raw, bool):
+        raise DecodeError(path, "expected a number, got " + _kind(raw))
+    return raw
+
+
+def _bool(raw: Json, path: str) -> bool:
+    if not isinstance(raw, bool):
+        raise DecodeError(path, "expected a boolean, got " + _kind(raw))
+    return raw
+
+
+def _is_tag(raw: object, expected: str | int | bool) -> bool:
+    if isinstance(expected, bool) or isinstance(raw, bool):
+        return raw is expected
+    if isinstance(expected, int):
+        return isinstance(raw, (int, float)) and raw == expected
+    return isinstance(raw, str) and raw == expected
+
+
+def _const(raw: Json, path: str, expected: str | int | bool) -> None:
+    if not _is_tag(raw, expected):
+        raise DecodeError(path, "expected " + repr(expected))
+
+"#;
+
+/// The generated package's `__init__.py`.
+pub fn module(model: &Model) -> String {
+    for d in &model.defs {
+        assert!(
+            !RUNTIME_NAMES.contains(&d.name.as_str()),
+            "definition {} clashes with a name the Python runtime defines",
+            d.name
+        );
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# AUTO-GENERATED by `cc-agent-protocol generate` from schema/cc-agent-protocol.schema.json.\n# DO NOT EDIT: change the schema and regenerate.\n# Schema digest: {}\n\"\"\"Wire v1 protocol types and codecs, generated from the canonical schema.\"\"\"\n",
+        model.digest
+    );
+    out.push_str(RUNTIME);
+    let _ = writeln!(
+        out,
+        "# The digest of the schema these types were generated from.\nSCHEMA_DIGEST: Final = {}\n# The schema's `$id`.\nSCHEMA_ID: Final = {}\n\n",
+        json_string(&model.digest),
+        json_string(&model.schema_id)
+    );
+    for d in &model.defs {
+        def(&mut out, d);
+    }
+    envelope(&mut out, model);
+    out.push_str("# Every definition's name, in schema order.\nDEFINITION_NAMES: Final = (\n");
+    for d in &model.defs {
+        let _ = writeln!(out, "    {},", json_string(&d.name));
+    }
+    out.push_str(")\n\n\n");
+    out.push_str("def roundtrip_definition(name: str, raw: Json) -> Json:\n    \"\"\"Decodes `raw` as the named definition and encodes it again (for conformance tests).\n\n    Raises `KeyError` when no definition has that name and `DecodeError` when `raw` does not decode.\n    \"\"\"\n");
+    for d in &model.defs {
+        let _ = writeln!(
+            out,
+            "    if name == {}:\n        return encode_{n}(decode_{n}(raw))",
+            json_string(&d.name),
+            n = d.name
+        );
+    }
+    out.push_str("    raise KeyError(name)\n");
+    out
+}
+
+/// Every Python file the generator writes.
+pub fn generate(model: &Model) -> Vec<GeneratedFile> {
+    vec![
+        GeneratedFile {
+            path: PathBuf::from(PACKAGE).join("__init__.py"),
+            contents: module(model),
+        },
+        GeneratedFile {
+            path: PathBuf::from(PACKAGE).join("py.typed"),
+            contents: format!(
+                "# AUTO-GENERATED by `cc-agent-protocol generate`: PEP 561 marker, the package is typed.\n# Schema digest: {}\n",
+                model.digest
+            ),
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model() -> Model {
+        super::super::model::build(crate::schema())
+    }
+
+    #[test]
+    fn generating_twice_gives_the_same_bytes() {
+        let a = generate(&model());
+        let b = generate(&model());
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x.path, y.path);
+            assert_eq!(x.contents, y.contents);
+            assert!(x
+                .contents
+                .starts_with("# AUTO-GENERATED by `cc-agent-protocol generate`"));
+            assert!(x.contents.contains(crate::schema_digest()));
+        }
+    }
+
+    #[test]
+    fn keywords_change_only_the_identifier() {
+        for (wire, ident) in [
+            ("class", "class_"),
+            ("in", "in_"),
+            ("is", "is_"),
+            ("self", "self_"),
+            ("type", "type_"),
+            ("default", "default_"),
+            ("object", "object_"),
+            ("from", "from_"),
+            ("lambda", "lambda_"),
+            ("match", "match_"),
+            ("extra", "extra_"),
+            ("threadId", "thread_id"),
+            ("retry_after_ms", "retry_after_ms"),
+            ("9lives", "f_9lives"),
+        ] {
+            assert_eq!(field_ident(wire), ident, "{wire}");
+        }
+        // The wire name stays in the decoder and the encoder.
+        let text = module(&model());
+        assert!(text.contains("    type_: Literal[\"userMessage\"] = \"userMessage\""));
+        assert!(text.contains("    out[\"type\"] = \"userMessage\""));
+    }
+
+    #[test]
+    fn optional_nullable_and_missing_stay_distinct() {
+        let text = module(&model());
+        assert!(text.contains("    title: Title | None\n"));
+        assert!(text.contains("    title: Title | Missing = MISSING\n"));
+        assert!(text.contains("    diff: Text | None | Missing = MISSING\n"));
+    }
 }
