@@ -541,6 +541,16 @@ impl Comparer<'_> {
     }
 
     fn compare_node(&mut self, old: &Value, new: &Value, ptr: &str, site: &Site, depth: u32) {
+        // A tagged union can change without its own text changing: a branch's tag value lives in
+        // the branch's definition.
+        if let (Some(om), Some(nm)) = (old.as_object(), new.as_object()) {
+            if om.get("x-tag").is_some() && om.get("x-tag") == nm.get("x-tag") {
+                let (o, n) = (Self::variants(self.old, om), Self::variants(self.new, nm));
+                if o != n {
+                    self.compare_tagged_union(&o, &n, om, nm, ptr, site);
+                }
+            }
+        }
         if old == new {
             return;
         }
@@ -570,10 +580,6 @@ impl Comparer<'_> {
                 );
             }
         }
-        if strip_annotations(old) == strip_annotations(new) {
-            return;
-        }
-
         // Nullable wrapping is its own change; what is wrapped is compared as usual.
         match (nullable_inner(&om), nullable_inner(&nm)) {
             (Some((_, a)), Some((i, b))) => {
@@ -687,18 +693,9 @@ impl Comparer<'_> {
                 ),
             );
         }
-        if om.get("oneOf") != nm.get("oneOf") {
-            let tagged = om.get("x-tag").is_some() && om.get("x-tag") == nm.get("x-tag");
-            if tagged {
-                self.compare_tagged_union(&om, &nm, ptr, site);
-            } else if om.get("x-tag").is_none() && nm.get("x-tag").is_none() {
-                self.emit(
-                    Some(site),
-                    &format!("{ptr}/oneOf"),
-                    "union-changed",
-                    "an untagged oneOf changed".into(),
-                );
-            }
+        // Tagged unions were compared above; a changed x-tag is reported on its own.
+        if om.get("x-tag").is_none() && nm.get("x-tag").is_none() {
+            self.compare_opaque(&om, &nm, "oneOf", ptr, site, "union-changed");
         }
         self.compare_object(&om, &nm, ptr, site, depth);
         for key in ["items", "propertyNames"] {
@@ -720,15 +717,42 @@ impl Comparer<'_> {
             if HANDLED.contains(&k)
                 || ANNOTATIONS.contains(&k)
                 || BOUNDS.iter().any(|(b, _, _)| *b == k)
-                || om.get(k) == nm.get(k)
             {
                 continue;
             }
+            self.compare_opaque(&om, &nm, k, ptr, site, "keyword-changed");
+        }
+    }
+
+    /// A keyword compared as a whole: an annotation-only difference is allowed, anything else is
+    /// reported under `id`.
+    fn compare_opaque(
+        &mut self,
+        om: &Map<String, Value>,
+        nm: &Map<String, Value>,
+        key: &str,
+        ptr: &str,
+        site: &Site,
+        id: &str,
+    ) {
+        let (o, n) = (om.get(key), nm.get(key));
+        if o == n {
+            return;
+        }
+        let kp = format!("{ptr}/{}", esc(key));
+        if o.map(strip_annotations) == n.map(strip_annotations) {
             self.emit(
                 Some(site),
-                &format!("{ptr}/{}", esc(k)),
-                "keyword-changed",
-                format!("{k}: {} -> {}", show(om.get(k)), show(nm.get(k))),
+                &kp,
+                "description-changed",
+                format!("annotations inside {key} changed"),
+            );
+        } else {
+            self.emit(
+                Some(site),
+                &kp,
+                id,
+                format!("{key}: {} -> {}", show(o), show(n)),
             );
         }
     }
@@ -879,6 +903,8 @@ impl Comparer<'_> {
 
     fn compare_tagged_union(
         &mut self,
+        o: &[(String, usize, String)],
+        n: &[(String, usize, String)],
         om: &Map<String, Value>,
         nm: &Map<String, Value>,
         ptr: &str,
@@ -886,9 +912,7 @@ impl Comparer<'_> {
     ) {
         let keep = om.get("x-unknown").and_then(Value::as_str) == Some("keep")
             && nm.get("x-unknown").and_then(Value::as_str) == Some("keep");
-        let o = Self::variants(self.old, om);
-        let n = Self::variants(self.new, nm);
-        for (value, i, target) in &o {
+        for (value, i, target) in o {
             match n.iter().find(|(v, _, _)| v == value) {
                 None => self.emit(
                     Some(site),
@@ -905,7 +929,7 @@ impl Comparer<'_> {
                 Some(_) => {}
             }
         }
-        for (value, j, target) in &n {
+        for (value, j, target) in n {
             if !o.iter().any(|(v, _, _)| v == value) {
                 let id = if keep {
                     "variant-added"
