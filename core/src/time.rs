@@ -26,7 +26,12 @@ pub fn format_unix_millis(ms: i64) -> String {
     let days = ms.div_euclid(86_400_000);
     let rem = ms.rem_euclid(86_400_000);
     let (y, m, d) = civil_from_days(days);
-    let (h, min, s, milli) = (rem / 3_600_000, rem / 60_000 % 60, rem / 1000 % 60, rem % 1000);
+    let (h, min, s, milli) = (
+        rem / 3_600_000,
+        rem / 60_000 % 60,
+        rem / 1000 % 60,
+        rem % 1000,
+    );
     format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{milli:03}Z")
 }
 
@@ -68,10 +73,22 @@ mod tests {
     fn known_instants() {
         assert_eq!(format_unix_millis(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(format_unix_millis(-1), "1969-12-31T23:59:59.999Z");
-        assert_eq!(format_unix_millis(951_782_400_000), "2000-02-29T00:00:00.000Z");
-        assert_eq!(format_unix_millis(1_709_208_000_123), "2024-02-29T12:00:00.123Z");
-        assert_eq!(format_unix_millis(4_105_123_200_000), "2100-02-01T00:00:00.000Z");
-        assert_eq!(format_unix_millis(1_795_900_106_123), "2026-11-28T21:08:26.123Z");
+        assert_eq!(
+            format_unix_millis(951_782_400_000),
+            "2000-02-29T00:00:00.000Z"
+        );
+        assert_eq!(
+            format_unix_millis(1_709_208_000_123),
+            "2024-02-29T12:00:00.123Z"
+        );
+        assert_eq!(
+            format_unix_millis(4_105_123_200_000),
+            "2100-02-01T00:00:00.000Z"
+        );
+        assert_eq!(
+            format_unix_millis(1_795_900_106_123),
+            "2026-11-28T21:08:26.123Z"
+        );
         assert_eq!(format_unix_millis(i64::MIN), "0000-01-01T00:00:00.000Z");
         assert_eq!(format_unix_millis(i64::MAX), "9999-12-31T23:59:59.999Z");
     }
@@ -101,7 +118,10 @@ mod tests {
         let s = now_rfc3339();
         let b = s.as_bytes();
         assert_eq!(b.len(), 24, "{s}");
-        assert_eq!((b[4], b[7], b[10], b[13], b[16], b[19], b[23]), (b'-', b'-', b'T', b':', b':', b'.', b'Z'));
+        assert_eq!(
+            (b[4], b[7], b[10], b[13], b[16], b[19], b[23]),
+            (b'-', b'-', b'T', b':', b':', b'.', b'Z')
+        );
         assert!(s.starts_with("20"), "{s}");
     }
 }

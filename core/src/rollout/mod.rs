@@ -1,1 +1,514 @@
-//! Rollout stores (being written).
+//! Rollout stores: the durable, hash-chained, append-only log of every thread, so that a thread
+//! survives crashes, can be resumed, forked and verified by a third party. See
+//! `docs/rollout-format.md` for the exact on-disk format.
+
+mod engine;
+mod fsutil;
+mod jsonl;
+mod sqlite;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::path::Path;
+use std::sync::Arc;
+
+pub use jsonl::JsonlBackend;
+pub use sqlite::SqliteBackend;
+
+/// The rollout format this build writes in every `threadStarted` header.
+pub const FORMAT_VERSION: u16 = 1;
+/// The first event's `prevHash`.
+pub const ZERO_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+/// Longest thread id / idempotency key (the schema's `Identifier`).
+pub const MAX_ID_LEN: usize = 128;
+/// Longest `traceId` / `parentId`.
+pub const MAX_TRACE_LEN: usize = 128;
+/// Longest thread title, in characters (the schema's `Title`).
+pub const MAX_TITLE_CHARS: usize = 256;
+/// Longest checkpoint label, in characters (the schema's `ShortText`).
+pub const MAX_LABEL_CHARS: usize = 1024;
+/// Longest compaction summary, in characters (the schema's `CompactedEvent.summary`).
+pub const MAX_SUMMARY_CHARS: usize = 1_000_000;
+/// Most metadata keys (the schema's `Metadata`).
+pub const MAX_METADATA_KEYS: usize = 64;
+/// Largest serialised event line, so a single event can never exhaust memory on read.
+pub const MAX_EVENT_BYTES: usize = 8 << 20;
+/// Most events in one `append` call.
+pub const MAX_BATCH_EVENTS: usize = 4096;
+/// `read` returns at most this many events; larger limits are clamped.
+pub const MAX_READ_LIMIT: usize = 1000;
+/// `list` returns at most this many threads; larger limits are clamped.
+pub const MAX_LIST_LIMIT: usize = 1000;
+/// Largest `seq` the wire can carry (2^53 - 1).
+pub const MAX_SEQ: u64 = 9_007_199_254_740_991;
+
+/// When `append` returns, relative to the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Group commit: batch concurrent appends, write, fdatasync once, then acknowledge them all.
+    #[default]
+    Sync,
+    /// Written to the OS (survives a process crash, not a power loss) but not fsynced until
+    /// `flush`/close.
+    Buffered,
+    /// Kept in memory until `flush`/close; a crash loses everything since the last flush.
+    Ephemeral,
+}
+
+/// How a store is opened.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub durability: Durability,
+    /// Most requests one group commit takes from the queue (a round never grows unbounded).
+    pub max_batch_requests: usize,
+    /// The format version written in new headers and targeted by `migrate`. Only 1 exists; tests
+    /// set 2 to exercise the migration path.
+    pub format_version: u16,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            durability: Durability::Sync,
+            max_batch_requests: 1024,
+            format_version: FORMAT_VERSION,
+        }
+    }
+}
+
+/// An event to append; the store adds seq, hashes and time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    /// An object with a string `type` (one of the schema's `EventPayload` tags).
+    pub payload: Value,
+    pub trace_id: Option<String>,
+    pub parent_id: Option<String>,
+    pub idempotency_key: Option<String>,
+}
+
+impl NewEvent {
+    /// An event with only a payload.
+    pub fn new(payload: Value) -> Self {
+        NewEvent {
+            payload,
+            trace_id: None,
+            parent_id: None,
+            idempotency_key: None,
+        }
+    }
+}
+
+/// One event as stored: exactly the schema's `RolloutEvent`, fields in schema order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StoredEvent {
+    pub seq: u64,
+    pub prev_hash: String,
+    pub hash: String,
+    pub time: String,
+    pub trace_id: Option<String>,
+    pub parent_id: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub payload: Value,
+}
+
+impl StoredEvent {
+    /// The wire form (`RolloutEvent`).
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).expect("a StoredEvent always serialises")
+    }
+
+    /// The payload's `type` tag ("" if absent, which the store never writes).
+    pub fn kind(&self) -> &str {
+        self.payload
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    }
+
+    /// Recomputes this event's hash from its other fields.
+    pub fn compute_hash(&self) -> String {
+        event_hash(
+            self.seq,
+            &self.prev_hash,
+            &self.time,
+            self.trace_id.as_deref(),
+            self.parent_id.as_deref(),
+            self.idempotency_key.as_deref(),
+            &self.payload,
+        )
+    }
+}
+
+/// Where a forked thread came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForkOrigin {
+    pub thread_id: String,
+    pub event_seq: u64,
+    pub event_hash: String,
+}
+
+/// What `start` needs.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadStart {
+    pub thread_id: String,
+    pub title: Option<String>,
+    pub metadata: Map<String, Value>,
+    pub forked_from: Option<ForkOrigin>,
+}
+
+/// A thread's head and header, as `list`/`summary` report it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadSummary {
+    pub thread_id: String,
+    pub title: Option<String>,
+    pub metadata: Map<String, Value>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub archived: bool,
+    pub last_seq: u64,
+    pub head_hash: String,
+    pub forked_from: Option<ForkOrigin>,
+    /// Format version after migrations.
+    pub format_version: u16,
+    /// Seq of the latest `compacted` event, if any: a resumer reads the header (seq 1) and then
+    /// from this seq on, instead of the whole history.
+    pub last_compaction_seq: Option<u64>,
+    /// `toSeq` of the latest compaction (0 if none).
+    pub compacted_through: u64,
+}
+
+/// One page of `read`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadPage {
+    pub events: Vec<StoredEvent>,
+    pub has_more: bool,
+}
+
+/// Parameters of `list`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListQuery {
+    pub include_archived: bool,
+    /// Opaque: pass back `next_cursor` from the previous page.
+    pub cursor: Option<String>,
+    /// 1..=MAX_LIST_LIMIT (larger is clamped, 0 is refused).
+    pub limit: usize,
+}
+
+impl Default for ListQuery {
+    fn default() -> Self {
+        ListQuery {
+            include_archived: false,
+            cursor: None,
+            limit: 100,
+        }
+    }
+}
+
+/// One page of `list`, ordered by thread id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListPage {
+    pub threads: Vec<ThreadSummary>,
+    pub next_cursor: Option<String>,
+}
+
+/// The result of checking a thread's whole chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyReport {
+    pub thread_id: String,
+    /// Events that checked out (the good prefix).
+    pub events: u64,
+    pub head_seq: u64,
+    pub head_hash: String,
+    pub first_bad_seq: Option<u64>,
+    pub reason: Option<String>,
+    /// Repairs this process made when it opened the thread (torn tails cut, anchors rebuilt).
+    pub repairs: Vec<String>,
+}
+
+impl VerifyReport {
+    /// True if the whole chain checked out.
+    pub fn ok(&self) -> bool {
+        self.first_bad_seq.is_none() && self.reason.is_none()
+    }
+}
+
+/// Everything a store can refuse. Messages say what to do next.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("thread {0:?} not found: check the id, or start it first")]
+    NotFound(String),
+    #[error("thread {0:?} already exists: pick another id, or resume it instead of starting it")]
+    AlreadyExists(String),
+    #[error("invalid id {id:?}: {reason}; ids are 1-128 ASCII letters, digits, '_' or '-', starting with a letter or digit")]
+    InvalidId { id: String, reason: String },
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("thread {thread_id:?} is corrupt at seq {seq}: {reason}; the log was not modified - restore it from a backup or fork from an earlier seq")]
+    Corrupt {
+        thread_id: String,
+        seq: u64,
+        reason: String,
+    },
+    #[error("thread {thread_id:?} does not match its head anchor: {reason}; acknowledged events are missing or the log was replaced - restore the log from a backup")]
+    AnchorMismatch { thread_id: String, reason: String },
+    #[error("unsafe state directory {0}; run `chmod 700` on it (it must not be writable by group or others)")]
+    UnsafeStateDir(String),
+    #[error("state directory {0} is in use by another rollout store (lock held); stop the other process or use another directory")]
+    Locked(String),
+    #[error("rollout I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("SQLite rollout store: {0}")]
+    Sqlite(String),
+    #[error("the rollout store is closed; open it again")]
+    Closed,
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Sqlite(e.to_string())
+    }
+}
+
+/// The durable rollout store. Shared across threads as `Arc<dyn RolloutStore>`.
+pub trait RolloutStore: Send + Sync {
+    /// Creates a thread; seq 1 is its `threadStarted` header.
+    fn start(&self, start: ThreadStart) -> Result<(ThreadSummary, StoredEvent), StoreError>;
+    /// Appends a batch atomically; returns once durable per the store's `Durability`.
+    fn append(
+        &self,
+        thread_id: &str,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<StoredEvent>, StoreError>;
+    /// Events with seq > `after_seq`, at most `limit` (clamped to MAX_READ_LIMIT, 0 refused).
+    /// Always the full history: compaction never hides events (see `ThreadSummary::last_compaction_seq`).
+    fn read(&self, thread_id: &str, after_seq: u64, limit: usize) -> Result<ReadPage, StoreError>;
+    fn summary(&self, thread_id: &str) -> Result<ThreadSummary, StoreError>;
+    fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError>;
+    fn checkpoint(&self, thread_id: &str, label: &str) -> Result<StoredEvent, StoreError>;
+    /// Appends `{"type":"compacted"}` summarising fromSeq..=through_seq; old events are kept.
+    fn compact(
+        &self,
+        thread_id: &str,
+        summary: &str,
+        through_seq: u64,
+    ) -> Result<StoredEvent, StoreError>;
+    /// A new thread whose header records where it came from, carrying copies of the source's
+    /// events 2..=at_seq (default: the head) so it resumes on its own.
+    fn fork(
+        &self,
+        source: &str,
+        at_seq: Option<u64>,
+        new_thread_id: &str,
+        title: Option<String>,
+    ) -> Result<(ThreadSummary, StoredEvent), StoreError>;
+    fn set_archived(&self, thread_id: &str, archived: bool) -> Result<StoredEvent, StoreError>;
+    /// Upgrades a thread to the store's format version; None if already current.
+    fn migrate(&self, thread_id: &str) -> Result<Option<StoredEvent>, StoreError>;
+    /// The `turnCompleted` event of that turn, if recorded.
+    fn terminal_evidence(
+        &self,
+        thread_id: &str,
+        turn_id: &str,
+    ) -> Result<Option<StoredEvent>, StoreError>;
+    /// Checks the whole chain and the anchor.
+    fn verify(&self, thread_id: &str) -> Result<VerifyReport, StoreError>;
+    /// Makes everything written so far durable (the only durability point for Buffered/Ephemeral).
+    fn flush(&self) -> Result<(), StoreError>;
+    /// Flushes and refuses every later call with `Closed`. Dropping the last handle also flushes.
+    fn close(&self) -> Result<(), StoreError>;
+}
+
+/// Which store to open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    Jsonl,
+    Sqlite,
+}
+
+/// Opens (creating if needed) a store in `state_dir`.
+pub fn open_store(
+    kind: StoreKind,
+    state_dir: &Path,
+    options: StoreOptions,
+) -> Result<Arc<dyn RolloutStore>, StoreError> {
+    Ok(match kind {
+        StoreKind::Jsonl => Arc::new(open_jsonl(state_dir, options)?),
+        StoreKind::Sqlite => Arc::new(open_sqlite(state_dir, options)?),
+    })
+}
+
+/// The JSONL store (one file per thread).
+pub type JsonlRolloutStore = engine::Engine<JsonlBackend>;
+/// The SQLite store (one database per state directory).
+pub type SqliteRolloutStore = engine::Engine<SqliteBackend>;
+
+pub fn open_jsonl(
+    state_dir: &Path,
+    options: StoreOptions,
+) -> Result<JsonlRolloutStore, StoreError> {
+    let lock = fsutil::prepare_state_dir(state_dir)?;
+    let backend = JsonlBackend::open(state_dir)?;
+    engine::Engine::new(backend, lock, options)
+}
+
+pub fn open_sqlite(
+    state_dir: &Path,
+    options: StoreOptions,
+) -> Result<SqliteRolloutStore, StoreError> {
+    let lock = fsutil::prepare_state_dir(state_dir)?;
+    let backend = SqliteBackend::open(state_dir, options.durability)?;
+    engine::Engine::new(backend, lock, options)
+}
+
+/// The schema's `Identifier` rule, checked before any id touches the file system.
+pub fn validate_thread_id(id: &str) -> Result<(), StoreError> {
+    validate_identifier(id)
+}
+
+fn validate_identifier(id: &str) -> Result<(), StoreError> {
+    let bad = |reason: String| {
+        Err(StoreError::InvalidId {
+            id: id.chars().take(140).collect(),
+            reason,
+        })
+    };
+    if id.is_empty() {
+        return bad("it is empty".into());
+    }
+    if id.len() > MAX_ID_LEN {
+        return bad(format!(
+            "it is {} bytes long, the limit is {MAX_ID_LEN}",
+            id.len()
+        ));
+    }
+    if let Some((i, c)) = id
+        .char_indices()
+        .find(|(_, c)| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
+        let what = match c {
+            '/' | '\\' => "a path separator".to_string(),
+            '.' => "a dot (ids are never paths)".to_string(),
+            '\0' => "a NUL byte".to_string(),
+            c if c.is_control() => format!("control character U+{:04X}", c as u32),
+            c if !c.is_ascii() => format!("non-ASCII character {c:?} (U+{:04X})", c as u32),
+            c => format!("character {c:?}"),
+        };
+        return bad(format!("{what} at byte {i}"));
+    }
+    if id.starts_with(['_', '-']) {
+        return bad("it starts with '_' or '-'".into());
+    }
+    Ok(())
+}
+
+/// `sha256(JCS(event without "hash"))`, built without cloning the payload. JCS orders the
+/// envelope's keys as: idempotencyKey, parentId, payload, prevHash, seq, time, traceId.
+pub fn event_hash(
+    seq: u64,
+    prev_hash: &str,
+    time: &str,
+    trace_id: Option<&str>,
+    parent_id: Option<&str>,
+    idempotency_key: Option<&str>,
+    payload: &Value,
+) -> String {
+    use cc_agent_protocol::jcs::canonicalize;
+    let opt = |s: Option<&str>| match s {
+        Some(s) => canonicalize(&Value::String(s.to_string())),
+        None => "null".to_string(),
+    };
+    let s = |s: &str| canonicalize(&Value::String(s.to_string()));
+    let text = format!(
+        "{{\"idempotencyKey\":{},\"parentId\":{},\"payload\":{},\"prevHash\":{},\"seq\":{},\"time\":{},\"traceId\":{}}}",
+        opt(idempotency_key),
+        opt(parent_id),
+        canonicalize(payload),
+        s(prev_hash),
+        seq,
+        s(time),
+        opt(trace_id)
+    );
+    cc_agent_protocol::sha256_hex(text.as_bytes())
+}
+
+fn is_chain_hash(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Checks what the store requires of an event before it is sealed (cheap: no schema pass).
+fn validate_new_event(ev: &NewEvent) -> Result<(), StoreError> {
+    let kind = ev
+        .payload
+        .as_object()
+        .and_then(|o| o.get("type"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            StoreError::InvalidArgument("payload must be an object with a string \"type\"".into())
+        })?;
+    if kind.is_empty() {
+        return Err(StoreError::InvalidArgument(
+            "payload \"type\" is empty".into(),
+        ));
+    }
+    if kind == "threadStarted" {
+        return Err(StoreError::InvalidArgument(
+            "threadStarted is written by start/fork only, never appended".into(),
+        ));
+    }
+    for (name, v) in [("traceId", &ev.trace_id), ("parentId", &ev.parent_id)] {
+        if let Some(v) = v {
+            let n = v.chars().count();
+            if n == 0 || n > MAX_TRACE_LEN {
+                return Err(StoreError::InvalidArgument(format!(
+                    "{name} must be 1-{MAX_TRACE_LEN} characters, got {n}"
+                )));
+            }
+        }
+    }
+    if let Some(k) = &ev.idempotency_key {
+        validate_identifier(k)
+            .map_err(|e| StoreError::InvalidArgument(format!("idempotencyKey: {e}")))?;
+    }
+    Ok(())
+}
+
+fn check_title(title: &Option<String>) -> Result<(), StoreError> {
+    match title {
+        Some(t) if t.chars().count() > MAX_TITLE_CHARS => Err(StoreError::InvalidArgument(
+            format!("title is longer than {MAX_TITLE_CHARS} characters"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn check_metadata(m: &Map<String, Value>) -> Result<(), StoreError> {
+    if m.len() > MAX_METADATA_KEYS {
+        return Err(StoreError::InvalidArgument(format!(
+            "metadata has {} keys, the limit is {MAX_METADATA_KEYS}",
+            m.len()
+        )));
+    }
+    if let Some(k) = m.keys().find(|k| k.is_empty() || k.chars().count() > 128) {
+        return Err(StoreError::InvalidArgument(format!(
+            "metadata key {:?} must be 1-128 characters",
+            k
+        )));
+    }
+    Ok(())
+}
+
+/// The header payload of a new thread.
+fn header_payload(start: &ThreadStart, format_version: u16) -> Value {
+    serde_json::json!({
+        "type": "threadStarted",
+        "formatVersion": format_version,
+        "threadId": start.thread_id,
+        "title": start.title,
+        "metadata": start.metadata,
+        "forkedFrom": start.forked_from,
+    })
+}
