@@ -7,7 +7,9 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 
 fn fixtures(dir: &str) -> Vec<(PathBuf, Value)> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../schema/fixtures").join(dir);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../schema/fixtures")
+        .join(dir);
     let mut out = Vec::new();
     let mut stack = vec![root];
     while let Some(dir) = stack.pop() {
@@ -32,9 +34,12 @@ fn every_valid_fixture_round_trips_through_the_generated_types() {
     let mut failures = Vec::new();
     for (path, value) in &all {
         let (name, instance) = match (value.get("definition"), value.get("value")) {
-            (Some(Value::String(def)), Some(v)) if value.as_object().unwrap().len() == 2 => (def.clone(), v.clone()),
+            (Some(Value::String(def)), Some(v)) if value.as_object().unwrap().len() == 2 => {
+                (def.clone(), v.clone())
+            }
             _ => {
-                let kind = validate_protocol_message(value).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let kind = validate_protocol_message(value)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 let name = match kind {
                     MessageKind::ClientRequest { .. } => "ClientRequest",
                     MessageKind::ServerRequest { .. } => "ServerRequest",
@@ -46,12 +51,21 @@ fn every_valid_fixture_round_trips_through_the_generated_types() {
         };
         match roundtrip_definition(&name, &instance) {
             Some(Ok(back)) if back == instance => {}
-            Some(Ok(back)) => failures.push(format!("{}: {name} changed:\n  in:  {instance}\n  out: {back}", path.display())),
-            Some(Err(e)) => failures.push(format!("{}: {name} did not decode: {e}", path.display())),
+            Some(Ok(back)) => failures.push(format!(
+                "{}: {name} changed:\n  in:  {instance}\n  out: {back}",
+                path.display()
+            )),
+            Some(Err(e)) => {
+                failures.push(format!("{}: {name} did not decode: {e}", path.display()))
+            }
             None => failures.push(format!("{}: no generated type {name}", path.display())),
         }
     }
-    println!("{} passed, {} failed", all.len() - failures.len(), failures.len());
+    println!(
+        "{} passed, {} failed",
+        all.len() - failures.len(),
+        failures.len()
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -87,23 +101,49 @@ fn display_unions_keep_unknown_values_and_security_unions_refuse_them() {
     let status: ItemStatus = serde_json::from_value(json!("paused")).unwrap();
     assert_eq!(status, ItemStatus::Unknown("paused".into()));
 
-    for bad in [json!({"decision": "acceptAlways"}), json!({}), json!({"decision": 1})] {
-        assert!(serde_json::from_value::<ApprovalDecision>(bad.clone()).is_err(), "{bad}");
+    for bad in [
+        json!({"decision": "acceptAlways"}),
+        json!({}),
+        json!({"decision": 1}),
+    ] {
+        assert!(
+            serde_json::from_value::<ApprovalDecision>(bad.clone()).is_err(),
+            "{bad}"
+        );
     }
     assert!(serde_json::from_value::<TurnStatus>(json!("paused")).is_err());
-    let decision: ApprovalDecision = serde_json::from_value(json!({"decision": "decline", "reason": "no"})).unwrap();
-    assert_eq!(decision, ApprovalDecision::Decline(Decline { reason: Some("no".into()) }));
+    let decision: ApprovalDecision =
+        serde_json::from_value(json!({"decision": "decline", "reason": "no"})).unwrap();
+    assert_eq!(
+        decision,
+        ApprovalDecision::Decline(Decline {
+            reason: Some("no".into())
+        })
+    );
 }
 
 #[test]
 fn tags_are_written_first_and_keywords_keep_their_wire_names() {
-    let item = Item::AgentMessage(AgentMessageItem { id: "i1".into(), text: "hi".into(), extra: Default::default() });
-    assert_eq!(serde_json::to_string(&item).unwrap(), r#"{"type":"agentMessage","id":"i1","text":"hi"}"#);
+    let item = Item::AgentMessage(AgentMessageItem {
+        id: "i1".into(),
+        text: "hi".into(),
+        extra: Default::default(),
+    });
+    assert_eq!(
+        serde_json::to_string(&item).unwrap(),
+        r#"{"type":"agentMessage","id":"i1","text":"hi"}"#
+    );
     let err = ErrorObject::OverloadedError(OverloadedError {
         message: "busy".into(),
-        data: OverloadedData { retry_after_ms: 50, extra: Default::default() },
+        data: OverloadedData {
+            retry_after_ms: 50,
+            extra: Default::default(),
+        },
     });
-    assert_eq!(serde_json::to_value(&err).unwrap(), json!({"code": -32001, "message": "busy", "data": {"retry_after_ms": 50}}));
+    assert_eq!(
+        serde_json::to_value(&err).unwrap(),
+        json!({"code": -32001, "message": "busy", "data": {"retry_after_ms": 50}})
+    );
 }
 
 #[test]

@@ -1,0 +1,82 @@
+//! What a host chooses when it opens a server: where state lives, which store, how durable, the
+//! queue caps of the bounded transport, the kernel, the tools and the approval policy.
+
+use crate::approval::ApprovalPolicy;
+use crate::kernel::{AgentKernel, EchoToolExecutor, ToolExecutor};
+use crate::rollout::{StoreKind, StoreOptions};
+use crate::scripted::ScriptedKernel;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The bounds of DESIGN.md §3, all configurable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest inbound message (one line on stdio), in bytes.
+    pub max_line_bytes: usize,
+    /// Inbound (host → server) queue: messages and bytes; full → -32001 with retry_after_ms.
+    pub inbound_messages: usize,
+    pub inbound_bytes: usize,
+    /// Outbound (server → host) queue: messages and bytes; exceeded → the connection is closed.
+    pub outbound_messages: usize,
+    pub outbound_bytes: usize,
+    /// Entries kept in the idempotency result cache.
+    pub idempotency_entries: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_line_bytes: 1 << 20,
+            inbound_messages: 256,
+            inbound_bytes: 4 << 20,
+            outbound_messages: 512,
+            outbound_bytes: 8 << 20,
+            idempotency_entries: 1024,
+        }
+    }
+}
+
+/// Everything `AppServer::open` needs.
+#[derive(Clone)]
+pub struct ServerConfig {
+    pub state_dir: PathBuf,
+    pub store: StoreKind,
+    pub store_options: StoreOptions,
+    pub limits: Limits,
+    pub kernel: Arc<dyn AgentKernel>,
+    pub tools: Arc<dyn ToolExecutor>,
+    pub policy: ApprovalPolicy,
+    /// What the workspace digest binds approvals to (e.g. the workspace root path).
+    pub workspace: String,
+    /// How long an approval/decide request may stay unanswered (also the binding's expiry).
+    pub approval_timeout: Duration,
+    /// How long turn/interrupt waits for the kernel to physically stop before answering -32010.
+    pub settle_deadline: Duration,
+    /// The wire versions this server speaks, lowest and highest.
+    pub protocol_versions: (u32, u32),
+    pub server_name: String,
+    pub server_version: String,
+}
+
+impl ServerConfig {
+    /// JSONL store, sync durability, default bounds, the scripted kernel (no script: it answers
+    /// with one message) and the echo tool executor, asking for every tool.
+    pub fn new(state_dir: impl Into<PathBuf>) -> Self {
+        ServerConfig {
+            state_dir: state_dir.into(),
+            store: StoreKind::Jsonl,
+            store_options: StoreOptions::default(),
+            limits: Limits::default(),
+            kernel: Arc::new(ScriptedKernel::default()),
+            tools: Arc::new(EchoToolExecutor),
+            policy: ApprovalPolicy::AskEveryTime,
+            workspace: String::from("default"),
+            approval_timeout: Duration::from_secs(60),
+            settle_deadline: Duration::from_secs(2),
+            protocol_versions: (1, cc_agent_protocol::PROTOCOL_VERSION),
+            server_name: "cc-app-server".into(),
+            server_version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! A bounded queue of serialised messages, capped by count and by bytes, with blocking, timed and
+//! async receive. It is the only buffer between the engine and a host, so nothing in it can grow
+//! without limit: a full inbound queue refuses (the host retries), a full outbound queue closes.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// Why a push was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushError {
+    /// Count or byte cap reached; the queue is unchanged.
+    Full,
+    /// The queue is closed.
+    Closed,
+}
+
+/// Why a receive returned nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecvError {
+    /// Nothing arrived within the timeout.
+    Timeout,
+    /// The queue is closed and drained.
+    Closed,
+}
+
+struct State {
+    items: VecDeque<String>,
+    bytes: usize,
+    closed: bool,
+    wakers: Vec<Waker>,
+}
+
+/// Caps: at most `max_messages` messages and `max_bytes` bytes queued at once.
+pub struct BoundedQueue {
+    state: Mutex<State>,
+    ready: Condvar,
+    max_messages: usize,
+    max_bytes: usize,
+}
+
+impl BoundedQueue {
+    pub fn new(max_messages: usize, max_bytes: usize) -> Arc<Self> {
+        Arc::new(BoundedQueue {
+            state: Mutex::new(State {
+                items: VecDeque::new(),
+                bytes: 0,
+                closed: false,
+                wakers: Vec::new(),
+            }),
+            ready: Condvar::new(),
+            max_messages,
+            max_bytes,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a message without blocking, or refuses it.
+    pub fn try_push(&self, message: String) -> Result<(), PushError> {
+        let mut s = self.lock();
+        if s.closed {
+            return Err(PushError::Closed);
+        }
+        if s.items.len() >= self.max_messages || s.bytes + message.len() > self.max_bytes {
+            return Err(PushError::Full);
+        }
+        s.bytes += message.len();
+        s.items.push_back(message);
+        let wakers = std::mem::take(&mut s.wakers);
+        drop(s);
+        self.ready.notify_one();
+        wakers.into_iter().for_each(Waker::wake);
+        Ok(())
+    }
+
+    /// Takes the next message, waiting up to `timeout` (`None`: wait until one arrives or close).
+    pub fn recv(&self, timeout: Option<Duration>) -> Result<String, RecvError> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut s = self.lock();
+        loop {
+            if let Some(item) = s.items.pop_front() {
+                s.bytes -= item.len();
+                return Ok(item);
+            }
+            if s.closed {
+                return Err(RecvError::Closed);
+            }
+            s = match deadline {
+                None => self.ready.wait(s).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Err(RecvError::Timeout);
+                    }
+                    self.ready
+                        .wait_timeout(s, d - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+            };
+        }
+    }
+
+    /// Takes the next message when one is ready (no waiting).
+    pub fn try_recv(&self) -> Option<String> {
+        let mut s = self.lock();
+        let item = s.items.pop_front()?;
+        s.bytes -= item.len();
+        Some(item)
+    }
+
+    /// A future that resolves to the next message, or `Closed`.
+    pub fn recv_async(self: &Arc<Self>) -> RecvFuture {
+        RecvFuture {
+            queue: Arc::clone(self),
+        }
+    }
+
+    /// Closes the queue: pushes fail, receivers drain what is left and then see `Closed`.
+    pub fn close(&self) {
+        let mut s = self.lock();
+        s.closed = true;
+        let wakers = std::mem::take(&mut s.wakers);
+        drop(s);
+        self.ready.notify_all();
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// Closes and drops everything still queued (a host that stopped reading).
+    pub fn close_and_clear(&self) {
+        let mut s = self.lock();
+        s.items.clear();
+        s.bytes = 0;
+        drop(s);
+        self.close();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// (messages, bytes) queued now.
+    pub fn usage(&self) -> (usize, usize) {
+        let s = self.lock();
+        (s.items.len(), s.bytes)
+    }
+}
+
+/// See [`BoundedQueue::recv_async`].
+pub struct RecvFuture {
+    queue: Arc<BoundedQueue>,
+}
+
+impl Future for RecvFuture {
+    type Output = Result<String, RecvError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut s = self.queue.lock();
+        if let Some(item) = s.items.pop_front() {
+            s.bytes -= item.len();
+            return Poll::Ready(Ok(item));
+        }
+        if s.closed {
+            return Poll::Ready(Err(RecvError::Closed));
+        }
+        s.wakers.push(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn count_cap_is_exact() {
+        let q = BoundedQueue::new(2, 1000);
+        q.try_push("a".into()).unwrap();
+        q.try_push("b".into()).unwrap();
+        assert_eq!(q.try_push("c".into()), Err(PushError::Full));
+        assert_eq!(q.recv(Some(Duration::ZERO)).unwrap(), "a");
+        q.try_push("c".into()).unwrap();
+    }
+
+    #[test]
+    fn byte_cap_is_exact() {
+        let q = BoundedQueue::new(100, 10);
+        q.try_push("12345".into()).unwrap();
+        q.try_push("12345".into()).unwrap();
+        assert_eq!(q.try_push("1".into()), Err(PushError::Full));
+        assert_eq!(q.usage(), (2, 10));
+    }
+
+    #[test]
+    fn close_drains_then_reports_closed() {
+        let q = BoundedQueue::new(4, 100);
+        q.try_push("x".into()).unwrap();
+        q.close();
+        assert_eq!(q.try_push("y".into()), Err(PushError::Closed));
+        assert_eq!(q.recv(None).unwrap(), "x");
+        assert_eq!(q.recv(None), Err(RecvError::Closed));
+        assert_eq!(
+            q.recv(Some(Duration::from_millis(1))),
+            Err(RecvError::Closed)
+        );
+    }
+
+    #[test]
+    fn timed_recv_times_out_and_wakes_on_push() {
+        let q = BoundedQueue::new(4, 100);
+        assert_eq!(
+            q.recv(Some(Duration::from_millis(5))),
+            Err(RecvError::Timeout)
+        );
+        let q2 = Arc::clone(&q);
+        let t = std::thread::spawn(move || q2.recv(Some(Duration::from_secs(30))));
+        std::thread::sleep(Duration::from_millis(10));
+        q.try_push("late".into()).unwrap();
+        assert_eq!(t.join().unwrap().unwrap(), "late");
+    }
+}

@@ -1,0 +1,59 @@
+//! The kernel boundary: what runs a turn (`AgentKernel`) and what runs a tool (`ToolExecutor`).
+//! A kernel never touches a tool directly — it asks its `TurnContext`, which passes every request
+//! through the approval gate — so no kernel, scripted or host-written, can run a tool unapproved.
+
+use crate::protocol::{Item, ItemDelta, ToolCall, ToolResult, UserInput};
+use serde_json::Value;
+use std::time::Duration;
+
+/// Why a kernel stopped early.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelError {
+    /// The turn was cancelled and the kernel stopped.
+    Cancelled,
+    /// The kernel failed; the message is shown to the user (keep it free of secrets).
+    Failed(String),
+}
+
+/// What a running turn can do. Every call records an event durably before it returns.
+pub trait TurnContext: Send + Sync {
+    fn thread_id(&self) -> &str;
+    fn turn_id(&self) -> &str;
+    /// The thread's `agentOptions` from thread/start (`Null` when none were given).
+    fn agent_options(&self) -> &Value;
+    /// A fresh item id, unique within the thread.
+    fn new_item_id(&self) -> String;
+    fn item_started(&self, item: Item) -> Result<(), KernelError>;
+    fn item_delta(&self, item_id: &str, delta: ItemDelta) -> Result<(), KernelError>;
+    fn item_completed(&self, item: Item) -> Result<(), KernelError>;
+    /// Asks for a tool. Blocks while the approval gate decides; returns `Denied` when it fails
+    /// closed. `Err(Cancelled)` when the user cancelled at the approval or the turn was interrupted.
+    fn request_tool(&self, item_id: &str, call: ToolCall) -> Result<ToolResult, KernelError>;
+    /// True once the turn has been asked to stop.
+    fn is_cancelled(&self) -> bool;
+    /// Sleeps up to `duration`, waking early on cancellation; true when cancelled.
+    fn sleep_cancellable(&self, duration: Duration) -> bool;
+}
+
+/// Runs one turn. Implementations must observe `is_cancelled` promptly; the engine only reports a
+/// turn as interrupted once `run_turn` has returned.
+pub trait AgentKernel: Send + Sync {
+    fn run_turn(&self, ctx: &dyn TurnContext, input: &[UserInput]) -> Result<(), KernelError>;
+}
+
+/// Runs an approved tool call.
+pub trait ToolExecutor: Send + Sync {
+    fn execute(&self, thread_id: &str, call: &ToolCall) -> ToolResult;
+}
+
+/// A tool executor that echoes its arguments: what the demo and the fixtures use.
+#[derive(Debug, Default)]
+pub struct EchoToolExecutor;
+
+impl ToolExecutor for EchoToolExecutor {
+    fn execute(&self, _thread_id: &str, call: &ToolCall) -> ToolResult {
+        ToolResult::Ok(crate::protocol::ToolResultOk {
+            output: serde_json::json!({"tool": call.tool, "echo": call.arguments}),
+        })
+    }
+}
