@@ -1,0 +1,1 @@
+//! CC App Server host boundary (being written).
