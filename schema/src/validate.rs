@@ -188,13 +188,13 @@ fn tagged_union(root: &Value, node: &Value) -> Option<TaggedUnion> {
     Some(TaggedUnion { tag, branches })
 }
 
-/// For `oneOf: [X, {"type": "null"}]`, the definition X names.
-fn nullable_inner(node: &Value) -> Option<&str> {
+/// For `oneOf: [X, {"type": "null"}]`, the schema X.
+fn nullable_inner(node: &Value) -> Option<&Value> {
     let branches = node.get("oneOf")?.as_array()?;
     if branches.len() != 2 || branches[1] != serde_json::json!({"type": "null"}) {
         return None;
     }
-    ref_name(&branches[0])
+    Some(&branches[0])
 }
 
 fn unescape(segment: &str) -> String {
@@ -265,7 +265,30 @@ impl Registry {
                         continue;
                     }
                     if let Some(inner) = nullable_inner(node) {
-                        self.check(inner, sub, &pointer, branch, out);
+                        match ref_name(inner) {
+                            Some(def) => self.check(def, sub, &pointer, branch, out),
+                            None => out.push(ValidationIssue {
+                                pointer,
+                                branch: branch.map(str::to_string),
+                                message: format!(
+                                    "expected null or a value matching {}",
+                                    truncate(&inner.to_string(), 200)
+                                ),
+                            }),
+                        }
+                        continue;
+                    }
+                    if node.get("required").is_some()
+                        && node["oneOf"]
+                            .as_array()
+                            .is_some_and(|b| b.iter().all(|b| b.get("required").is_some()))
+                    {
+                        // The response envelope: told apart by members, not by a tag.
+                        out.push(ValidationIssue {
+                            pointer,
+                            branch: branch.map(str::to_string),
+                            message: "a response carries exactly one of \"result\" (with an integer id) and \"error\"".into(),
+                        });
                         continue;
                     }
                 }
@@ -538,6 +561,29 @@ mod tests {
             "completedAt": "yesterday", "error": null}}});
         let err = validate_protocol_message(&msg).unwrap_err();
         assert_eq!(err.issues[0].pointer, "/params/turn/completedAt", "{err}");
+    }
+
+    #[test]
+    fn inline_nullable_and_response_errors_say_what_is_expected() {
+        let err = validate_protocol_message(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "thread/list", "params": {"cursor": 5}}),
+        )
+        .unwrap_err();
+        assert_eq!(err.issues[0].pointer, "/params/cursor");
+        assert!(
+            err.issues[0].message.starts_with("expected null or"),
+            "{err}"
+        );
+        for bad in [
+            json!({"jsonrpc": "2.0", "id": 1}),
+            json!({"jsonrpc": "2.0", "id": 1, "result": {}, "error": {"code": -32603, "message": "x"}}),
+            json!({"jsonrpc": "2.0", "id": null, "result": {}}),
+        ] {
+            let err = validate_protocol_message(&bad).unwrap_err();
+            assert!(err.to_string().contains("exactly one of"), "{err}");
+            assert!(!err.to_string().contains("oneOf"), "{err}");
+        }
+        assert!(validate_protocol_message(&json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "parse error"}})).is_ok());
     }
 
     #[test]
