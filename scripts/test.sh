@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The full test command (README line 2). Installs what it needs, builds Rust once, runs every suite.
+# The full test command (README line 2). On a fresh Debian machine with Rust, Node 20, Python 3.11,
+# JDK 17 + Maven and gcc, it installs everything else it needs itself (npm/PyPI/Maven tools, apt
+# packages), builds Rust once and reuses the artifacts, and runs every suite. Exit 0 only if all pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -14,8 +16,16 @@ step "rust: build once, then every test"
 cargo test --workspace --no-run
 cargo test --workspace
 
-step "generated code is fresh"
+step "schema: generated code is fresh, v1 has no breaking change"
 cargo run -q -p cc-agent-protocol -- generate --check
+cargo run -q -p cc-agent-protocol -- compat --baseline schema/baselines/v1.json | tail -n 1
+
+for lang in typescript python kotlin ffi; do
+  if [ -f "scripts/test-$lang.sh" ]; then
+    step "$lang"
+    bash "scripts/test-$lang.sh"
+  fi
+done
 
 echo
 echo "all suites passed"
