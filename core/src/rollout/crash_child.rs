@@ -55,10 +55,13 @@ fn main() {
                 };
                 loop {
                     let n = 1 + (next() % 40) as usize;
+                    // Now and then a multi-megabyte batch: the kernel copies a write page by page
+                    // and stops at a pending SIGKILL, so only long writes can really be torn.
+                    let big = next() % 4 == 0;
                     let events: Vec<NewEvent> = (0..n)
                         .map(|i| {
                             // Varied sizes so batches span several pages and a kill can tear one.
-                            let pad = "x".repeat((next() % 600) as usize);
+                            let pad = "x".repeat((next() % if big { 100_000 } else { 600 }) as usize);
                             NewEvent::new(json!({"type": "itemDelta", "turnId": "t", "itemId": format!("w{w}i{i}"), "delta": {"type": "text", "text": pad}}))
                         })
                         .collect();

@@ -4,7 +4,6 @@
 
 use super::*;
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
@@ -331,7 +330,7 @@ pub struct Engine<B: Backend> {
     queue: Mutex<Queue>,
     wake: Condvar,
     closed: AtomicBool,
-    _lock: File,
+    _lock: super::fsutil::DirLock,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -343,7 +342,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl<B: Backend> Engine<B> {
     pub(crate) fn new(
         backend: B,
-        lock_file: File,
+        lock_file: super::fsutil::DirLock,
         options: StoreOptions,
     ) -> Result<Self, StoreError> {
         if options.format_version == 0 {

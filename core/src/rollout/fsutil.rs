@@ -2,15 +2,38 @@
 //! lock, 0600 files and directory fsyncs, kept in one place so both stores enforce them alike.
 
 use super::StoreError;
+use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The single-writer lock of a state directory, held for the store's lifetime.
+///
+/// A POSIX record lock (fcntl) rather than flock: flock belongs to the open file description,
+/// which a child forked by any thread of the host holds until it execs, so a reopen racing a
+/// spawn would spuriously fail. Record locks are per process and never inherited; the
+/// in-process set covers a second store in the same process, which record locks cannot see.
+pub(crate) struct DirLock {
+    _file: File,
+    key: PathBuf,
+}
+
+static HELD: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        HELD.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.key);
+    }
+}
 
 /// Creates `dir` (0700) if missing, refuses it if group/others can write it or another user owns
 /// it, and takes the exclusive lock that keeps a second store out of the same directory.
-pub(crate) fn prepare_state_dir(dir: &Path) -> Result<File, StoreError> {
+pub(crate) fn prepare_state_dir(dir: &Path) -> Result<DirLock, StoreError> {
     if !dir.exists() {
         fs::DirBuilder::new()
             .recursive(true)
@@ -20,17 +43,28 @@ pub(crate) fn prepare_state_dir(dir: &Path) -> Result<File, StoreError> {
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
     }
     check_private_dir(dir)?;
-    let lock = open_private(&dir.join("LOCK"), false)?;
-    // SAFETY: flock on a descriptor we own; no memory is passed.
-    let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    let key = dir.canonicalize()?;
+    let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+    if held.contains(&key) {
+        return Err(StoreError::Locked(dir.display().to_string()));
+    }
+    let file = open_private(&dir.join("LOCK"), false)?;
+    // SAFETY: a zeroed flock struct is valid; fcntl gets a pointer to it for the call only.
+    let rc = unsafe {
+        let mut fl: libc::flock = std::mem::zeroed();
+        fl.l_type = libc::F_WRLCK as _;
+        fl.l_whence = libc::SEEK_SET as _;
+        libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl)
+    };
     if rc != 0 {
         let err = io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        if matches!(err.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) {
             return Err(StoreError::Locked(dir.display().to_string()));
         }
         return Err(err.into());
     }
-    Ok(lock)
+    held.insert(key.clone());
+    Ok(DirLock { _file: file, key })
 }
 
 /// A directory others can write lets them swap our logs; refuse it with the exact mode.
