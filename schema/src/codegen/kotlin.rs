@@ -93,8 +93,17 @@ pub(super) mod schema_info {
         }
     }
 
-    /// `oneOf: [{"required": [..]}, ..]` on an object: exactly one of these member sets.
-    pub fn exactly_one_of(raw: Option<&Value>, def: &str) -> Vec<Vec<String>> {
+    /// One branch of an object's own untagged `oneOf` (`{"required": [..], "properties": {..}}`):
+    /// the members it requires and the definitions it narrows members to when it applies.
+    pub struct RequiredBranch {
+        pub required: Vec<String>,
+        /// (member, definition) from the branch's `properties` `$ref`s.
+        pub narrows: Vec<(String, String)>,
+    }
+
+    /// `oneOf: [{"required": [..]}, ..]` on an object: exactly one of these member sets, each
+    /// possibly narrowing some members (JSON-RPC: a `result` response has a non-null `id`).
+    pub fn exactly_one_of(raw: Option<&Value>, def: &str) -> Vec<RequiredBranch> {
         let Some(node) = def_node(raw, def) else {
             return Vec::new();
         };
@@ -106,17 +115,37 @@ pub(super) mod schema_info {
         };
         branches
             .iter()
-            .filter_map(|b| {
-                let obj = b.as_object()?;
-                (obj.len() == 1).then_some(())?;
-                Some(
-                    obj.get("required")?
-                        .as_array()?
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_string)
-                        .collect(),
-                )
+            .map(|b| {
+                let obj = b.as_object().expect("a oneOf branch is an object");
+                for key in obj.keys() {
+                    assert!(
+                        key == "required" || key == "properties",
+                        "codegen: {def}: untagged oneOf branch keyword {key:?} is not supported"
+                    );
+                }
+                let required = obj
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map(|r| r.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                    .unwrap_or_default();
+                let narrows = obj
+                    .get("properties")
+                    .and_then(Value::as_object)
+                    .map(|props| {
+                        props
+                            .iter()
+                            .map(|(k, v)| {
+                                let target = v
+                                    .get("$ref")
+                                    .and_then(Value::as_str)
+                                    .and_then(|r| r.strip_prefix("#/$defs/"))
+                                    .unwrap_or_else(|| panic!("codegen: {def}: oneOf branch property {k:?} must be a $ref"));
+                                (k.clone(), target.to_string())
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                RequiredBranch { required, narrows }
             })
             .collect()
     }
@@ -602,7 +631,8 @@ impl Gen<'_> {
                 .map(|s| {
                     format!(
                         "listOf({})",
-                        s.iter()
+                        s.required
+                            .iter()
                             .map(|m| string_literal(m))
                             .collect::<Vec<_>>()
                             .join(", ")
@@ -614,6 +644,21 @@ impl Gen<'_> {
                 "    requireExactlyOne(o, at, listOf({}))",
                 lists.join(", ")
             );
+            for s in &sets {
+                let cond: Vec<String> = s
+                    .required
+                    .iter()
+                    .map(|m| format!("o.has({})", string_literal(m)))
+                    .collect();
+                for (member, target) in &s.narrows {
+                    let ml = string_literal(member);
+                    let _ = writeln!(
+                        out,
+                        "    if ({} && o.has({ml})) decode{target}(o.opt({ml}), ptr(at, {ml}), mode)",
+                        if cond.is_empty() { "true".to_string() } else { cond.join(" && ") }
+                    );
+                }
+            }
         }
         for f in fields.iter().filter(|f| f.is_tag) {
             let node = schema_info::prop_node(self.raw, name, &f.wire);

@@ -1,0 +1,19 @@
+// swift-tools-version:5.9
+// Replay harness for the generated Swift protocol types (bindings/swift, module CcAppServerProtocol).
+// Hand-written; runs on macOS in .github/workflows/swift-protocol.yml.
+import PackageDescription
+
+let package = Package(
+    name: "ProtocolTypes",
+    platforms: [.macOS(.v12)],
+    dependencies: [
+        .package(name: "CcAppServerProtocol", path: "../../bindings/swift"),
+    ],
+    targets: [
+        .testTarget(
+            name: "ProtocolReplayTests",
+            dependencies: [.product(name: "CcAppServerProtocol", package: "CcAppServerProtocol")],
+            path: "Tests/ProtocolReplayTests"
+        ),
+    ]
+)
