@@ -7,12 +7,13 @@ let package = Package(
     name: "ProtocolTypes",
     platforms: [.macOS(.v12)],
     dependencies: [
-        .package(name: "CcAppServerProtocol", path: "../../bindings/swift"),
+        // A local package's identity is its directory name: "swift".
+        .package(path: "../../bindings/swift"),
     ],
     targets: [
         .testTarget(
             name: "ProtocolReplayTests",
-            dependencies: [.product(name: "CcAppServerProtocol", package: "CcAppServerProtocol")],
+            dependencies: [.product(name: "CcAppServerProtocol", package: "swift")],
             path: "Tests/ProtocolReplayTests"
         ),
     ]
