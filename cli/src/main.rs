@@ -1,1 +1,193 @@
-fn main() {}
+//! `cc-app-server`: the command-line face of the embeddable engine — a stdio server for hosts
+//! that want a child process, tools to inspect and verify rollouts, and the demo.
+
+#[macro_use]
+mod log;
+mod demo;
+mod framing;
+mod render;
+mod rollout_cmd;
+mod serve;
+mod stdio;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// CC App Server: wire v1 JSON-RPC over stdio, durable hash-chained rollouts, and the demo.
+#[derive(Parser)]
+#[command(
+    name = "cc-app-server",
+    version,
+    about,
+    long_about = "CC App Server: an agent app server that speaks wire v1 JSON-RPC (Threads, Turns, \
+Items, Tools, Approvals) and keeps every thread in a durable, hash-chained rollout.\n\n\
+Start here:\n  cc-app-server demo                     run a scripted turn with an approval, end to end\n  \
+cc-app-server serve --state-dir DIR    serve JSON-RPC lines on stdin/stdout\n  \
+cc-app-server rollout verify --state-dir DIR   check every thread's hash chain",
+    after_help = "Diagnostics go to stderr; set the level with --log-level or CC_APP_SERVER_LOG \
+(off, error, warn, info, debug, trace). Docs: docs/cli.md"
+)]
+struct Cli {
+    /// Diagnostics level on stderr (overrides CC_APP_SERVER_LOG; default warn).
+    #[arg(long, global = true, value_enum, value_name = "LEVEL")]
+    log_level: Option<log::Level>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve wire v1 over stdio: JSON-RPC, one object per line (UTF-8) on stdin and stdout.
+    #[command(
+        long_about = "Serve wire v1 over stdio: one JSON-RPC object per line, UTF-8, on \
+stdin; responses, notifications and approval/decide requests on stdout (and nothing else). \
+Diagnostics go to stderr.\n\n\
+Bounds: a line over --max-line-bytes (1 MiB) is answered with -32600 and skipped; invalid UTF-8 \
+with -32700. When the engine's inbound queue (--queue-cap) is full, stdin is simply read more \
+slowly (backpressure). A client that stops reading stdout until --outbound-cap messages or 8 MiB \
+are waiting loses the transport: the server says so on stderr and exits 3.\n\n\
+EOF on stdin: in-flight requests and turns get up to --drain-timeout-ms to finish, then the \
+server shuts down with everything durable and exits 0."
+    )]
+    Serve(ServeArgs),
+    /// Inspect and verify rollouts (the durable per-thread logs) in a state directory.
+    #[command(subcommand)]
+    Rollout(RolloutCommand),
+    /// Run the demo: an in-process server, one scripted turn with one approval, rollout verified.
+    #[command(
+        long_about = "Run the demo end to end, in-process: open a server on a fresh JSONL \
+state directory, start a thread, run the scripted turn (reasoning, a tool that needs approval, a \
+streamed answer), answer the approval through the Rust client's handler (printing the binding it \
+decides on), print every notification as it arrives, then verify the rollout - with the store's \
+own verifier and, when python3 is available, with the independent scripts/verify_rollout.py. \
+Exits non-zero if any step fails."
+    )]
+    Demo(demo::DemoArgs),
+    /// Facts about the wire schema this binary was built with.
+    #[command(subcommand)]
+    Schema(SchemaCommand),
+}
+
+#[derive(Subcommand)]
+enum SchemaCommand {
+    /// Print the schema digest (sha256 of the schema's RFC 8785 form), as `initialize` reports it.
+    Digest,
+}
+
+/// Which rollout store a state directory uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StoreArg {
+    /// One append-only JSON-lines file per thread (the default).
+    Jsonl,
+    /// One SQLite database per state directory.
+    Sqlite,
+}
+
+/// Where the rollouts live.
+#[derive(Args, Debug, Clone)]
+pub struct StateArgs {
+    /// State directory (created 0700 by `serve` if missing; must not be group/world-writable).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: PathBuf,
+    /// Rollout store [default: jsonl for serve; detected from the directory for rollout tools].
+    #[arg(long, value_enum)]
+    pub store: Option<StoreArg>,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub state: StateArgs,
+    /// When an append counts as done: sync (fdatasync before any host sees it), buffered (written
+    /// to the OS, synced at shutdown) or ephemeral (memory until shutdown).
+    #[arg(long, value_enum, default_value = "sync")]
+    pub durability: DurabilityArg,
+    /// Engine inbound queue, in messages; when full, stdin is read more slowly (backpressure).
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub queue_cap: u32,
+    /// Outbound queue, in messages (also capped at 8 MiB); exceeded = the client stopped reading.
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    pub outbound_cap: u32,
+    /// Longest input line in bytes, not counting the newline.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20, value_parser = clap::value_parser!(u32).range(64..))]
+    pub max_line_bytes: u32,
+    /// The agent kernel that runs turns.
+    #[arg(long, value_enum, default_value = "scripted")]
+    pub kernel: KernelArg,
+    /// Script for the scripted kernel (JSON: {"steps": [...]}); a thread's agentOptions.script
+    /// overrides it. Without one, the kernel echoes the user's text.
+    #[arg(long, value_name = "FILE")]
+    pub script: Option<PathBuf>,
+    /// The workspace approvals are bound to (its path goes into every binding's workspace digest)
+    /// [default: the current directory].
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// When tools need a human decision.
+    #[arg(long, value_enum, default_value = "ask")]
+    pub approval_policy: PolicyArg,
+    /// How long an approval/decide request may stay unanswered (then it fails closed).
+    #[arg(long, value_name = "MS", default_value_t = 60_000)]
+    pub approval_timeout_ms: u64,
+    /// After EOF on stdin, how long in-flight requests and turns may run before shutdown.
+    #[arg(long, value_name = "MS", default_value_t = 10_000)]
+    pub drain_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DurabilityArg {
+    Sync,
+    Buffered,
+    Ephemeral,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KernelArg {
+    /// The deterministic scripted kernel (tests, demos, fixtures).
+    Scripted,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PolicyArg {
+    /// Every tool call asks the client (approval/decide), unless a grant still holds.
+    Ask,
+    /// Tools run without asking (trusted automation only).
+    Auto,
+    /// No tool ever runs.
+    Deny,
+}
+
+#[derive(Subcommand)]
+enum RolloutCommand {
+    /// List the threads in a state directory (archived ones included, marked).
+    List(rollout_cmd::ListArgs),
+    /// Print one thread's events, readably (or as the stored JSON lines with --json).
+    Show(rollout_cmd::ShowArgs),
+    /// Check hash chains and head anchors; exit 1 naming the first bad seq.
+    #[command(
+        long_about = "Check every event's seq, prevHash and hash, and each thread's head \
+anchor, for the named threads or all of them. Exits 0 if all are intact, 1 naming the first bad \
+seq otherwise, 2 if the store cannot be opened.\n\n\
+The store is opened as a server would open it: a torn tail (a half-written last line after a \
+crash) is cut and the repair recorded, and reported here. A server must not be running on the \
+directory (the store's lock refuses a second opener)."
+    )]
+    Verify(rollout_cmd::VerifyArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    log::init(cli.log_level);
+    let code = match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Rollout(RolloutCommand::List(args)) => rollout_cmd::list(args),
+        Command::Rollout(RolloutCommand::Show(args)) => rollout_cmd::show(args),
+        Command::Rollout(RolloutCommand::Verify(args)) => rollout_cmd::verify(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Schema(SchemaCommand::Digest) => {
+            println!("{}", cc_agent_protocol::schema_digest());
+            0
+        }
+    };
+    ExitCode::from(code)
+}
