@@ -1,1 +1,308 @@
-fn main() {}
+//! Rollout store benchmarks: append throughput per durability mode and batch size against raw
+//! write/fdatasync on the same disk, resume cost against thread length, and list over 100k
+//! threads. Results and commands: docs/bench/rollout.md.
+
+use cc_app_server::rollout::*;
+use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
+use serde_json::json;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+fn delta(i: usize) -> NewEvent {
+    NewEvent::new(
+        json!({"type": "itemDelta", "turnId": "turn-1", "itemId": "item-1", "delta": {"type": "text", "text": format!("token {i} of a streamed answer")}}),
+    )
+}
+
+/// Benchmarks live next to the target dir, on the same disk as a real state dir.
+fn bench_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("rollout-bench")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
+}
+
+fn kinds() -> [(StoreKind, &'static str); 2] {
+    [(StoreKind::Jsonl, "jsonl"), (StoreKind::Sqlite, "sqlite")]
+}
+
+fn append(c: &mut Criterion) {
+    let mut g = c.benchmark_group("append");
+    g.warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(10);
+    // The references: what the disk does with no store in the way.
+    let line = serde_json::to_vec(&json!({"seq": 1, "prevHash": ZERO_HASH, "hash": ZERO_HASH, "time": "2026-01-01T00:00:00.000Z", "traceId": null, "parentId": null, "idempotencyKey": null, "payload": delta(1).payload})).unwrap();
+    for batch in [1usize, 16, 256] {
+        let tmp = bench_dir();
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(tmp.path().join("raw.log"))
+            .unwrap();
+        g.throughput(Throughput::Elements(batch as u64));
+        g.bench_function(BenchmarkId::new("raw-write+fdatasync", batch), |b| {
+            b.iter(|| {
+                let mut buf = Vec::with_capacity(batch * (line.len() + 1));
+                for _ in 0..batch {
+                    buf.extend_from_slice(&line);
+                    buf.push(b'\n');
+                }
+                f.write_all(&buf).unwrap();
+                f.sync_data().unwrap();
+            })
+        });
+    }
+    for (kind, name) in kinds() {
+        for (mode, mname) in [
+            (Durability::Sync, "sync"),
+            (Durability::Buffered, "buffered"),
+            (Durability::Ephemeral, "ephemeral"),
+        ] {
+            for batch in [1usize, 16, 256] {
+                let tmp = bench_dir();
+                let store = open_store(
+                    kind,
+                    &tmp.path().join("s"),
+                    StoreOptions {
+                        durability: mode,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+                store
+                    .start(ThreadStart {
+                        thread_id: "b".into(),
+                        ..Default::default()
+                    })
+                    .unwrap();
+                g.throughput(Throughput::Elements(batch as u64));
+                g.bench_function(BenchmarkId::new(format!("{name}-{mname}"), batch), |b| {
+                    b.iter_batched(
+                        || (0..batch).map(delta).collect::<Vec<_>>(),
+                        |evs| store.append("b", evs).unwrap(),
+                        BatchSize::SmallInput,
+                    )
+                });
+            }
+        }
+        // Group commit: 8 callers appending one event each at the same time share fsyncs.
+        let tmp = bench_dir();
+        let store = open_store(kind, &tmp.path().join("s"), StoreOptions::default()).unwrap();
+        store
+            .start(ThreadStart {
+                thread_id: "b".into(),
+                ..Default::default()
+            })
+            .unwrap();
+        g.throughput(Throughput::Elements(8 * 16));
+        g.bench_function(BenchmarkId::new(format!("{name}-sync-8-callers"), 1), |b| {
+            b.iter(|| {
+                std::thread::scope(|s| {
+                    for _ in 0..8 {
+                        let store = store.clone();
+                        s.spawn(move || {
+                            for i in 0..16 {
+                                store.append("b", vec![delta(i)]).unwrap();
+                            }
+                        });
+                    }
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+fn build_thread(kind: StoreKind, dir: &Path, n: usize) {
+    let store = open_store(
+        kind,
+        dir,
+        StoreOptions {
+            durability: Durability::Buffered,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    store
+        .start(ThreadStart {
+            thread_id: "long".into(),
+            ..Default::default()
+        })
+        .unwrap();
+    let mut left = n - 1;
+    while left > 0 {
+        let k = left.min(MAX_BATCH_EVENTS);
+        store.append("long", (0..k).map(delta).collect()).unwrap();
+        left -= k;
+    }
+    store.close().unwrap();
+}
+
+fn resume(c: &mut Criterion) {
+    let mut g = c.benchmark_group("resume");
+    g.warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(10);
+    for (kind, name) in kinds() {
+        let sizes: &[usize] = if kind == StoreKind::Jsonl {
+            &[1_000, 100_000, 1_000_000]
+        } else {
+            &[1_000, 100_000]
+        };
+        for &n in sizes {
+            let tmp = bench_dir();
+            let dir = tmp.path().join("s");
+            build_thread(kind, &dir, n);
+            // Open the store and bring the thread's head back: what a resumer pays before the
+            // first new append.
+            g.bench_function(BenchmarkId::new(format!("{name}-open+summary"), n), |b| {
+                b.iter(|| {
+                    let s = open_store(kind, &dir, StoreOptions::default()).unwrap();
+                    assert_eq!(s.summary("long").unwrap().last_seq, n as u64);
+                })
+            });
+            g.bench_function(BenchmarkId::new(format!("{name}-open+append1"), n), |b| {
+                b.iter(|| {
+                    let s = open_store(
+                        kind,
+                        &dir,
+                        StoreOptions {
+                            durability: Durability::Buffered,
+                            ..Default::default()
+                        },
+                    )
+                    .unwrap();
+                    s.append("long", vec![delta(0)]).unwrap();
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+/// 100k JSONL threads written directly in the documented format (creating them through the
+/// store would spend minutes in per-file fsyncs that are not what is measured here).
+fn forge_jsonl_threads(dir: &Path, n: usize) {
+    drop(open_jsonl(dir, StoreOptions::default()).unwrap());
+    for i in 0..n {
+        let id = format!("thread{i:06}");
+        let payload = json!({"type": "threadStarted", "formatVersion": 1, "threadId": id, "title": format!("Thread {i}"), "metadata": {}, "forkedFrom": null});
+        let time = "2026-01-01T00:00:00.000Z";
+        let hash = event_hash(1, ZERO_HASH, time, None, None, None, &payload);
+        let ev = StoredEvent {
+            seq: 1,
+            prev_hash: ZERO_HASH.into(),
+            hash: hash.clone(),
+            time: time.into(),
+            trace_id: None,
+            parent_id: None,
+            idempotency_key: None,
+            payload,
+        };
+        let mut line = serde_json::to_vec(&ev).unwrap();
+        line.push(b'\n');
+        std::fs::write(dir.join(format!("threads/{id}.jsonl")), &line).unwrap();
+        let a = Anchor {
+            seq: 1,
+            hash,
+            offset: line.len() as u64,
+            gen: 1,
+            archived: i % 10 == 0,
+            format: 1,
+            compacted_through: 0,
+            last_compaction_seq: None,
+        };
+        let mut slots = vec![0u8; ANCHOR_SLOT];
+        slots.extend_from_slice(&a.encode());
+        std::fs::write(dir.join(format!("anchors/{id}.head")), slots).unwrap();
+    }
+}
+
+fn list(c: &mut Criterion) {
+    let mut g = c.benchmark_group("list-100k");
+    g.warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(10);
+    let n = 100_000;
+    for (kind, name) in kinds() {
+        let tmp = bench_dir();
+        let dir = tmp.path().join("s");
+        if kind == StoreKind::Jsonl {
+            forge_jsonl_threads(&dir, n);
+        } else {
+            let s = open_store(
+                kind,
+                &dir,
+                StoreOptions {
+                    durability: Durability::Buffered,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            for i in 0..n {
+                let id = format!("thread{i:06}");
+                s.start(ThreadStart {
+                    thread_id: id.clone(),
+                    title: Some(format!("Thread {i}")),
+                    ..Default::default()
+                })
+                .unwrap();
+                if i % 10 == 0 {
+                    s.set_archived(&id, true).unwrap();
+                }
+            }
+            s.close().unwrap();
+        }
+        g.bench_function(
+            BenchmarkId::new(format!("{name}-cold-open+first-page"), 100),
+            |b| {
+                b.iter(|| {
+                    let s = open_store(kind, &dir, StoreOptions::default()).unwrap();
+                    assert_eq!(
+                        s.list(&ListQuery {
+                            limit: 100,
+                            ..Default::default()
+                        })
+                        .unwrap()
+                        .threads
+                        .len(),
+                        100
+                    );
+                })
+            },
+        );
+        let s = open_store(kind, &dir, StoreOptions::default()).unwrap();
+        let mut cursor: Option<String> = None;
+        g.bench_function(BenchmarkId::new(format!("{name}-next-page"), 100), |b| {
+            b.iter(|| {
+                let p = s
+                    .list(&ListQuery {
+                        include_archived: false,
+                        cursor: cursor.clone(),
+                        limit: 100,
+                    })
+                    .unwrap();
+                cursor = p.next_cursor;
+            })
+        });
+        g.bench_function(
+            BenchmarkId::new(format!("{name}-warm-first-page"), 100),
+            |b| {
+                b.iter(|| {
+                    s.list(&ListQuery {
+                        limit: 100,
+                        ..Default::default()
+                    })
+                    .unwrap()
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
+criterion_group!(benches, append, resume, list);
+criterion_main!(benches);

@@ -325,6 +325,10 @@ pub struct Engine<B: Backend> {
     backend: B,
     options: StoreOptions,
     slots: Mutex<HashMap<String, SlotRef<B::Tx>>>,
+    /// Threads known to exist, checked without the slot lock: the commit leader holds slot locks
+    /// through its fdatasync, and callers must still be able to queue behind it meanwhile, or
+    /// group commit would never group.
+    ready: Mutex<std::collections::HashSet<String>>,
     /// Ephemeral threads not yet in the backend, so `list` still sees them.
     unpersisted: Mutex<BTreeSet<String>>,
     queue: Mutex<Queue>,
@@ -354,6 +358,7 @@ impl<B: Backend> Engine<B> {
             backend,
             options,
             slots: Mutex::new(HashMap::new()),
+            ready: Mutex::new(std::collections::HashSet::new()),
             unpersisted: Mutex::new(BTreeSet::new()),
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
@@ -392,6 +397,9 @@ impl<B: Backend> Engine<B> {
         validate_thread_id(id)?;
         self.open_check()?;
         let arc = self.slot_arc(id);
+        if lock(&self.ready).contains(id) {
+            return Ok(arc);
+        }
         let repair = {
             let mut g = lock(&arc);
             if g.loaded {
@@ -418,6 +426,7 @@ impl<B: Backend> Engine<B> {
                         repairs: l.notes,
                     });
                     g.loaded = true;
+                    lock(&self.ready).insert(id.to_string());
                     repair
                 }
             }
@@ -699,6 +708,7 @@ impl<B: Backend> Engine<B> {
                             l.needs_anchor = true;
                         }
                     }
+                    lock(&self.ready).insert(p.id.clone());
                     results.extend(p.tickets.into_iter().map(|(t, evs)| (t, Ok(evs))));
                 }
             }

@@ -335,19 +335,34 @@ fn open_private_new(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// Reads the line that ends exactly at `end` (its '\n' is byte `end - 1`).
+/// Reads the line that ends exactly at `end` (its '\n' is byte `end - 1`), scanning backwards
+/// in doubling chunks so the cost is the line's length, not the event size limit.
 fn line_ending_at(file: &File, end: u64) -> io::Result<Vec<u8>> {
-    let window = (MAX_EVENT_BYTES as u64 + 1).min(end);
-    let mut buf = vec![0u8; window as usize];
-    file.read_exact_at(&mut buf, end - window)?;
-    if buf.last() != Some(&b'\n') {
+    let mut last = [0u8; 1];
+    if end == 0 || file.read_exact_at(&mut last, end - 1).is_err() || last[0] != b'\n' {
         return Err(io_other(
             "anchored offset is not at the end of a line".into(),
         ));
     }
-    buf.pop();
-    let start = buf.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
-    Ok(buf.split_off(start))
+    let body_end = end - 1;
+    let mut window = 4096u64;
+    loop {
+        let start = body_end.saturating_sub(window);
+        let mut buf = vec![0u8; (body_end - start) as usize];
+        file.read_exact_at(&mut buf, start)?;
+        if let Some(p) = buf.iter().rposition(|b| *b == b'\n') {
+            return Ok(buf.split_off(p + 1));
+        }
+        if start == 0 {
+            return Ok(buf);
+        }
+        if window > MAX_EVENT_BYTES as u64 {
+            return Err(io_other(
+                "the anchored line is longer than the event size limit".into(),
+            ));
+        }
+        window *= 2;
+    }
 }
 
 impl Backend for JsonlBackend {

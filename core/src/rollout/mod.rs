@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use std::path::Path;
 use std::sync::Arc;
 
-pub use jsonl::JsonlBackend;
+pub use jsonl::{Anchor, JsonlBackend, ANCHOR_SLOT};
 pub use sqlite::SqliteBackend;
 
 /// The rollout format this build writes in every `threadStarted` header.
