@@ -176,6 +176,13 @@ fn malformed_input_gets_the_right_codes_and_loses_nothing() {
     let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
     raw.conn.send(&deep).unwrap();
     assert_eq!(code(&raw.recv()), -32700);
+    // An integral float id is an integer to the schema: answered, and echoed exactly.
+    raw.conn
+        .send(r#"{"jsonrpc":"2.0","id":3.0,"method":"thread/list"}"#)
+        .unwrap();
+    let r = raw.recv();
+    assert!(r.get("result").is_some(), "{r}");
+    assert_eq!(r["id"], json!(3.0));
     // A response nobody asked for is dropped, not answered.
     raw.answer(&json!(777), json!({}));
     let r = raw.req("thread/read", json!({"threadId": "kept"}));
@@ -454,6 +461,47 @@ fn approval_failure_matrix_fails_closed() {
             .count(),
         1
     );
+}
+
+/// A host may start the next turn the moment it sees `turn/completed`: never a stale -32009.
+#[test]
+fn the_next_turn_can_start_on_turn_completed() {
+    let dir = state_dir();
+    let server = server_with(dir.path(), |_| {});
+    let mut raw = Raw::init(&server, &[]);
+    raw.req("thread/start", json!({"threadId": "seq"}));
+    for i in 0..30 {
+        let r = raw.req(
+            "turn/start",
+            json!({"threadId": "seq", "input": [{"type": "text", "text": format!("turn {i}")}]}),
+        );
+        assert!(r.get("result").is_some(), "turn {i}: {r}");
+        assert_eq!(completed(&mut raw)["status"], "completed");
+    }
+}
+
+/// An answer after the binding's expiry (but while the server still listens) is refused as expired.
+#[test]
+fn an_answer_after_expiry_is_refused_as_expired() {
+    let dir = state_dir();
+    let server = server_with(dir.path(), |c| {
+        c.approval_timeout = Duration::from_millis(200);
+        c.approval_grace = Duration::from_secs(30);
+    });
+    let mut raw = Raw::init(&server, &["structured_approval"]);
+    let (_, ask) = start_tool_turn(&mut raw, "late");
+    std::thread::sleep(Duration::from_millis(400));
+    raw.answer(
+        &ask["id"],
+        json!({"nonce": ask["params"]["binding"]["nonce"], "decision": {"decision": "acceptOnce"}}),
+    );
+    let r = resolved(&mut raw);
+    assert_eq!(
+        (r["outcome"].clone(), r["failure"].clone()),
+        (json!("failedClosed"), json!("expired"))
+    );
+    completed(&mut raw);
+    assert_eq!(server.stats().tools_executed.load(Ordering::SeqCst), 0);
 }
 
 #[test]

@@ -27,6 +27,28 @@ fn fixtures(dir: &str) -> Vec<(PathBuf, Value)> {
     out
 }
 
+/// JSON Schema compares numbers by value (`3.0` is the integer 3); the Rust types hold integers as
+/// integers, so integral floats are read as the integers they are before decoding.
+fn integral_floats_as_integers(v: &Value) -> Value {
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap();
+            if f.fract() == 0.0 && f.abs() <= 9_007_199_254_740_991.0 {
+                json!(f as i64)
+            } else {
+                v.clone()
+            }
+        }
+        Value::Array(a) => Value::Array(a.iter().map(integral_floats_as_integers).collect()),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| (k.clone(), integral_floats_as_integers(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
 #[test]
 fn every_valid_fixture_round_trips_through_the_generated_types() {
     let all = fixtures("valid");
@@ -49,6 +71,7 @@ fn every_valid_fixture_round_trips_through_the_generated_types() {
                 (name.to_string(), value.clone())
             }
         };
+        let instance = integral_floats_as_integers(&instance);
         match roundtrip_definition(&name, &instance) {
             Some(Ok(back)) if back == instance => {}
             Some(Ok(back)) => failures.push(format!(

@@ -51,6 +51,9 @@ pub struct ServerConfig {
     pub workspace: String,
     /// How long an approval/decide request may stay unanswered (also the binding's expiry).
     pub approval_timeout: Duration,
+    /// How long past the expiry the server still listens, so that an answer arriving just too
+    /// late is recorded as `expired` (and refused) rather than going unexplained.
+    pub approval_grace: Duration,
     /// How long turn/interrupt waits for the kernel to physically stop before answering -32010.
     pub settle_deadline: Duration,
     /// The wire versions this server speaks, lowest and highest.
@@ -73,6 +76,7 @@ impl ServerConfig {
             policy: ApprovalPolicy::AskEveryTime,
             workspace: String::from("default"),
             approval_timeout: Duration::from_secs(60),
+            approval_grace: Duration::from_secs(1),
             settle_deadline: Duration::from_secs(2),
             protocol_versions: (1, cc_agent_protocol::PROTOCOL_VERSION),
             server_name: "cc-app-server".into(),

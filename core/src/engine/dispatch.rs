@@ -96,6 +96,18 @@ pub(crate) fn connection_loop(inner: &Arc<Inner>, conn: &Arc<ConnShared>) {
     lock(&conn.pending).clear();
 }
 
+/// A RequestId's value: an integer 0..=2^53-1, written with or without a zero fraction.
+fn request_id(id: &Value) -> Option<u64> {
+    const MAX: u64 = 9_007_199_254_740_991;
+    match id.as_u64() {
+        Some(n) => (n <= MAX).then_some(n),
+        None => id
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= MAX as f64)
+            .map(|f| f as u64),
+    }
+}
+
 fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
     let value: Value = match serde_json::from_str(line) {
         Ok(v) => v,
@@ -111,9 +123,11 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
             )
         }
     };
+    // The id is echoed exactly as sent when it is a wire v1 RequestId (`3.0` included: JSON
+    // Schema reads it as the integer 3); otherwise the answer carries `id: null`.
     let id = value
         .get("id")
-        .filter(|id| id.as_u64().is_some_and(|n| n <= 9_007_199_254_740_991))
+        .filter(|id| request_id(id).is_some())
         .cloned()
         .unwrap_or(Value::Null);
     // A host's answer to approval/decide goes to the waiting turn, which checks it and fails
@@ -122,7 +136,7 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
     if value.get("method").is_none()
         && (value.get("result").is_some() || value.get("error").is_some())
     {
-        let waiting = id.as_u64().and_then(|n| lock(&conn.pending).remove(&n));
+        let waiting = request_id(&id).and_then(|n| lock(&conn.pending).remove(&n));
         match waiting {
             Some(tx) => {
                 let _ = tx.try_send(value);

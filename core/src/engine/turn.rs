@@ -176,29 +176,35 @@ fn finish(
         error.clone(),
     );
     let payload = json!({"type": "turnCompleted", "turnId": turn.id, "status": status, "error": error, "physicallySettled": true});
+    // The thread is released after the terminal event is durable but before any host hears of
+    // it, so a host that starts the next turn on `turn/completed` never meets a stale -32009.
+    let release = || {
+        *lock(&turn.status) = status;
+        let mut data = lock(&thread.data);
+        data.turns.insert(turn.id.clone(), terminal.clone());
+        if data.active.as_ref().is_some_and(|a| a.id == turn.id) {
+            data.active = None;
+        }
+        drop(data);
+        *lock(&turn.done) = Some(terminal.clone());
+        turn.done_cv.notify_all();
+    };
     let recorded = emit(inner, thread, vec![payload], |events| {
+        release();
         vec![notification(
             "turn/completed",
             json!({"threadId": thread.id, "eventSeq": events[0].seq, "turn": terminal}),
         )]
     });
     if let Err(e) = recorded {
-        // The terminal could not be made durable: the turn stays closed in memory and is closed
-        // again (as failed) by recovery on the next open, so it is never left dangling on disk.
+        // The terminal could not be made durable: the turn is closed in memory, and recovery
+        // closes it (as failed) on the next open, so it is never left dangling on disk.
         eprintln!(
             "cc-app-server: could not record the end of turn {}: {e}",
             turn.id
         );
+        release();
     }
-    *lock(&turn.status) = status;
-    let mut data = lock(&thread.data);
-    data.turns.insert(turn.id.clone(), terminal.clone());
-    if data.active.as_ref().is_some_and(|a| a.id == turn.id) {
-        data.active = None;
-    }
-    drop(data);
-    *lock(&turn.done) = Some(terminal);
-    turn.done_cv.notify_all();
 }
 
 struct Ctx<'a> {
@@ -356,7 +362,9 @@ impl Ctx<'_> {
                     if self.turn.cancelled.load(Ordering::SeqCst) {
                         break Answer::Interrupted;
                     }
-                    if now_unix_millis() >= expires_ms {
+                    if now_unix_millis()
+                        >= expires_ms + self.inner.config.approval_grace.as_millis() as i64
+                    {
                         break Answer::TimedOut;
                     }
                     if !conn.is_open() {

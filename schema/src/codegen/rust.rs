@@ -68,7 +68,7 @@ fn rust_literal(v: &serde_json::Value) -> String {
     }
 }
 
-fn field(out: &mut String, f: &Field) {
+fn field(out: &mut String, f: &Field, model: &Model) {
     doc(out, "    ", f.description.as_deref());
     let ident = field_ident(&f.wire);
     if ident != f.wire {
@@ -78,6 +78,12 @@ fn field(out: &mut String, f: &Field) {
     let (attr, full) = match (f.required, f.nullable) {
         (true, false) => (None, base),
         (true, true) => (Some("deserialize_with = \"nullable\""), format!("Option<{base}>")),
+        // `null` is a value of a free JSON member, so it must stay present rather than collapse
+        // into "missing".
+        (false, false) if is_free_json(&f.ty, model) => (
+            Some("default, skip_serializing_if = \"Option::is_none\", deserialize_with = \"present\""),
+            format!("Option<{base}>"),
+        ),
         (false, false) => (Some("default, skip_serializing_if = \"Option::is_none\""), format!("Option<{base}>")),
         (false, true) => (
             Some("default, skip_serializing_if = \"Option::is_none\", deserialize_with = \"optional_nullable\""),
@@ -90,7 +96,19 @@ fn field(out: &mut String, f: &Field) {
     let _ = writeln!(out, "    pub {ident}: {full},");
 }
 
-fn def(out: &mut String, d: &Def) {
+/// True for `Ty::Json` or an alias of it (`JsonValue`).
+fn is_free_json(t: &Ty, model: &Model) -> bool {
+    match t {
+        Ty::Json => true,
+        Ty::Named(n) => matches!(
+            model.def(n).map(|d| &d.kind),
+            Some(DefKind::Alias(Ty::Json))
+        ),
+        _ => false,
+    }
+}
+
+fn def(out: &mut String, d: &Def, model: &Model) {
     doc(out, "", d.description.as_deref());
     match &d.kind {
         DefKind::Alias(t) => {
@@ -125,7 +143,7 @@ fn def(out: &mut String, d: &Def) {
                 d.name
             );
             for f in fields.iter().filter(|f| !f.is_tag) {
-                field(out, f);
+                field(out, f, model);
             }
             if !strict {
                 let _ = writeln!(out, "    /// Members this version does not know, kept so they survive a round trip.\n    #[serde(flatten)]\n    pub extra: Map<String, Value>,");
@@ -219,13 +237,16 @@ pub fn generate(model: &Model) -> String {
     out.push_str(
         "/// A required member that may be `null`: present on the wire, `None` for null.\n\
          fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {\n    Option::<T>::deserialize(d)\n}\n\n\
+         /// An optional free JSON member: `None` when missing, `Some(Value::Null)` for null.\n\
+         #[allow(dead_code)]\n\
+         fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {\n    T::deserialize(d).map(Some)\n}\n\n\
          /// An optional member that may be `null`: `None` when missing, `Some(None)` for null.\n\
          fn optional_nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {\n    Option::<T>::deserialize(d).map(Some)\n}\n\n\
          fn with_tag(name: &str, tag: Value, body: Value) -> Value {\n    let mut map = Map::new();\n    map.insert(name.to_string(), tag);\n    if let Value::Object(members) = body {\n        map.extend(members);\n    }\n    Value::Object(map)\n}\n\n\
          fn without_tag<T: serde::de::DeserializeOwned>(name: &str, mut raw: Value) -> Result<T, serde_json::Error> {\n    if let Value::Object(members) = &mut raw {\n        members.remove(name);\n    }\n    serde_json::from_value(raw)\n}\n\n",
     );
     for d in &model.defs {
-        def(&mut out, d);
+        def(&mut out, d, model);
     }
     out.push_str(
         "/// Decodes `value` as the named definition and encodes it again (for conformance tests).\n\
