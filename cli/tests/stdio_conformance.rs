@@ -262,7 +262,7 @@ fn approvals_answered_by_the_test_as_the_client() {
 /// A request line of exactly `len` bytes (padded with JSON whitespace inside the object).
 fn padded_request(id: u64, method: &str, params: Value, len: usize) -> Vec<u8> {
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
-    let mut line = body[..body.len() - 1].as_bytes().to_vec();
+    let mut line = body.as_bytes()[..body.len() - 1].to_vec();
     line.resize(len - 1, b' ');
     line.push(b'}');
     assert_eq!(line.len(), len);
