@@ -416,3 +416,30 @@ pub(crate) fn deliver(inner: &Inner, conn: &ConnShared, text: String) {
 pub(crate) fn notification(method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "method": method, "params": params})
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_cache_is_bounded_and_evicts_the_oldest() {
+        let mut cache = IdempotencyCache::default();
+        for i in 0..1024 {
+            cache.put("turn/start", &format!("k{i}"), "d".into(), json!(i), 1024);
+        }
+        assert_eq!(cache.len(), 1024);
+        assert!(cache.get("turn/start", "k0").is_some());
+        cache.put("turn/start", "k1024", "d".into(), json!(1024), 1024);
+        assert_eq!(cache.len(), 1024);
+        assert!(
+            cache.get("turn/start", "k0").is_none(),
+            "the oldest went first"
+        );
+        assert_eq!(
+            cache.get("turn/start", "k1024").map(|e| &e.1),
+            Some(&json!(1024))
+        );
+        // Same key under another method is another entry.
+        assert!(cache.get("thread/start", "k5").is_none());
+    }
+}

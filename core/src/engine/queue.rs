@@ -197,6 +197,45 @@ mod tests {
         assert_eq!(q.usage(), (2, 10));
     }
 
+    /// The DESIGN.md defaults at their edges: 256 / 4 MiB inbound, 512 / 8 MiB outbound.
+    #[test]
+    fn default_caps_at_the_limit_and_one_past_it() {
+        let limits = crate::engine::Limits::default();
+        for (messages, bytes) in [
+            (limits.inbound_messages, limits.inbound_bytes),
+            (limits.outbound_messages, limits.outbound_bytes),
+        ] {
+            let q = BoundedQueue::new(messages, bytes);
+            for _ in 0..messages {
+                q.try_push("m".into()).unwrap();
+            }
+            assert_eq!(
+                q.try_push("m".into()),
+                Err(PushError::Full),
+                "message {}",
+                messages + 1
+            );
+            let q = BoundedQueue::new(messages, bytes);
+            q.try_push("x".repeat(bytes - 1)).unwrap();
+            q.try_push("y".into()).unwrap();
+            assert_eq!(q.usage(), (2, bytes));
+            assert_eq!(
+                q.try_push("z".into()),
+                Err(PushError::Full),
+                "byte {}",
+                bytes + 1
+            );
+        }
+        assert_eq!(
+            (limits.inbound_messages, limits.inbound_bytes),
+            (256, 4 << 20)
+        );
+        assert_eq!(
+            (limits.outbound_messages, limits.outbound_bytes),
+            (512, 8 << 20)
+        );
+    }
+
     #[test]
     fn close_drains_then_reports_closed() {
         let q = BoundedQueue::new(4, 100);
