@@ -1,0 +1,1247 @@
+//! The stable C ABI, in the style of rustls-ffi: opaque handles, `cc_result` codes, out-params,
+//! caller-owned buffers that report the size they need, last-error text per handle, and a panic
+//! boundary (`catch_unwind`) at every entry point. `ffi/include/cc_app_server.h` is generated
+//! from this file by cbindgen (see build.rs) and checked in.
+//!
+//! Conventions every function follows (repeated in the header's preamble):
+//! - Strings in are NUL-terminated UTF-8, borrowed for the duration of the call.
+//! - Text out goes into a caller buffer `(buf, len)`; `*out_needed` (if not NULL) is set to the
+//!   bytes the text needs *including* its NUL. A NULL or short buffer returns
+//!   `CC_ERR_BUFFER_TOO_SMALL`; where the text came from a one-shot operation (a received
+//!   message, a request's result, a tool result) it is kept on the handle and handed out by the
+//!   next receive / `*_last_result` call, so nothing is lost.
+//! - Every `cc_X_free` accepts NULL. Handles are freed by their owner exactly once; the order of
+//!   frees does not matter (a freed server shuts down; handles made from it then report
+//!   `CC_ERR_CLOSED`).
+//! - Handles may be used from any thread; per-handle "last" state (error text, kept text) is
+//!   shared by all threads using that handle.
+
+#![allow(non_camel_case_types)]
+
+use crate::client::Client;
+use crate::errors::{ClientError, KernelError};
+use crate::kernel::{turn_input, Lease, TurnContext};
+use crate::server::{Durability, ServerOptions};
+use crate::store::StoreKind;
+use crate::ApprovalPolicy;
+use cc_app_server::client::{ApprovalHandler as CoreHandler, ClientConfig};
+use cc_app_server::engine::{
+    AppServer as CoreServer, Connection as CoreConnection, RecvError, SendError,
+};
+use cc_app_server::kernel::{
+    AgentKernel as CoreKernel, KernelError as CoreKernelError, TurnContext as CoreContext,
+};
+use cc_app_server::protocol::{
+    AcceptForSession, AcceptForTurn, AcceptOnce, ApprovalDecideParams, ApprovalDecision, Cancel,
+    Decline, UserInput,
+};
+use serde_json::{json, Map, Value};
+use std::ffi::{c_char, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What every entry point returns.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum cc_result {
+    CC_OK = 0,
+    /// A required pointer argument was NULL.
+    CC_ERR_NULL_ARGUMENT = 1,
+    /// An argument was not valid (bad UTF-8, bad JSON, unknown config key, …); see last error.
+    CC_ERR_INVALID_ARGUMENT = 2,
+    /// The caller's buffer is NULL or shorter than `*out_needed`; the text is kept (see above).
+    CC_ERR_BUFFER_TOO_SMALL = 3,
+    /// A bounded queue is full; retry after the reported number of milliseconds.
+    CC_ERR_OVERLOADED = 4,
+    /// A message exceeds the configured line limit; it was not queued.
+    CC_ERR_LINE_TOO_LARGE = 5,
+    /// The connection, client or server is closed.
+    CC_ERR_CLOSED = 6,
+    /// Nothing arrived in time (receive), or no answer within the request timeout (-32010).
+    CC_ERR_TIMEOUT = 7,
+    /// The server answered with a JSON-RPC error; the buffer holds `{"code","message","data"}`.
+    CC_ERR_PROTOCOL = 8,
+    /// The rollout store refused (I/O, corruption, lock, not found); see last error.
+    CC_ERR_STORE = 9,
+    /// The turn was cancelled; a kernel should return this from `run_turn`.
+    CC_ERR_CANCELLED = 10,
+    /// A `cc_turn` was used outside its `run_turn` call.
+    CC_ERR_EXPIRED = 11,
+    /// Rust panicked inside the call; the panic was caught and the handle may be unusable.
+    CC_ERR_PANIC = 12,
+    /// Anything else (a kernel or callback failure); see last error.
+    CC_ERR_FAILED = 13,
+}
+
+use cc_result::*;
+
+/// Approval callback results: run this call once.
+pub const CC_DECISION_ACCEPT_ONCE: i32 = 1;
+/// Run it, and the same operation again for the rest of this turn.
+pub const CC_DECISION_ACCEPT_FOR_TURN: i32 = 2;
+/// Run it, and the same operation again on this connection while policy and workspace hold.
+pub const CC_DECISION_ACCEPT_FOR_SESSION: i32 = 3;
+/// Do not run it (also what any unknown value means).
+pub const CC_DECISION_DECLINE: i32 = 0;
+/// Do not run it and interrupt the turn.
+pub const CC_DECISION_CANCEL: i32 = 4;
+
+/// Decides one `approval/decide` request. `params_json` is the request's params (binding,
+/// operation, reason), borrowed for the call. Returns a `CC_DECISION_*` value; anything else
+/// declines. Called on a thread the client owns, never concurrently for one client.
+pub type cc_approval_fn =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, params_json: *const c_char) -> i32>;
+
+/// Runs one turn. `turn` is valid only until this function returns. `input_json` is the wire
+/// `UserInput` array, borrowed for the call. Return `CC_OK`, `CC_ERR_CANCELLED` once
+/// `cc_turn_is_cancelled` says so, or any other code for a failure (the reason given to
+/// `cc_turn_fail`, if any, is shown to the user). May be called concurrently for different turns.
+pub type cc_kernel_run_turn_fn = Option<
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        turn: *mut cc_turn,
+        input_json: *const c_char,
+    ) -> i32,
+>;
+
+/// Releases a kernel's `user_data`; called once, after the last turn has ended.
+pub type cc_release_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+
+/// A host kernel: the server copies this struct and owns `user_data` from a successful
+/// `cc_server_open` on (releasing it with `release`, if not NULL). On failure the caller keeps it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct cc_kernel {
+    pub run_turn: cc_kernel_run_turn_fn,
+    pub user_data: *mut c_void,
+    pub release: cc_release_fn,
+}
+
+/// A failure: the code returned and the text kept as the handle's last error.
+struct Failure(cc_result, String);
+
+type Outcome<T = ()> = Result<T, Failure>;
+
+fn fail(code: cc_result, text: impl Into<String>) -> Failure {
+    Failure(code, text.into())
+}
+
+/// Last error text, kept per handle.
+#[derive(Default)]
+struct LastError(Mutex<String>);
+
+impl LastError {
+    fn set(&self, text: String) {
+        *lock(&self.0) = text;
+    }
+    fn get(&self) -> String {
+        lock(&self.0).clone()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The panic boundary: runs `f`, turning a panic into `CC_ERR_PANIC`.
+fn guard(f: impl FnOnce() -> cc_result) -> cc_result {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(CC_ERR_PANIC)
+}
+
+/// Runs `f` behind the panic boundary, recording a failure's text in `last`.
+fn guarded(last: Option<&LastError>, f: impl FnOnce() -> Outcome) -> cc_result {
+    let result = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        Err(fail(
+            CC_ERR_PANIC,
+            "internal panic caught at the C boundary",
+        ))
+    });
+    match result {
+        Ok(()) => CC_OK,
+        Err(Failure(code, text)) => {
+            if let Some(last) = last {
+                last.set(text);
+            }
+            code
+        }
+    }
+}
+
+/// Borrows a C string argument.
+unsafe fn arg<'a>(p: *const c_char, name: &str) -> Outcome<&'a str> {
+    if p.is_null() {
+        return Err(fail(CC_ERR_NULL_ARGUMENT, format!("{name} is NULL")));
+    }
+    CStr::from_ptr(p)
+        .to_str()
+        .map_err(|_| fail(CC_ERR_INVALID_ARGUMENT, format!("{name} is not UTF-8")))
+}
+
+/// Writes `text` + NUL into `(buf, len)`, reporting the size it needs.
+unsafe fn write_text(text: &str, buf: *mut c_char, len: usize, out_needed: *mut usize) -> Outcome {
+    let needed = text.len() + 1;
+    if !out_needed.is_null() {
+        *out_needed = needed;
+    }
+    if buf.is_null() || len < needed {
+        return Err(fail(
+            CC_ERR_BUFFER_TOO_SMALL,
+            format!("the text needs {needed} bytes including its NUL; the buffer has {len}"),
+        ));
+    }
+    std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), text.len());
+    *buf.add(text.len()) = 0;
+    Ok(())
+}
+
+/// Writes `text`; if it does not fit, keeps it (with the code it came with) in `kept`.
+unsafe fn write_or_keep(
+    kept: &Mutex<Option<(cc_result, String)>>,
+    code: cc_result,
+    text: String,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> Outcome {
+    match write_text(&text, buf, len, out_needed) {
+        Ok(()) if code == CC_OK => Ok(()),
+        Ok(()) => Err(fail(code, text)),
+        Err(too_small) => {
+            *lock(kept) = Some((code, text));
+            Err(too_small)
+        }
+    }
+}
+
+/// Hands out kept text: its original code once it fits, `CC_ERR_BUFFER_TOO_SMALL` (still kept)
+/// while it does not, `Ok(false)` when nothing is kept.
+unsafe fn take_kept(
+    kept: &Mutex<Option<(cc_result, String)>>,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> Outcome<bool> {
+    let mut slot = lock(kept);
+    let Some((_, text)) = slot.as_ref() else {
+        return Ok(false);
+    };
+    write_text(text, buf, len, out_needed)?;
+    let (code, text) = slot.take().unwrap_or((CC_OK, String::new()));
+    if code == CC_OK {
+        Ok(true)
+    } else {
+        Err(fail(code, text))
+    }
+}
+
+unsafe fn last_error_into(
+    last: Option<&LastError>,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    guarded(None, || {
+        let text = last.map(LastError::get).unwrap_or_default();
+        write_text(&text, buf, len, out_needed)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Library information
+
+/// A static, NUL-terminated name for `result` (e.g. "CC_ERR_CLOSED"). Never free it.
+#[no_mangle]
+pub extern "C" fn cc_result_name(result: cc_result) -> *const c_char {
+    let name: &'static [u8] = match result {
+        CC_OK => b"CC_OK\0",
+        CC_ERR_NULL_ARGUMENT => b"CC_ERR_NULL_ARGUMENT\0",
+        CC_ERR_INVALID_ARGUMENT => b"CC_ERR_INVALID_ARGUMENT\0",
+        CC_ERR_BUFFER_TOO_SMALL => b"CC_ERR_BUFFER_TOO_SMALL\0",
+        CC_ERR_OVERLOADED => b"CC_ERR_OVERLOADED\0",
+        CC_ERR_LINE_TOO_LARGE => b"CC_ERR_LINE_TOO_LARGE\0",
+        CC_ERR_CLOSED => b"CC_ERR_CLOSED\0",
+        CC_ERR_TIMEOUT => b"CC_ERR_TIMEOUT\0",
+        CC_ERR_PROTOCOL => b"CC_ERR_PROTOCOL\0",
+        CC_ERR_STORE => b"CC_ERR_STORE\0",
+        CC_ERR_CANCELLED => b"CC_ERR_CANCELLED\0",
+        CC_ERR_EXPIRED => b"CC_ERR_EXPIRED\0",
+        CC_ERR_PANIC => b"CC_ERR_PANIC\0",
+        CC_ERR_FAILED => b"CC_ERR_FAILED\0",
+    };
+    name.as_ptr().cast()
+}
+
+/// The wire protocol version this library speaks (highest).
+#[no_mangle]
+pub extern "C" fn cc_protocol_version() -> u32 {
+    cc_agent_protocol::PROTOCOL_VERSION
+}
+
+/// This library's version as a static NUL-terminated string. Never free it.
+#[no_mangle]
+pub extern "C" fn cc_library_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// Writes the schema digest (`sha256:` + 64 hex) into `buf`.
+///
+/// # Safety
+/// `buf` must be valid for `len` bytes (or NULL); `out_needed` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_schema_digest(
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    guarded(None, || {
+        write_text(cc_agent_protocol::schema_digest(), buf, len, out_needed)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server
+
+/// An open app server. Created by `cc_server_open`, freed by `cc_server_free` (which shuts it
+/// down). Connections and clients made from it stay valid handles after that, reporting closed.
+pub struct cc_server {
+    server: CoreServer,
+    last_error: LastError,
+}
+
+impl Drop for cc_server {
+    fn drop(&mut self) {
+        self.server.shutdown();
+    }
+}
+
+fn options_from_json(text: &str) -> Outcome<ServerOptions> {
+    let bad = |t: String| fail(CC_ERR_INVALID_ARGUMENT, t);
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| bad(format!("config is not JSON: {e}")))?;
+    let Value::Object(map) = value else {
+        return Err(bad("config must be a JSON object".into()));
+    };
+    let mut o = ServerOptions::default();
+    for (key, v) in &map {
+        let string = || {
+            v.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| bad(format!("config.{key} must be a string")))
+        };
+        let number = || {
+            v.as_u64()
+                .ok_or_else(|| bad(format!("config.{key} must be a non-negative integer")))
+        };
+        let small = || {
+            number().and_then(|n| {
+                u32::try_from(n).map_err(|_| bad(format!("config.{key} is too large")))
+            })
+        };
+        match key.as_str() {
+            "stateDir" => o.state_dir = string()?,
+            "store" => {
+                o.store = Some(match string()?.as_str() {
+                    "jsonl" => StoreKind::Jsonl,
+                    "sqlite" => StoreKind::Sqlite,
+                    other => {
+                        return Err(bad(format!("config.store {other:?}: use jsonl or sqlite")))
+                    }
+                })
+            }
+            "durability" => {
+                o.durability = Some(match string()?.as_str() {
+                    "sync" => Durability::Sync,
+                    "buffered" => Durability::Buffered,
+                    "ephemeral" => Durability::Ephemeral,
+                    other => {
+                        return Err(bad(format!(
+                            "config.durability {other:?}: use sync, buffered or ephemeral"
+                        )))
+                    }
+                })
+            }
+            "policy" => {
+                o.policy = Some(match string()?.as_str() {
+                    "askEveryTime" => ApprovalPolicy::AskEveryTime,
+                    "autoApprove" => ApprovalPolicy::AutoApprove,
+                    "denyAll" => ApprovalPolicy::DenyAll,
+                    other => {
+                        return Err(bad(format!(
+                            "config.policy {other:?}: use askEveryTime, autoApprove or denyAll"
+                        )))
+                    }
+                })
+            }
+            "workspace" => o.workspace = Some(string()?),
+            "script" => o.script_json = Some(v.to_string()),
+            "approvalTimeoutMs" => o.approval_timeout_ms = Some(number()?),
+            "settleDeadlineMs" => o.settle_deadline_ms = Some(number()?),
+            "maxLineBytes" => o.max_line_bytes = Some(number()?),
+            "inboundMessages" => o.inbound_messages = Some(small()?),
+            "outboundMessages" => o.outbound_messages = Some(small()?),
+            other => return Err(bad(format!("unknown config key {other:?}"))),
+        }
+    }
+    Ok(o)
+}
+
+/// Opens a server from a JSON config (keys: `stateDir` (required), `store` ("jsonl"|"sqlite"),
+/// `durability` ("sync"|"buffered"|"ephemeral"), `policy` ("askEveryTime"|"autoApprove"|
+/// "denyAll"), `workspace`, `script` (a scripted-kernel script object), `approvalTimeoutMs`,
+/// `settleDeadlineMs`, `maxLineBytes`, `inboundMessages`, `outboundMessages`). `kernel` (NULL:
+/// the built-in scripted kernel) is copied. On success `*out_server` owns a new handle; free it
+/// with `cc_server_free`. On failure the reason goes into `error_buf` (NULL allowed; truncated).
+///
+/// # Safety
+/// `config_json` a valid C string; `kernel` NULL or valid; `out_server` valid;
+/// `error_buf` NULL or valid for `error_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn cc_server_open(
+    config_json: *const c_char,
+    kernel: *const cc_kernel,
+    out_server: *mut *mut cc_server,
+    error_buf: *mut c_char,
+    error_len: usize,
+) -> cc_result {
+    let mut reason = String::new();
+    let code = guarded(None, || {
+        let outcome = (|| {
+            if out_server.is_null() {
+                return Err(fail(CC_ERR_NULL_ARGUMENT, "out_server is NULL"));
+            }
+            let options = options_from_json(arg(config_json, "config_json")?)?;
+            let kernel = match kernel.as_ref() {
+                None => None,
+                Some(k) if k.run_turn.is_none() => {
+                    return Err(fail(CC_ERR_NULL_ARGUMENT, "kernel->run_turn is NULL"))
+                }
+                Some(k) => Some(*k),
+            };
+            let mut config = options
+                .to_config(None, None)
+                .map_err(|e| fail(CC_ERR_INVALID_ARGUMENT, e.to_string()))?;
+            // Ownership of user_data passes to the server only once open succeeds: until the
+            // kernel is armed, dropping it (a failed open) does not release user_data.
+            let host_kernel = kernel.map(|kernel| {
+                Arc::new(CKernel {
+                    kernel,
+                    armed: AtomicBool::new(false),
+                })
+            });
+            if let Some(k) = &host_kernel {
+                config.kernel = Arc::clone(k) as Arc<dyn CoreKernel>;
+            }
+            let core = crate::server::AppServer::open_core(config).map_err(|e| {
+                let code = match e {
+                    crate::errors::ServerError::Store { .. } => CC_ERR_STORE,
+                    _ => CC_ERR_INVALID_ARGUMENT,
+                };
+                fail(code, e.to_string())
+            })?;
+            if let Some(k) = host_kernel {
+                k.armed.store(true, Ordering::SeqCst);
+            }
+            *out_server = Box::into_raw(Box::new(cc_server {
+                server: core,
+                last_error: LastError::default(),
+            }));
+            Ok(())
+        })();
+        if let Err(Failure(_, text)) = &outcome {
+            reason = text.clone();
+        }
+        outcome
+    });
+    if code != CC_OK && reason.is_empty() {
+        reason = "internal panic caught at the C boundary".into();
+    }
+    if code != CC_OK && !error_buf.is_null() && error_len > 0 {
+        let n = reason.len().min(error_len - 1);
+        std::ptr::copy_nonoverlapping(reason.as_ptr(), error_buf.cast::<u8>(), n);
+        *error_buf.add(n) = 0;
+    }
+    code
+}
+
+/// Shuts the server down (interrupting live turns, closing connections, flushing the store)
+/// and frees the handle. NULL is a no-op.
+///
+/// # Safety
+/// `server` NULL or a handle from `cc_server_open` not yet freed; not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn cc_server_free(server: *mut cc_server) {
+    if !server.is_null() {
+        let _ = guard(|| {
+            drop(Box::from_raw(server));
+            CC_OK
+        });
+    }
+}
+
+/// The server's last error text.
+///
+/// # Safety
+/// `server` NULL or valid; `buf` NULL or valid for `len`; `out_needed` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_server_last_error(
+    server: *const cc_server,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    last_error_into(server.as_ref().map(|s| &s.last_error), buf, len, out_needed)
+}
+
+/// Checks one thread's whole hash chain and anchor in the server's store.
+///
+/// # Safety
+/// `server` valid; `thread_id` a valid C string; `out_ok` / `out_events` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_server_verify_thread(
+    server: *const cc_server,
+    thread_id: *const c_char,
+    out_ok: *mut bool,
+    out_events: *mut u64,
+) -> cc_result {
+    let Some(s) = server.as_ref() else {
+        return CC_ERR_NULL_ARGUMENT;
+    };
+    guarded(Some(&s.last_error), || {
+        let id = arg(thread_id, "thread_id")?;
+        let report = s
+            .server
+            .store()
+            .verify(id)
+            .map_err(|e| fail(CC_ERR_STORE, e.to_string()))?;
+        if !out_ok.is_null() {
+            *out_ok = report.ok();
+        }
+        if !out_events.is_null() {
+            *out_events = report.events;
+        }
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw connection
+
+/// One raw connection: the host speaks JSON-RPC lines itself. Created by `cc_server_connect`,
+/// freed (and closed) by `cc_connection_free`.
+pub struct cc_connection {
+    conn: CoreConnection,
+    kept: Mutex<Option<(cc_result, String)>>,
+    last_error: LastError,
+}
+
+/// Opens a raw connection. `*out_conn` owns the new handle.
+///
+/// # Safety
+/// `server` valid; `out_conn` valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_server_connect(
+    server: *const cc_server,
+    out_conn: *mut *mut cc_connection,
+) -> cc_result {
+    let Some(s) = server.as_ref() else {
+        return CC_ERR_NULL_ARGUMENT;
+    };
+    guarded(Some(&s.last_error), || {
+        if out_conn.is_null() {
+            return Err(fail(CC_ERR_NULL_ARGUMENT, "out_conn is NULL"));
+        }
+        let conn = s
+            .server
+            .connect()
+            .map_err(|_| fail(CC_ERR_CLOSED, "the server is shut down"))?;
+        *out_conn = Box::into_raw(Box::new(cc_connection {
+            conn,
+            kept: Mutex::new(None),
+            last_error: LastError::default(),
+        }));
+        Ok(())
+    })
+}
+
+/// Queues one JSON-RPC message without blocking. On `CC_ERR_OVERLOADED`, `*out_retry_after_ms`
+/// (if not NULL) says how long to wait.
+///
+/// # Safety
+/// `conn` valid; `message` a valid C string; `out_retry_after_ms` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_connection_send(
+    conn: *const cc_connection,
+    message: *const c_char,
+    out_retry_after_ms: *mut u64,
+) -> cc_result {
+    let Some(c) = conn.as_ref() else {
+        return CC_ERR_NULL_ARGUMENT;
+    };
+    guarded(Some(&c.last_error), || {
+        let message = arg(message, "message")?;
+        c.conn.send(message).map_err(|e| {
+            let code = match e {
+                SendError::Overloaded { retry_after_ms } => {
+                    if !out_retry_after_ms.is_null() {
+                        *out_retry_after_ms = retry_after_ms;
+                    }
+                    CC_ERR_OVERLOADED
+                }
+                SendError::LineTooLarge { .. } => CC_ERR_LINE_TOO_LARGE,
+                SendError::Closed => CC_ERR_CLOSED,
+            };
+            fail(code, e.to_string())
+        })
+    })
+}
+
+/// Receives the next message into `buf`, waiting up to `timeout_ms` (negative: until one
+/// arrives or the connection closes). `CC_ERR_TIMEOUT` when nothing came; `CC_ERR_CLOSED` when
+/// closed and drained; `CC_ERR_BUFFER_TOO_SMALL` keeps the message for the next call.
+///
+/// # Safety
+/// `conn` valid; `buf` NULL or valid for `len`; `out_needed` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_connection_recv(
+    conn: *const cc_connection,
+    timeout_ms: i64,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    let Some(c) = conn.as_ref() else {
+        return CC_ERR_NULL_ARGUMENT;
+    };
+    guarded(Some(&c.last_error), || {
+        if take_kept(&c.kept, buf, len, out_needed)? {
+            return Ok(());
+        }
+        let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
+        let message = c.conn.recv(timeout).map_err(|e| match e {
+            RecvError::Timeout => fail(CC_ERR_TIMEOUT, "no message within the timeout"),
+            RecvError::Closed => fail(CC_ERR_CLOSED, "the connection is closed"),
+        })?;
+        write_or_keep(&c.kept, CC_OK, message, buf, len, out_needed)
+    })
+}
+
+/// True until the connection is closed (by the host, shutdown, or a host that stopped reading).
+///
+/// # Safety
+/// `conn` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_connection_is_open(conn: *const cc_connection) -> bool {
+    conn.as_ref()
+        .and_then(|c| catch_unwind(AssertUnwindSafe(|| c.conn.is_open())).ok())
+        .unwrap_or(false)
+}
+
+/// Closes the connection (pending approvals fail closed). The handle stays valid until freed.
+///
+/// # Safety
+/// `conn` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_connection_close(conn: *const cc_connection) -> cc_result {
+    match conn.as_ref() {
+        None => CC_ERR_NULL_ARGUMENT,
+        Some(c) => guard(|| {
+            c.conn.close();
+            CC_OK
+        }),
+    }
+}
+
+/// Closes and frees the connection. NULL is a no-op.
+///
+/// # Safety
+/// `conn` NULL or a handle from `cc_server_connect` not yet freed; not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn cc_connection_free(conn: *mut cc_connection) {
+    if !conn.is_null() {
+        let _ = guard(|| {
+            drop(Box::from_raw(conn));
+            CC_OK
+        });
+    }
+}
+
+/// The connection's last error text.
+///
+/// # Safety
+/// `conn` NULL or valid; `buf` NULL or valid for `len`; `out_needed` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_connection_last_error(
+    conn: *const cc_connection,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    last_error_into(conn.as_ref().map(|c| &c.last_error), buf, len, out_needed)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client
+
+/// A connected, initialized client (the one Rust client: pending map, timeouts, approval routing,
+/// default decline). Created by `cc_client_connect`, freed (and closed) by `cc_client_free`.
+pub struct cc_client {
+    client: Client,
+    kept_result: Mutex<Option<(cc_result, String)>>,
+    kept_notification: Mutex<Option<(cc_result, String)>>,
+    last_error: LastError,
+    last_code: Mutex<i64>,
+}
+
+struct CApproval {
+    decide: unsafe extern "C" fn(*mut c_void, *const c_char) -> i32,
+    user_data: *mut c_void,
+}
+
+// SAFETY: the caller of `cc_client_connect` promises `user_data` may be used from the client's
+// thread until `cc_client_free` returns (documented there).
+unsafe impl Send for CApproval {}
+unsafe impl Sync for CApproval {}
+
+impl CoreHandler for CApproval {
+    fn decide(&self, params: &ApprovalDecideParams) -> Result<ApprovalDecision, String> {
+        let text = serde_json::to_string(params).map_err(|e| e.to_string())?;
+        let text = std::ffi::CString::new(text).map_err(|e| e.to_string())?;
+        // SAFETY: see the Send/Sync note; the string lives across the call.
+        let decision = unsafe { (self.decide)(self.user_data, text.as_ptr()) };
+        Ok(match decision {
+            CC_DECISION_ACCEPT_ONCE => ApprovalDecision::AcceptOnce(AcceptOnce {}),
+            CC_DECISION_ACCEPT_FOR_TURN => ApprovalDecision::AcceptForTurn(AcceptForTurn {}),
+            CC_DECISION_ACCEPT_FOR_SESSION => {
+                ApprovalDecision::AcceptForSession(AcceptForSession {})
+            }
+            CC_DECISION_CANCEL => ApprovalDecision::Cancel(Cancel {}),
+            _ => ApprovalDecision::Decline(Decline { reason: None }),
+        })
+    }
+}
+
+/// Connects and performs the `initialize` handshake. `approve` (NULL: decline every approval)
+/// is called with `user_data`, which is borrowed: it must stay valid, and usable from another
+/// thread, until `cc_client_free` returns. `request_timeout_ms` 0 means the default (120 s).
+/// `*out_client` owns the new handle.
+///
+/// # Safety
+/// `server` valid; `out_client` valid; `approve` NULL or a function safe to call as documented.
+#[no_mangle]
+pub unsafe extern "C" fn cc_client_connect(
+    server: *const cc_server,
+    approve: cc_approval_fn,
+    user_data: *mut c_void,
+    request_timeout_ms: u32,
+    out_client: *mut *mut cc_client,
+) -> cc_result {
+    let Some(s) = server.as_ref() else {
+        return CC_ERR_NULL_ARGUMENT;
+    };
+    guarded(Some(&s.last_error), || {
+        if out_client.is_null() {
+            return Err(fail(CC_ERR_NULL_ARGUMENT, "out_client is NULL"));
+        }
+        let handler =
+            approve.map(|decide| Arc::new(CApproval { decide, user_data }) as Arc<dyn CoreHandler>);
+        let mut config = ClientConfig::default();
+        if request_timeout_ms > 0 {
+            config.request_timeout = Duration::from_millis(request_timeout_ms.into());
+        }
+        let client =
+            Client::connect_core(&s.server, handler, config).map_err(|e| client_failure(&e))?;
+        *out_client = Box::into_raw(Box::new(cc_client {
+            client,
+            kept_result: Mutex::new(None),
+            kept_notification: Mutex::new(None),
+            last_error: LastError::default(),
+            last_code: Mutex::new(0),
+        }));
+        Ok(())
+    })
+}
+
+fn client_failure(e: &ClientError) -> Failure {
+    let code = match e {
+        ClientError::Overloaded { .. } => CC_ERR_OVERLOADED,
+        ClientError::Timeout => CC_ERR_TIMEOUT,
+        ClientError::Closed => CC_ERR_CLOSED,
+        ClientError::LineTooLarge { .. } => CC_ERR_LINE_TOO_LARGE,
+        ClientError::Protocol { .. } => CC_ERR_PROTOCOL,
+        ClientError::InvalidJson { .. } => CC_ERR_INVALID_ARGUMENT,
+    };
+    fail(code, e.to_string())
+}
+
+/// Sends a request and waits for its answer. `params_json` NULL means `{}`. `CC_OK`: `buf` holds
+/// the result JSON. `CC_ERR_PROTOCOL`: `buf` holds the error object `{"code","message","data"}`.
+/// `CC_ERR_BUFFER_TOO_SMALL`: the answer is kept; fetch it with `cc_client_last_result`.
+/// Other codes: see `cc_client_last_error` / `cc_client_last_error_code`.
+///
+/// # Safety
+/// `client` valid; `method` a valid C string; `params_json` NULL or a valid C string;
+/// `buf` NULL or valid for `len`; `out_needed` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_client_request(
+    client: *const cc_client,
+    method: *const c_char,
+    params_json: *const c_char,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    let Some(c) = client.as_ref() else {
+        return CC_ERR_NULL_ARGUMENT;
+    };
+    guarded(Some(&c.last_error), || {
+        let method = arg(method, "method")?;
+        let params = if params_json.is_null() {
+            Value::Object(Map::new())
+        } else {
+            crate::client::parse_params(arg(params_json, "params_json")?)
+                .map_err(|e| client_failure(&e))?
+        };
+        let (code, text) = match c.client.request_value(method, params) {
+            Ok(result) => (CC_OK, result.to_string()),
+            Err(ClientError::Protocol { code, reason, data }) => {
+                *lock(&c.last_code) = code;
+                let data = data
+                    .and_then(|d| serde_json::from_str::<Value>(&d).ok())
+                    .unwrap_or(Value::Null);
+                let error = json!({"code": code, "message": reason, "data": data});
+                (CC_ERR_PROTOCOL, error.to_string())
+            }
+            Err(e) => {
+                *lock(&c.last_code) = e.code();
+                return Err(client_failure(&e));
+            }
+        };
+        if code == CC_OK {
+            *lock(&c.last_code) = 0;
+        }
+        write_or_keep(&c.kept_result, code, text, buf, len, out_needed)
+    })
+}
+
+/// The answer kept by the last `cc_client_request` that returned `CC_ERR_BUFFER_TOO_SMALL`, with
+/// the code that answer had (`CC_OK` or `CC_ERR_PROTOCOL`). `CC_ERR_FAILED` when none is kept.
+///
+/// # Safety
+/// `client` valid; `buf` NULL or valid for `len`; `out_needed` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_client_last_result(
+    client: *const cc_client,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    let Some(c) = client.as_ref() else {
+        return CC_ERR_NULL_ARGUMENT;
+    };
+    guarded(Some(&c.last_error), || {
+        if take_kept(&c.kept_result, buf, len, out_needed)? {
+            Ok(())
+        } else {
+            Err(fail(CC_ERR_FAILED, "no result is kept"))
+        }
+    })
+}
+
+/// The JSON-RPC code of the last failed request on this client (0 after a success): e.g.
+/// -32602, -32001 (overloaded), -32010 (timed out).
+///
+/// # Safety
+/// `client` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_client_last_error_code(client: *const cc_client) -> i64 {
+    client
+        .as_ref()
+        .and_then(|c| catch_unwind(AssertUnwindSafe(|| *lock(&c.last_code))).ok())
+        .unwrap_or(0)
+}
+
+/// Receives the next notification (a whole JSON-RPC message) into `buf`, waiting up to
+/// `timeout_ms`. `CC_ERR_TIMEOUT` when none came; `CC_ERR_BUFFER_TOO_SMALL` keeps it for the
+/// next call.
+///
+/// # Safety
+/// `client` valid; `buf` NULL or valid for `len`; `out_needed` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_client_next_notification(
+    client: *const cc_client,
+    timeout_ms: u32,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    let Some(c) = client.as_ref() else {
+        return CC_ERR_NULL_ARGUMENT;
+    };
+    guarded(Some(&c.last_error), || {
+        if take_kept(&c.kept_notification, buf, len, out_needed)? {
+            return Ok(());
+        }
+        let next = c
+            .client
+            .next_notification(timeout_ms.into())
+            .map_err(|e| client_failure(&e))?;
+        match next {
+            Some(message) => {
+                write_or_keep(&c.kept_notification, CC_OK, message, buf, len, out_needed)
+            }
+            None => Err(fail(CC_ERR_TIMEOUT, "no notification within the timeout")),
+        }
+    })
+}
+
+/// The client's last error text.
+///
+/// # Safety
+/// `client` NULL or valid; `buf` NULL or valid for `len`; `out_needed` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_client_last_error(
+    client: *const cc_client,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    last_error_into(client.as_ref().map(|c| &c.last_error), buf, len, out_needed)
+}
+
+/// Closes the connection and frees the client; after it returns the approval callback is never
+/// called again. NULL is a no-op.
+///
+/// # Safety
+/// `client` NULL or a handle from `cc_client_connect` not yet freed; not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn cc_client_free(client: *mut cc_client) {
+    if !client.is_null() {
+        let _ = guard(|| {
+            let c = Box::from_raw(client);
+            c.client.close();
+            drop(c);
+            CC_OK
+        });
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host kernel
+
+/// The engine's context for one running turn, lent to `run_turn` for the duration of the call.
+/// Never freed by the host.
+pub struct cc_turn {
+    ctx: Arc<TurnContext>,
+    kept: Mutex<Option<(cc_result, String)>>,
+    failure: Mutex<Option<String>>,
+    last_error: LastError,
+}
+
+struct CKernel {
+    kernel: cc_kernel,
+    /// True once the server owns `user_data` (open succeeded): only then does drop release it.
+    armed: AtomicBool,
+}
+
+// SAFETY: `cc_server_open` documents that `run_turn` and `release` may be called from engine
+// threads, concurrently for different turns, so `user_data` must be thread-safe.
+unsafe impl Send for CKernel {}
+unsafe impl Sync for CKernel {}
+
+impl Drop for CKernel {
+    fn drop(&mut self) {
+        if self.armed.load(Ordering::SeqCst) {
+            if let Some(release) = self.kernel.release {
+                // SAFETY: the server owns user_data (see cc_kernel) and this is the last use.
+                unsafe { release(self.kernel.user_data) };
+            }
+        }
+    }
+}
+
+fn kernel_error_code(e: &KernelError) -> cc_result {
+    match e {
+        KernelError::Cancelled => CC_ERR_CANCELLED,
+        KernelError::Failed { .. } => CC_ERR_FAILED,
+        KernelError::Invalid { .. } => CC_ERR_INVALID_ARGUMENT,
+        KernelError::Expired => CC_ERR_EXPIRED,
+    }
+}
+
+fn kernel_failure(e: KernelError) -> Failure {
+    fail(kernel_error_code(&e), e.to_string())
+}
+
+impl CoreKernel for CKernel {
+    fn run_turn(&self, ctx: &dyn CoreContext, input: &[UserInput]) -> Result<(), CoreKernelError> {
+        let Some(run_turn) = self.kernel.run_turn else {
+            return Err(CoreKernelError::Failed(
+                "the host kernel has no run_turn".into(),
+            ));
+        };
+        let lease = Lease::new(ctx);
+        let mut turn = cc_turn {
+            ctx: Arc::clone(&lease.0),
+            kept: Mutex::new(None),
+            failure: Mutex::new(None),
+            last_error: LastError::default(),
+        };
+        let input = std::ffi::CString::new(turn_input(input).json).unwrap_or_default();
+        // SAFETY: the cc_kernel contract; `turn` and `input` outlive the call.
+        let code = unsafe { run_turn(self.kernel.user_data, &mut turn, input.as_ptr()) };
+        drop(lease);
+        match code {
+            0 => Ok(()),
+            c if c == CC_ERR_CANCELLED as i32 => Err(CoreKernelError::Cancelled),
+            c => Err(CoreKernelError::Failed(
+                lock(&turn.failure)
+                    .take()
+                    .unwrap_or_else(|| format!("the host kernel failed (code {c})")),
+            )),
+        }
+    }
+}
+
+unsafe fn turn_text(
+    turn: *const cc_turn,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+    text: impl FnOnce(&TurnContext) -> Result<String, KernelError>,
+) -> cc_result {
+    let Some(t) = turn.as_ref() else {
+        return CC_ERR_NULL_ARGUMENT;
+    };
+    guarded(Some(&t.last_error), || {
+        let text = text(&t.ctx).map_err(kernel_failure)?;
+        write_text(&text, buf, len, out_needed)
+    })
+}
+
+/// The turn's thread id.
+///
+/// # Safety
+/// `turn` the handle passed to `run_turn`, during that call; `buf` NULL or valid for `len`;
+/// `out_needed` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_turn_thread_id(
+    turn: *const cc_turn,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    turn_text(turn, buf, len, out_needed, |ctx| Ok(ctx.thread_id()))
+}
+
+/// The turn's id.
+///
+/// # Safety
+/// `turn` the handle passed to `run_turn`, during that call; `buf` NULL or valid for `len`;
+/// `out_needed` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_turn_turn_id(
+    turn: *const cc_turn,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    turn_text(turn, buf, len, out_needed, |ctx| Ok(ctx.turn_id()))
+}
+
+/// A fresh item id, unique within the thread.
+///
+/// # Safety
+/// `turn` the handle passed to `run_turn`, during that call; `buf` NULL or valid for `len`;
+/// `out_needed` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_turn_new_item_id(
+    turn: *const cc_turn,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    turn_text(turn, buf, len, out_needed, |ctx| ctx.new_item_id())
+}
+
+/// The thread's `agentOptions` as JSON (`null` when none were given).
+///
+/// # Safety
+/// `turn` the handle passed to `run_turn`, during that call; `buf` NULL or valid for `len`;
+/// `out_needed` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_turn_agent_options(
+    turn: *const cc_turn,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    turn_text(turn, buf, len, out_needed, |ctx| ctx.agent_options_json())
+}
+
+/// Records and announces `item/started`; `item_json` is a wire `Item`.
+///
+/// # Safety
+/// `turn` the handle passed to `run_turn`, during that call; `item_json` a valid C string.
+#[no_mangle]
+pub unsafe extern "C" fn cc_turn_item_started(
+    turn: *const cc_turn,
+    item_json: *const c_char,
+) -> cc_result {
+    let Some(t) = turn.as_ref() else {
+        return CC_ERR_NULL_ARGUMENT;
+    };
+    guarded(Some(&t.last_error), || {
+        let item = arg(item_json, "item_json")?.to_string();
+        t.ctx.item_started(item).map_err(kernel_failure)
+    })
+}
+
+/// Records and announces `item/delta`; `delta_json` is a wire `ItemDelta`.
+///
+/// # Safety
+/// `turn` the handle passed to `run_turn`, during that call; strings valid C strings.
+#[no_mangle]
+pub unsafe extern "C" fn cc_turn_item_delta(
+    turn: *const cc_turn,
+    item_id: *const c_char,
+    delta_json: *const c_char,
+) -> cc_result {
+    let Some(t) = turn.as_ref() else {
+        return CC_ERR_NULL_ARGUMENT;
+    };
+    guarded(Some(&t.last_error), || {
+        let id = arg(item_id, "item_id")?.to_string();
+        let delta = arg(delta_json, "delta_json")?.to_string();
+        t.ctx.item_delta(id, delta).map_err(kernel_failure)
+    })
+}
+
+/// Records and announces `item/completed`; `item_json` is a wire `Item`.
+///
+/// # Safety
+/// `turn` the handle passed to `run_turn`, during that call; `item_json` a valid C string.
+#[no_mangle]
+pub unsafe extern "C" fn cc_turn_item_completed(
+    turn: *const cc_turn,
+    item_json: *const c_char,
+) -> cc_result {
+    let Some(t) = turn.as_ref() else {
+        return CC_ERR_NULL_ARGUMENT;
+    };
+    guarded(Some(&t.last_error), || {
+        let item = arg(item_json, "item_json")?.to_string();
+        t.ctx.item_completed(item).map_err(kernel_failure)
+    })
+}
+
+/// Asks for a tool through the approval gate, blocking while it decides. `buf` receives the
+/// wire `ToolResult` JSON (`{"status":"ok"|"error"|"denied",…}`); when it does not fit it is
+/// kept for `cc_turn_last_result`. `CC_ERR_CANCELLED`: stop the turn.
+///
+/// # Safety
+/// `turn` the handle passed to `run_turn`, during that call; strings valid C strings;
+/// `buf` NULL or valid for `len`; `out_needed` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_turn_request_tool(
+    turn: *const cc_turn,
+    item_id: *const c_char,
+    tool: *const c_char,
+    arguments_json: *const c_char,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    let Some(t) = turn.as_ref() else {
+        return CC_ERR_NULL_ARGUMENT;
+    };
+    guarded(Some(&t.last_error), || {
+        let id = arg(item_id, "item_id")?.to_string();
+        let tool = arg(tool, "tool")?.to_string();
+        let args = arg(arguments_json, "arguments_json")?.to_string();
+        let result = t.ctx.request_tool(id, tool, args).map_err(kernel_failure)?;
+        write_or_keep(&t.kept, CC_OK, result, buf, len, out_needed)
+    })
+}
+
+/// The tool result kept by the last `cc_turn_request_tool` that returned
+/// `CC_ERR_BUFFER_TOO_SMALL`. `CC_ERR_FAILED` when none is kept.
+///
+/// # Safety
+/// `turn` the handle passed to `run_turn`, during that call; `buf` NULL or valid for `len`;
+/// `out_needed` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_turn_last_result(
+    turn: *const cc_turn,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    let Some(t) = turn.as_ref() else {
+        return CC_ERR_NULL_ARGUMENT;
+    };
+    guarded(Some(&t.last_error), || {
+        if take_kept(&t.kept, buf, len, out_needed)? {
+            Ok(())
+        } else {
+            Err(fail(CC_ERR_FAILED, "no tool result is kept"))
+        }
+    })
+}
+
+/// True once the turn has been asked to stop: return `CC_ERR_CANCELLED` from `run_turn` soon.
+///
+/// # Safety
+/// `turn` NULL or the handle passed to `run_turn`, during that call.
+#[no_mangle]
+pub unsafe extern "C" fn cc_turn_is_cancelled(turn: *const cc_turn) -> bool {
+    turn.as_ref()
+        .map(|t| catch_unwind(AssertUnwindSafe(|| t.ctx.is_cancelled())).unwrap_or(true))
+        .unwrap_or(true)
+}
+
+/// Sleeps up to `ms`, waking early on cancellation; true when cancelled.
+///
+/// # Safety
+/// `turn` NULL or the handle passed to `run_turn`, during that call.
+#[no_mangle]
+pub unsafe extern "C" fn cc_turn_sleep(turn: *const cc_turn, ms: u64) -> bool {
+    turn.as_ref()
+        .map(|t| catch_unwind(AssertUnwindSafe(|| t.ctx.sleep_cancellable(ms))).unwrap_or(true))
+        .unwrap_or(true)
+}
+
+/// Sets the reason shown to the user when `run_turn` returns a failure code (copied).
+///
+/// # Safety
+/// `turn` the handle passed to `run_turn`, during that call; `reason` a valid C string.
+#[no_mangle]
+pub unsafe extern "C" fn cc_turn_fail(turn: *const cc_turn, reason: *const c_char) -> cc_result {
+    let Some(t) = turn.as_ref() else {
+        return CC_ERR_NULL_ARGUMENT;
+    };
+    guarded(Some(&t.last_error), || {
+        let reason = arg(reason, "reason")?;
+        *lock(&t.failure) = Some(reason.chars().take(1024).collect());
+        Ok(())
+    })
+}
+
+/// The turn handle's last error text.
+///
+/// # Safety
+/// `turn` NULL or the handle passed to `run_turn`, during that call; `buf` NULL or valid for
+/// `len`; `out_needed` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_turn_last_error(
+    turn: *const cc_turn,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    last_error_into(turn.as_ref().map(|t| &t.last_error), buf, len, out_needed)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,305 @@
+//! `Client`: the uniffi face of the one Rust client (`cc_app_server::client::Client`), which owns
+//! the pending-request map, timeouts, approval routing and the default decline — nothing here
+//! re-implements protocol state. Adds what foreign languages need: an async request that does not
+//! block the caller's event loop, a foreign approval handler, and a notification listener.
+
+use crate::approval::{ApprovalDecision, ApprovalRequest};
+use crate::errors::{ClientError, HandlerError};
+use crate::server::AppServer;
+use crate::task::{TaskHandle, POLL};
+use cc_app_server::client::{ApprovalHandler as CoreHandler, Client as CoreClient, ClientConfig};
+use cc_app_server::protocol::{ApprovalDecideParams, ApprovalDecision as WireDecision};
+use serde_json::Value;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// Decides `approval/decide` requests. Throwing, or taking longer than the client's approval
+/// timeout, declines; with no handler at all the client declines every request.
+#[uniffi::export(with_foreign)]
+pub trait ApprovalHandler: Send + Sync {
+    fn decide(&self, request: ApprovalRequest) -> Result<ApprovalDecision, HandlerError>;
+}
+
+/// Receives server notifications on a delivery thread (see `Client.listen`).
+#[uniffi::export(with_foreign)]
+pub trait NotificationListener: Send + Sync {
+    /// One notification: its method and its params as JSON text.
+    fn on_notification(&self, method: String, params_json: String);
+}
+
+/// Client-side bounds; absent fields keep DESIGN.md §3's defaults.
+#[derive(Debug, Clone, Default, uniffi::Record)]
+pub struct ClientOptions {
+    /// A request unanswered this long fails with `Timeout` (default 120 s).
+    #[uniffi(default = None)]
+    pub request_timeout_ms: Option<u64>,
+    /// Requests in flight at once; one more fails with `Overloaded` (default 256).
+    #[uniffi(default = None)]
+    pub max_pending: Option<u32>,
+    /// How long the approval handler may take before the client declines (default 30 s).
+    #[uniffi(default = None)]
+    pub approval_timeout_ms: Option<u64>,
+    /// Notifications buffered for the host (default 4096).
+    #[uniffi(default = None)]
+    pub notification_capacity: Option<u32>,
+}
+
+impl ClientOptions {
+    pub(crate) fn to_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::default();
+        if let Some(ms) = self.request_timeout_ms {
+            c.request_timeout = Duration::from_millis(ms);
+        }
+        if let Some(n) = self.max_pending {
+            c.max_pending = (n as usize).max(1);
+        }
+        if let Some(ms) = self.approval_timeout_ms {
+            c.approval_timeout = Duration::from_millis(ms);
+        }
+        if let Some(n) = self.notification_capacity {
+            c.notification_capacity = (n as usize).max(1);
+        }
+        c
+    }
+}
+
+/// A foreign `ApprovalHandler` as the core client's handler.
+struct ForeignHandler(Arc<dyn ApprovalHandler>);
+
+impl CoreHandler for ForeignHandler {
+    fn decide(&self, params: &ApprovalDecideParams) -> Result<WireDecision, String> {
+        self.0
+            .decide(ApprovalRequest::from_wire(params))
+            .map(WireDecision::from)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// A connected, initialized client.
+#[derive(uniffi::Object)]
+pub struct Client {
+    /// `None` after `close`. Requests clone the `Arc` and run without the lock, so they proceed
+    /// concurrently; the core client closes when the last clone goes.
+    inner: RwLock<Option<Arc<CoreClient>>>,
+    initialize_result: String,
+}
+
+impl Client {
+    pub(crate) fn connect_core(
+        server: &cc_app_server::engine::AppServer,
+        handler: Option<Arc<dyn CoreHandler>>,
+        config: ClientConfig,
+    ) -> Result<Client, ClientError> {
+        let core = CoreClient::connect(server, handler, config)?;
+        Ok(Client {
+            initialize_result: core.initialize_result.to_string(),
+            inner: RwLock::new(Some(Arc::new(core))),
+        })
+    }
+
+    pub(crate) fn current(&self) -> Result<Arc<CoreClient>, ClientError> {
+        self.inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or(ClientError::Closed)
+    }
+
+    pub(crate) fn request_value(&self, method: &str, params: Value) -> Result<Value, ClientError> {
+        Ok(self.current()?.request(method, params)?)
+    }
+}
+
+pub(crate) fn parse_params(params_json: &str) -> Result<Value, ClientError> {
+    if params_json.trim().is_empty() {
+        return Ok(Value::Object(Default::default()));
+    }
+    serde_json::from_str(params_json).map_err(|e| ClientError::InvalidJson {
+        reason: format!("params: {e}"),
+    })
+}
+
+#[uniffi::export]
+impl Client {
+    /// Connects to `server` and performs the `initialize` handshake (every v1 feature the engine
+    /// implements). `handler` decides approvals; without one every approval is declined.
+    #[uniffi::constructor(default(handler = None, options = None))]
+    pub fn connect(
+        server: Arc<AppServer>,
+        handler: Option<Arc<dyn ApprovalHandler>>,
+        options: Option<ClientOptions>,
+    ) -> Result<Arc<Client>, ClientError> {
+        let handler = handler.map(|h| Arc::new(ForeignHandler(h)) as Arc<dyn CoreHandler>);
+        let config = options.unwrap_or_default().to_config();
+        Self::connect_core(&server.inner, handler, config).map(Arc::new)
+    }
+
+    /// The server's `initialize` result as JSON text.
+    pub fn initialize_result(&self) -> String {
+        self.initialize_result.clone()
+    }
+
+    /// Sends a request (`params_json`: a JSON object, or empty for `{}`) and resolves to its
+    /// result as JSON text. Runs on its own thread, so awaiting never blocks the caller's event
+    /// loop. Cancelling the awaiting task does not cancel the request (uniffi does not propagate
+    /// cancellation): it still completes, within the request timeout, and its result is dropped.
+    pub async fn request(
+        &self,
+        method: String,
+        params_json: String,
+    ) -> Result<String, ClientError> {
+        let client = self.current()?;
+        let params = parse_params(&params_json)?;
+        let (future, completer) = oneshot();
+        std::thread::Builder::new()
+            .name("cc-ffi-request".into())
+            .spawn(move || {
+                completer.complete(client.request(&method, params).map_err(ClientError::from))
+            })
+            .map_err(|_| ClientError::Closed)?;
+        future.await.map(|v| v.to_string())
+    }
+
+    /// `request` without the async machinery: blocks the calling thread until the answer.
+    pub fn request_blocking(
+        &self,
+        method: String,
+        params_json: String,
+    ) -> Result<String, ClientError> {
+        let params = parse_params(&params_json)?;
+        self.request_value(&method, params).map(|v| v.to_string())
+    }
+
+    /// The next notification as a whole JSON-RPC message, waiting up to `timeout_ms`; absent when
+    /// none arrived. Do not mix with `listen`: each notification goes to exactly one of them.
+    pub fn next_notification(&self, timeout_ms: u64) -> Result<Option<String>, ClientError> {
+        let client = self.current()?;
+        Ok(client
+            .next_notification(Duration::from_millis(timeout_ms))
+            .map(|v| v.to_string()))
+    }
+
+    /// Requests now waiting for an answer.
+    pub fn pending_requests(&self) -> u64 {
+        self.current().map_or(0, |c| c.pending_requests() as u64)
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+    }
+
+    /// Delivers every notification to `listener` on a background thread until the returned handle
+    /// is cancelled or dropped, or the client is closed.
+    pub fn listen(
+        &self,
+        listener: Arc<dyn NotificationListener>,
+    ) -> Result<Arc<TaskHandle>, ClientError> {
+        // A weak reference: a listener must not keep a closed client alive.
+        let weak = Arc::downgrade(&self.current()?);
+        TaskHandle::spawn("cc-ffi-notifications", move |cancelled| {
+            while !cancelled.load(Ordering::SeqCst) {
+                let Some(client) = weak.upgrade() else { break };
+                let started = Instant::now();
+                let next = client.next_notification(POLL);
+                drop(client);
+                match next {
+                    Some(message) => {
+                        if cancelled.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        let method = message["method"].as_str().unwrap_or_default().to_string();
+                        listener.on_notification(method, message["params"].to_string());
+                    }
+                    // The core client returns at once when its pump has ended (server shut
+                    // down); do not spin while the host has not closed us yet.
+                    None => std::thread::sleep(POLL.saturating_sub(started.elapsed())),
+                }
+            }
+        })
+        .map_err(|_| ClientError::Closed)
+    }
+
+    /// Closes the client: no new requests start; the connection closes as soon as requests still
+    /// in flight have returned (they end with `Closed` when the server is gone). Idempotent.
+    pub fn close(&self) {
+        let taken = self.inner.write().unwrap_or_else(|p| p.into_inner()).take();
+        drop(taken);
+    }
+}
+
+/// The sending half of a one-shot future. Dropping it without completing resolves the future
+/// with `Closed`, so a panicking worker never leaves an awaiting host hanging.
+struct Completer<T> {
+    slot: Arc<Mutex<Slot<T>>>,
+    done: bool,
+}
+
+struct Slot<T> {
+    value: Option<Result<T, ClientError>>,
+    waker: Option<Waker>,
+}
+
+struct Oneshot<T> {
+    slot: Arc<Mutex<Slot<T>>>,
+}
+
+fn oneshot<T>() -> (Oneshot<T>, Completer<T>) {
+    let slot = Arc::new(Mutex::new(Slot {
+        value: None,
+        waker: None,
+    }));
+    (
+        Oneshot {
+            slot: Arc::clone(&slot),
+        },
+        Completer { slot, done: false },
+    )
+}
+
+impl<T> Completer<T> {
+    fn complete(mut self, value: Result<T, ClientError>) {
+        self.fill(value);
+    }
+
+    fn fill(&mut self, value: Result<T, ClientError>) {
+        self.done = true;
+        let waker = {
+            let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+            slot.value = Some(value);
+            slot.waker.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+impl<T> Drop for Completer<T> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.fill(Err(ClientError::Closed));
+        }
+    }
+}
+
+impl<T> Future for Oneshot<T> {
+    type Output = Result<T, ClientError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.value.take() {
+            Some(v) => Poll::Ready(v),
+            None => {
+                slot.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}

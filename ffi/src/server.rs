@@ -1,0 +1,277 @@
+//! `AppServer` and the raw `Connection`: a host opens one server per state directory and talks
+//! JSON-RPC lines over bounded connections, or goes through `Client` (see `client`). Options are
+//! one record shared with the C ABI's JSON config, so both boundaries configure the same things.
+
+use crate::errors::{RecvError, SendError, ServerError};
+use crate::kernel::{ForeignKernel, ForeignTools};
+use crate::store::{RolloutStore, StoreKind};
+use crate::task::{TaskHandle, POLL};
+use crate::{AgentKernel, ApprovalPolicy, ToolExecutor};
+use cc_app_server::engine::{
+    AppServer as CoreServer, Connection as CoreConnection, RecvError as CoreRecvError, ServerConfig,
+};
+use cc_app_server::rollout::Durability as CoreDurability;
+use cc_app_server::scripted::ScriptedKernel;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// When a rollout append counts as done (see docs/rollout-format.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum Durability {
+    /// Group commit with fdatasync before any host sees the event (the default).
+    Sync,
+    /// Written to the OS, fsynced on flush/close: survives a process crash, not a power loss.
+    Buffered,
+    /// In memory until flush/close.
+    Ephemeral,
+}
+
+impl From<Durability> for CoreDurability {
+    fn from(d: Durability) -> Self {
+        match d {
+            Durability::Sync => CoreDurability::Sync,
+            Durability::Buffered => CoreDurability::Buffered,
+            Durability::Ephemeral => CoreDurability::Ephemeral,
+        }
+    }
+}
+
+/// How a server is opened. Every field but `state_dir` is optional; absent means the default of
+/// DESIGN.md §3 (JSONL, sync durability, ask for every tool, 1 MiB lines, …).
+#[derive(Debug, Clone, Default, uniffi::Record)]
+pub struct ServerOptions {
+    /// Directory of the rollout store (created 0700; refused if others can write to it).
+    pub state_dir: String,
+    #[uniffi(default = None)]
+    pub store: Option<StoreKind>,
+    #[uniffi(default = None)]
+    pub durability: Option<Durability>,
+    #[uniffi(default = None)]
+    pub policy: Option<ApprovalPolicy>,
+    /// What approvals are bound to (the workspace digest), e.g. the workspace root.
+    #[uniffi(default = None)]
+    pub workspace: Option<String>,
+    /// JSON script for the built-in scripted kernel (used when no host kernel is given; a thread's
+    /// `agentOptions.script` still wins).
+    #[uniffi(default = None)]
+    pub script_json: Option<String>,
+    #[uniffi(default = None)]
+    pub approval_timeout_ms: Option<u64>,
+    #[uniffi(default = None)]
+    pub settle_deadline_ms: Option<u64>,
+    #[uniffi(default = None)]
+    pub max_line_bytes: Option<u64>,
+    #[uniffi(default = None)]
+    pub inbound_messages: Option<u32>,
+    #[uniffi(default = None)]
+    pub outbound_messages: Option<u32>,
+}
+
+fn invalid(reason: impl Into<String>) -> ServerError {
+    ServerError::InvalidConfig {
+        reason: reason.into(),
+    }
+}
+
+impl ServerOptions {
+    /// The engine's config for these options; `kernel` / `tools` replace the built-in ones.
+    pub(crate) fn to_config(
+        &self,
+        kernel: Option<Arc<dyn cc_app_server::kernel::AgentKernel>>,
+        tools: Option<Arc<dyn cc_app_server::kernel::ToolExecutor>>,
+    ) -> Result<ServerConfig, ServerError> {
+        if self.state_dir.is_empty() {
+            return Err(invalid(
+                "state_dir is empty; pass the directory for the rollout",
+            ));
+        }
+        let mut config = ServerConfig::new(&self.state_dir);
+        if let Some(store) = self.store {
+            config.store = store.into();
+        }
+        if let Some(d) = self.durability {
+            config.store_options.durability = d.into();
+        }
+        if let Some(p) = self.policy {
+            config.policy = p.into();
+        }
+        if let Some(w) = &self.workspace {
+            config.workspace = w.clone();
+        }
+        if let Some(script) = &self.script_json {
+            let script = serde_json::from_str(script)
+                .map_err(|e| invalid(format!("script_json is not JSON: {e}")))?;
+            config.kernel = Arc::new(ScriptedKernel::new(script));
+        }
+        if let Some(k) = kernel {
+            config.kernel = k;
+        }
+        if let Some(t) = tools {
+            config.tools = t;
+        }
+        if let Some(ms) = self.approval_timeout_ms {
+            config.approval_timeout = Duration::from_millis(ms);
+        }
+        if let Some(ms) = self.settle_deadline_ms {
+            config.settle_deadline = Duration::from_millis(ms);
+        }
+        let positive = |name: &str, v: u64| match v {
+            0 => Err(invalid(format!("{name} must be at least 1"))),
+            v => usize::try_from(v).map_err(|_| invalid(format!("{name} is too large"))),
+        };
+        if let Some(v) = self.max_line_bytes {
+            config.limits.max_line_bytes = positive("max_line_bytes", v)?;
+        }
+        if let Some(v) = self.inbound_messages {
+            config.limits.inbound_messages = positive("inbound_messages", v.into())?;
+        }
+        if let Some(v) = self.outbound_messages {
+            config.limits.outbound_messages = positive("outbound_messages", v.into())?;
+        }
+        Ok(config)
+    }
+}
+
+/// An in-process app server over one state directory.
+#[derive(uniffi::Object)]
+pub struct AppServer {
+    pub(crate) inner: CoreServer,
+}
+
+impl AppServer {
+    pub(crate) fn open_core(config: ServerConfig) -> Result<CoreServer, ServerError> {
+        use cc_app_server::engine::OpenError;
+        CoreServer::open(config).map_err(|e| match e {
+            OpenError::Store(e) => ServerError::Store {
+                reason: e.to_string(),
+            },
+            OpenError::Config(reason) => ServerError::InvalidConfig { reason },
+        })
+    }
+}
+
+#[uniffi::export]
+impl AppServer {
+    /// Opens (recovering torn tails and closing turns a previous process left running). `kernel`
+    /// replaces the built-in scripted kernel; `tools` replaces the echo tool executor.
+    #[uniffi::constructor(default(kernel = None, tools = None))]
+    pub fn open(
+        options: ServerOptions,
+        kernel: Option<Arc<dyn AgentKernel>>,
+        tools: Option<Arc<dyn ToolExecutor>>,
+    ) -> Result<Arc<AppServer>, ServerError> {
+        let kernel = kernel.map(|k| Arc::new(ForeignKernel(k)) as _);
+        let tools = tools.map(|t| Arc::new(ForeignTools(t)) as _);
+        let inner = Self::open_core(options.to_config(kernel, tools)?)?;
+        Ok(Arc::new(AppServer { inner }))
+    }
+
+    /// A raw connection: the host speaks JSON-RPC lines itself (handshake included).
+    pub fn connect(&self) -> Result<Arc<Connection>, ServerError> {
+        self.inner
+            .connect()
+            .map(|inner| Arc::new(Connection { inner }))
+            .map_err(|_| ServerError::ShutDown)
+    }
+
+    /// The rollout store this server writes, for listing, reading and verifying threads.
+    pub fn store(&self) -> Arc<RolloutStore> {
+        Arc::new(RolloutStore::shared(Arc::clone(self.inner.store())))
+    }
+
+    /// Changes the approval policy; grants made under the old one lapse.
+    pub fn set_policy(&self, policy: ApprovalPolicy) {
+        self.inner.set_policy(policy.into());
+    }
+
+    /// Changes the workspace approvals are bound to; grants for the old one lapse.
+    pub fn set_workspace(&self, workspace: String) {
+        self.inner.set_workspace(&workspace);
+    }
+
+    /// Tools actually executed since open.
+    pub fn tools_executed(&self) -> u64 {
+        self.inner.stats().tools_executed.load(Ordering::Relaxed)
+    }
+
+    /// Interrupts live turns (waiting for each to settle), closes every connection and flushes
+    /// the store. Idempotent. Dropping the last reference does the same.
+    pub fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+}
+
+impl Drop for AppServer {
+    fn drop(&mut self) {
+        self.inner.shutdown();
+    }
+}
+
+/// Receives a connection's messages on a delivery thread (see `Connection.listen`).
+#[uniffi::export(with_foreign)]
+pub trait MessageListener: Send + Sync {
+    /// One JSON-RPC message from the server (response, notification or server request).
+    fn on_message(&self, message: String);
+    /// The connection closed; no more messages follow.
+    fn on_closed(&self);
+}
+
+/// The host's end of one connection: non-blocking bounded send, bounded receive.
+#[derive(uniffi::Object)]
+pub struct Connection {
+    pub(crate) inner: CoreConnection,
+}
+
+#[uniffi::export]
+impl Connection {
+    /// Queues one JSON-RPC message without blocking. `Overloaded` carries how long to wait.
+    pub fn send(&self, message: String) -> Result<(), SendError> {
+        self.inner.send(&message).map_err(SendError::from)
+    }
+
+    /// The next message, waiting up to `timeout_ms` (absent: until one arrives or it closes).
+    #[uniffi::method(default(timeout_ms = None))]
+    pub fn recv(&self, timeout_ms: Option<u64>) -> Result<String, RecvError> {
+        self.inner
+            .recv(timeout_ms.map(Duration::from_millis))
+            .map_err(RecvError::from)
+    }
+
+    /// The next message if one is ready.
+    pub fn try_recv(&self) -> Option<String> {
+        self.inner.try_recv()
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.inner.is_open()
+    }
+
+    /// Closes the connection; pending approvals fail closed. Idempotent.
+    pub fn close(&self) {
+        self.inner.close();
+    }
+
+    /// Delivers every message to `listener` on a background thread until the returned handle is
+    /// cancelled or dropped, or the connection closes (then `on_closed` is called once). Do not
+    /// mix with `recv` on the same connection: each message goes to exactly one of them.
+    pub fn listen(
+        self: Arc<Self>,
+        listener: Arc<dyn MessageListener>,
+    ) -> Result<Arc<TaskHandle>, RecvError> {
+        let conn = Arc::clone(&self);
+        TaskHandle::spawn("cc-ffi-conn-listener", move |cancelled| {
+            while !cancelled.load(Ordering::SeqCst) {
+                match conn.inner.recv(Some(POLL)) {
+                    Ok(m) => listener.on_message(m),
+                    Err(CoreRecvError::Timeout) => {}
+                    Err(CoreRecvError::Closed) => {
+                        listener.on_closed();
+                        break;
+                    }
+                }
+            }
+        })
+        .map_err(|_| RecvError::Closed)
+    }
+}
