@@ -829,3 +829,41 @@ fn client_bounds_and_timeouts() {
     assert_eq!((err.clone(), err.code()), (ClientError::Timeout, -32010));
     assert_eq!(client.pending_requests(), 0);
 }
+
+/// A store failure is -32603 with no internals (no paths, no store text); other threads still work.
+#[test]
+fn a_corrupt_thread_is_an_internal_error_without_internals() {
+    let dir = state_dir();
+    {
+        let server = server_with(dir.path(), |_| {});
+        let mut raw = Raw::init(&server, &[]);
+        raw.req(
+            "thread/start",
+            json!({"threadId": "bad", "title": "will be corrupted"}),
+        );
+        raw.req("thread/start", json!({"threadId": "good"}));
+        raw.req(
+            "turn/start",
+            json!({"threadId": "bad", "input": [{"type": "text", "text": "hello"}]}),
+        );
+        completed(&mut raw);
+        server.shutdown();
+    }
+    let path = dir.path().join("threads/bad.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let corrupted = text.replacen("will be corrupted", "WILL be corrupted", 1);
+    assert_ne!(text, corrupted);
+    std::fs::write(&path, corrupted).unwrap();
+
+    let server = server_with(dir.path(), |_| {});
+    let mut raw = Raw::init(&server, &[]);
+    let r = raw.req("thread/read", json!({"threadId": "bad"}));
+    assert_eq!(code(&r), -32603, "{r}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(
+        !message.contains(dir.path().to_str().unwrap()) && !message.contains("seq"),
+        "{message}"
+    );
+    let ok = raw.req("thread/read", json!({"threadId": "good"}));
+    assert!(ok.get("result").is_some(), "{ok}");
+}

@@ -603,7 +603,8 @@ fn list_pages_with_a_cursor(kind: StoreKind) {
         e.list(&ListQuery::default()).unwrap(),
         ListPage {
             threads: vec![],
-            next_cursor: None
+            next_cursor: None,
+            unreadable: vec![],
         }
     );
 }

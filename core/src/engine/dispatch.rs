@@ -398,6 +398,9 @@ pub(crate) fn recover_all(inner: &Inner) -> Result<(), StoreError> {
             cursor,
             limit: 1000,
         })?;
+        for (id, reason) in &page.unreadable {
+            eprintln!("cc-app-server: thread {id} cannot be read and was not recovered: {reason}");
+        }
         for summary in &page.threads {
             if let Err(e) = load_thread(inner, &summary.thread_id) {
                 eprintln!(

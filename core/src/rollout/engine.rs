@@ -926,6 +926,7 @@ impl<B: Backend> RolloutStore for Engine<B> {
         }
         let mut after = query.cursor.clone();
         let mut out: Vec<ThreadSummary> = Vec::with_capacity(limit + 1);
+        let mut unreadable = Vec::new();
         'outer: loop {
             let chunk = (limit + 1).max(64);
             let mut ids = self.backend.ids_after(after.as_deref(), chunk)?;
@@ -951,7 +952,11 @@ impl<B: Backend> RolloutStore for Engine<B> {
                 let s = match self.summary(&id) {
                     Ok(s) => s,
                     Err(StoreError::NotFound(_)) => continue,
-                    Err(e) => return Err(e),
+                    Err(StoreError::Closed) => return Err(StoreError::Closed),
+                    Err(e) => {
+                        unreadable.push((id, e.to_string()));
+                        continue;
+                    }
                 };
                 if s.archived && !query.include_archived {
                     continue;
@@ -971,6 +976,7 @@ impl<B: Backend> RolloutStore for Engine<B> {
         Ok(ListPage {
             threads: out,
             next_cursor,
+            unreadable,
         })
     }
 

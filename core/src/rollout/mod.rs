@@ -211,6 +211,9 @@ impl Default for ListQuery {
 pub struct ListPage {
     pub threads: Vec<ThreadSummary>,
     pub next_cursor: Option<String>,
+    /// Threads met on the way that could not be read (id, reason): a damaged thread is reported,
+    /// never silently skipped, and never stops the others from being listed.
+    pub unreadable: Vec<(String, String)>,
 }
 
 /// The result of checking a thread's whole chain.
