@@ -234,6 +234,34 @@ fn median_ns(group: &str, name: &str) -> Option<f64> {
     v["median"]["point_estimate"].as_f64()
 }
 
+/// Round trips alternated in short blocks, so load drift on a shared machine hits both sides
+/// alike: (median in-process µs, median stdio µs, median of per-block ratios).
+fn interleaved(blocks: usize, per_block: usize) -> (f64, f64, f64) {
+    let mut local = InProcess::new();
+    let mut child = StdioChild::new();
+    let time = |f: &mut dyn FnMut()| {
+        let start = std::time::Instant::now();
+        for _ in 0..per_block {
+            f();
+        }
+        start.elapsed().as_secs_f64() * 1e6 / per_block as f64
+    };
+    let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..blocks {
+        let x = time(&mut || local.round_trip());
+        let y = time(&mut || child.round_trip());
+        a.push(x);
+        b.push(y);
+        ratios.push(y / x);
+    }
+    local.server.shutdown();
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|p, q| p.total_cmp(q));
+        v[v.len() / 2]
+    };
+    (median(&mut a), median(&mut b), median(&mut ratios))
+}
+
 fn main() {
     stdio();
     Criterion::default().configure_from_args().final_summary();
@@ -248,6 +276,10 @@ fn main() {
             child / local
         );
     }
+    let (a, b, r) = interleaved(40, 500);
+    println!(
+        "interleaved (40 blocks of 500 each, alternating): in-process {a:.1} µs, stdio child {b:.1} µs, median ratio {r:.2}x"
+    );
     if let Some(batch) = batch {
         println!(
             "stdio pipelined thread/read: {:.0} messages/s (median of {BATCH}-request batches)",

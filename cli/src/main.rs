@@ -178,6 +178,14 @@ directory (the store's lock refuses a second opener)."
 fn main() -> ExitCode {
     let cli = Cli::parse();
     log::init(cli.log_level);
+    if !matches!(cli.command, Command::Serve(_)) {
+        // Report tools die quietly when their reader goes away (`rollout show X | head`), like
+        // any Unix filter. `serve` keeps SIGPIPE ignored: it turns EPIPE into a diagnostic.
+        // SAFETY: resetting a signal disposition to its default, before any other thread exists.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let code = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Rollout(RolloutCommand::List(args)) => rollout_cmd::list(args),
