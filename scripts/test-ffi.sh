@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The host boundary's tests beyond `cargo test -p cc-app-server-ffi`: builds the cdylib and the
+# pinned uniffi-bindgen once (target/debug), checks ffi/include/cc_app_server.h is what cbindgen
+# generates now, compiles the C test and the C example with gcc -Wall -Wextra -Werror, runs the C
+# test under valgrind (--leak-check=full, errors fail; ffi/tests/c/valgrind.supp only names
+# process-lifetime statics), generates the uniffi Python module against the same cdylib and runs
+# python/tests/test_ffi_*.py. Prints `N passed, N failed` lines per suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+step() { printf '\n=== %s\n' "$*"; }
+out=target/ffi-test
+mkdir -p "$out"
+
+step "build the cdylib and the pinned uniffi-bindgen"
+# One build: the bin needs the lib, so this also (re)builds target/debug/libcc_app_server_ffi.so.
+cargo build -p cc-app-server-ffi --features uniffi-cli --bins --lib --message-format=json-render-diagnostics >"$out/build.json"
+lib=target/debug/libcc_app_server_ffi.so
+bindgen=target/debug/uniffi-bindgen
+header_out=$(python3 - "$out/build.json" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m.get("reason") == "build-script-executed" and "cc-app-server-ffi" in m["package_id"]:
+        print(m["out_dir"])
+PY
+)
+
+step "C header is fresh"
+header_status=0
+if [ -z "$header_out" ] || ! diff -u ffi/include/cc_app_server.h "$header_out/cc_app_server.h"; then
+  echo "ffi/include/cc_app_server.h is stale: run CC_FFI_UPDATE_HEADER=1 cargo build -p cc-app-server-ffi and commit it"
+  header_status=1
+fi
+echo "header: $((1 - header_status)) passed, $header_status failed"
+
+step "C test (gcc -Wall -Wextra -Werror) under valgrind, and the C example"
+if ! command -v valgrind >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq valgrind >/dev/null
+  fi
+fi
+cflags=(-std=c11 -Wall -Wextra -Werror -g -I ffi/include)
+ldflags=(-L target/debug -lcc_app_server_ffi "-Wl,-rpath,$PWD/target/debug" -lpthread)
+gcc "${cflags[@]}" ffi/tests/c/test_capi.c -o "$out/test_capi" "${ldflags[@]}"
+gcc "${cflags[@]}" examples/c/host.c -o "$out/c_host" "${ldflags[@]}"
+c_status=0
+valgrind --error-exitcode=1 --leak-check=full --num-callers=500 \
+  --suppressions=ffi/tests/c/valgrind.supp --quiet "$out/test_capi" || c_status=1
+example_dir=$(mktemp -d)
+example_status=0
+"$out/c_host" "$example_dir/state" >"$out/c_host.log" || example_status=1
+rm -rf "$example_dir"
+grep -q '"method":"turn/completed"' "$out/c_host.log" || example_status=1
+grep -q '^rollout verified: ok' "$out/c_host.log" || example_status=1
+echo "c-example: $((1 - example_status)) passed, $example_status failed"
+
+step "uniffi Python module and the Python tests of the raw surface"
+py_dir=target/ffi-python
+rm -rf "$py_dir" && mkdir -p "$py_dir"
+"$bindgen" generate --library "$lib" --language python --out-dir "$py_dir" >/dev/null
+cp "$lib" "$py_dir/"
+venv=${CC_PYTHON_VENV:-.venv}
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pytest' 2>/dev/null; then
+  python3 -m venv "$venv" 2>/dev/null || {
+    rm -rf "$venv"
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+    fi
+    python3 -m venv "$venv"
+  }
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-dev.txt
+fi
+py_status=0
+CC_FFI_PYTHON_DIR="$PWD/$py_dir" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+  python/tests/test_ffi_surface.py python/tests/test_ffi_listeners.py || py_status=1
+
+status=$((header_status | c_status | example_status | py_status))
+echo
+if [ "$status" = 0 ]; then echo "ffi: all suites passed"; else echo "ffi: FAILED"; fi
+exit "$status"
