@@ -260,3 +260,40 @@ fn help_reads_well_on_every_command() {
     assert_eq!(rc, 2);
     assert!(err.contains("--state-dir"), "{err}");
 }
+
+#[test]
+fn verify_draws_a_progress_bar_only_on_a_terminal() {
+    let dir = state_dir();
+    let d = s(dir.path());
+    let mut p = Proc::serve(dir.path(), &["--durability", "buffered"]);
+    p.init();
+    for i in 0..60 {
+        p.req("thread/start", json!({"threadId": format!("t{i:02}")}));
+    }
+    p.close_stdin();
+    assert!(p.wait_exit(TIMEOUT).success());
+    // Through pipes: no bar.
+    let (rc, out, err) = run(&["rollout", "verify", "--state-dir", d]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(out.contains("all intact: 60 thread(s)"), "{out}");
+    assert!(!err.contains("verifying ["), "{err}");
+    // On a terminal (util-linux `script` gives the command a pty), the bar is drawn.
+    let Ok(tty) = std::process::Command::new("script")
+        .args([
+            "-qec",
+            &format!("{BIN} rollout verify --state-dir {d}"),
+            "/dev/null",
+        ])
+        .output()
+    else {
+        eprintln!("skipping the terminal half: `script` is not available");
+        return;
+    };
+    let all = String::from_utf8_lossy(&tty.stdout);
+    assert!(tty.status.success(), "{all}");
+    assert!(
+        all.contains("verifying [") && all.contains("60/60 threads"),
+        "{all}"
+    );
+    assert!(all.contains("all intact: 60 thread(s)"), "{all}");
+}
