@@ -226,7 +226,9 @@ fn drain(shared: &Shared, timeout: Duration) -> bool {
             .saturating_sub(flow.replies.load(Ordering::SeqCst));
         let turns = flow.active_turns.load(Ordering::SeqCst);
         let approvals = flow.waiting_approvals.load(Ordering::SeqCst);
-        if !shared.conn.is_open() || (pending == 0 && (turns <= 0 || approvals > 0)) {
+        // A turn has at most one approval outstanding, so `turns - approvals` are the turns
+        // that can still make progress without the client.
+        if !shared.conn.is_open() || (pending == 0 && turns - approvals <= 0) {
             return true;
         }
         if Instant::now() >= deadline {
