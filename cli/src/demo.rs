@@ -220,7 +220,7 @@ fn run_inner(args: &DemoArgs) -> Result<Checks, String> {
         digest_mismatch: Mutex::new(false),
     });
     let handler: Arc<dyn ApprovalHandler> = approver.clone();
-    let mut client = Client::connect(&server, Some(handler), ClientConfig::default())
+    let client = Client::connect(&server, Some(handler), ClientConfig::default())
         .map_err(|e| format!("the handshake failed: {e}"))?;
     let init = &client.initialize_result;
     say(&format!(

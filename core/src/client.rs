@@ -92,7 +92,7 @@ pub struct Client {
     next_id: AtomicU64,
     notifications: Mutex<Receiver<Value>>,
     config: ClientConfig,
-    pump: Option<std::thread::JoinHandle<()>>,
+    pump: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The server's initialize result.
     pub initialize_result: Value,
 }
@@ -120,7 +120,7 @@ impl Client {
             next_id: AtomicU64::new(1),
             notifications: Mutex::new(rx),
             config,
-            pump: Some(pump),
+            pump: Mutex::new(Some(pump)),
             initialize_result: Value::Null,
         };
         client.initialize_result = client.request(
@@ -179,9 +179,23 @@ impl Client {
         serde_json::from_value(result).map_err(|e| ClientError::Decode(e.to_string()))
     }
 
-    /// The next notification, waiting up to `timeout`.
+    /// The next notification, waiting up to `timeout` (`None` on timeout or once closed).
     pub fn next_notification(&self, timeout: Duration) -> Option<Value> {
-        lock(&self.notifications).recv_timeout(timeout).ok()
+        self.recv_notification(timeout).ok()
+    }
+
+    /// The next notification, telling a timeout from a closed connection with nothing left.
+    pub fn recv_notification(&self, timeout: Duration) -> Result<Value, RecvError> {
+        match lock(&self.notifications).recv_timeout(timeout) {
+            Ok(v) => Ok(v),
+            Err(RecvTimeoutError::Timeout) => Err(RecvError::Timeout),
+            Err(RecvTimeoutError::Disconnected) => Err(RecvError::Closed),
+        }
+    }
+
+    /// True once the connection is closed (by `close`, the server, or a host that stopped reading).
+    pub fn is_closed(&self) -> bool {
+        !self.conn.is_open()
     }
 
     /// Requests now waiting for an answer.
@@ -189,10 +203,12 @@ impl Client {
         lock(&self.pending).len()
     }
 
-    /// Closes the connection; pending requests end with `Closed`.
-    pub fn close(&mut self) {
+    /// Closes the connection; pending requests end with `Closed`. Idempotent; callable from any
+    /// thread that holds the client.
+    pub fn close(&self) {
         self.conn.close();
-        if let Some(p) = self.pump.take() {
+        let pump = lock(&self.pump).take();
+        if let Some(p) = pump {
             let _ = p.join();
         }
     }

@@ -828,6 +828,24 @@ fn client_bounds_and_timeouts() {
     let err = slow.join().unwrap().unwrap_err();
     assert_eq!((err.clone(), err.code()), (ClientError::Timeout, -32010));
     assert_eq!(client.pending_requests(), 0);
+    // Timeout and closed are told apart; after close every request is refused.
+    use cc_app_server::engine::RecvError;
+    while client.recv_notification(Duration::from_millis(50)).is_ok() {}
+    assert_eq!(
+        client.recv_notification(Duration::from_millis(10)),
+        Err(RecvError::Timeout)
+    );
+    client.close();
+    client.close();
+    assert!(client.is_closed());
+    assert_eq!(
+        client.request("thread/list", json!({})),
+        Err(ClientError::Closed)
+    );
+    assert_eq!(
+        client.recv_notification(Duration::from_millis(10)),
+        Err(RecvError::Closed)
+    );
 }
 
 /// A store failure is -32603 with no internals (no paths, no store text); other threads still work.
@@ -866,4 +884,71 @@ fn a_corrupt_thread_is_an_internal_error_without_internals() {
     );
     let ok = raw.req("thread/read", json!({"threadId": "good"}));
     assert!(ok.get("result").is_some(), "{ok}");
+}
+
+/// A kernel cannot invent item types or send over-long text: its output is checked against the
+/// schema before it is recorded, and the turn fails cleanly instead of emitting an invalid message.
+#[test]
+fn kernel_and_tool_output_is_checked_against_the_schema() {
+    use cc_app_server::kernel::{AgentKernel, KernelError, ToolExecutor, TurnContext};
+    use cc_app_server::protocol::{Item, ToolCall, ToolResult, ToolResultError, UserInput};
+
+    struct Inventive;
+    impl AgentKernel for Inventive {
+        fn run_turn(&self, ctx: &dyn TurnContext, _: &[UserInput]) -> Result<(), KernelError> {
+            if ctx.agent_options()["tool"] == true {
+                let call: ToolCall =
+                    serde_json::from_value(json!({"tool": "t", "arguments": {}})).unwrap();
+                let result = ctx.request_tool(&ctx.new_item_id(), call)?;
+                assert!(matches!(result, ToolResult::Error(_)), "{result:?}");
+                return Ok(());
+            }
+            ctx.item_started(Item::Unknown(json!({"type": "hologram", "id": "h1"})))
+        }
+    }
+    struct Verbose;
+    impl ToolExecutor for Verbose {
+        fn execute(&self, _: &str, _: &ToolCall) -> ToolResult {
+            ToolResult::Error(ToolResultError {
+                message: "x".repeat(5000),
+            })
+        }
+    }
+    let dir = state_dir();
+    let server = server_with(dir.path(), |c| {
+        c.kernel = Arc::new(Inventive);
+        c.tools = Arc::new(Verbose);
+        c.policy = ApprovalPolicy::AutoApprove;
+    });
+    let mut raw = Raw::init(&server, &[]);
+    raw.req("thread/start", json!({"threadId": "inv"}));
+    raw.req(
+        "turn/start",
+        json!({"threadId": "inv", "input": [{"type": "text", "text": "go"}]}),
+    );
+    let turn = completed(&mut raw);
+    assert_eq!(turn["status"], "failed");
+    assert_eq!(turn["error"]["code"], "kernelFailed");
+    assert!(
+        turn["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid Item"),
+        "{turn}"
+    );
+
+    raw.req(
+        "thread/start",
+        json!({"threadId": "verbose", "agentOptions": {"tool": true}}),
+    );
+    raw.req(
+        "turn/start",
+        json!({"threadId": "verbose", "input": [{"type": "text", "text": "go"}]}),
+    );
+    let result = raw.wait_method("tool/result");
+    assert_eq!(
+        result["params"]["result"]["message"],
+        "the tool returned a result outside wire v1"
+    );
+    assert_eq!(completed(&mut raw)["status"], "completed");
 }

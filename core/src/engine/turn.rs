@@ -5,7 +5,9 @@
 use super::{deliver, emit, lock, notification, ConnShared, Inner, ThreadState};
 use crate::approval::{self, ApprovalPolicy};
 use crate::kernel::{KernelError, TurnContext};
-use crate::protocol::{Item, ItemDelta, ToolCall, ToolResult, ToolResultDenied, UserInput};
+use crate::protocol::{
+    Item, ItemDelta, ToolCall, ToolResult, ToolResultDenied, ToolResultError, UserInput,
+};
 use crate::time::{format_unix_millis, now_rfc3339, now_unix_millis};
 use serde_json::{json, Value};
 use std::panic::AssertUnwindSafe;
@@ -214,6 +216,19 @@ struct Ctx<'a> {
     agent_options: Value,
 }
 
+/// A kernel's output, checked against the schema before it is recorded: the generated types keep
+/// unknown display values (`Item::Unknown`), which a kernel must not invent.
+fn checked<T: serde::Serialize + ?Sized>(
+    definition: &str,
+    value: &T,
+) -> Result<Value, KernelError> {
+    let value = serde_json::to_value(value).map_err(|e| KernelError::Failed(e.to_string()))?;
+    cc_agent_protocol::validate_protocol_definition(definition, &value).map_err(|e| {
+        KernelError::Failed(format!("the kernel produced an invalid {definition}: {e}"))
+    })?;
+    Ok(value)
+}
+
 fn recording_failed(e: impl std::fmt::Display) -> KernelError {
     KernelError::Failed(format!("could not record an event durably: {e}"))
 }
@@ -250,7 +265,7 @@ impl Ctx<'_> {
     }
 
     fn item_event(&self, kind: &str, method: &str, item: Item) -> Result<(), KernelError> {
-        let item = serde_json::to_value(item).map_err(|e| KernelError::Failed(e.to_string()))?;
+        let item = checked("Item", &item)?;
         self.record(
             json!({"type": kind, "turnId": self.turn.id, "item": item}),
             method,
@@ -478,7 +493,8 @@ impl TurnContext for Ctx<'_> {
     }
 
     fn item_delta(&self, item_id: &str, delta: ItemDelta) -> Result<(), KernelError> {
-        let delta = serde_json::to_value(delta).map_err(|e| KernelError::Failed(e.to_string()))?;
+        checked("Identifier", item_id)?;
+        let delta = checked("ItemDelta", &delta)?;
         self.record(
             json!({"type": "itemDelta", "turnId": self.turn.id, "itemId": item_id, "delta": delta}),
             "item/delta",
@@ -495,8 +511,8 @@ impl TurnContext for Ctx<'_> {
         if self.is_cancelled() {
             return Err(KernelError::Cancelled);
         }
-        let call_json =
-            serde_json::to_value(&call).map_err(|e| KernelError::Failed(e.to_string()))?;
+        checked("Identifier", item_id)?;
+        let call_json = checked("ToolCall", &call)?;
         self.record(
             json!({"type": "toolRequested", "turnId": self.turn.id, "itemId": item_id, "call": call_json}),
             "tool/requested",
@@ -519,8 +535,18 @@ impl TurnContext for Ctx<'_> {
                 self.inner.config.tools.execute(&self.thread.id, &call)
             }
         };
-        let result_json =
-            serde_json::to_value(&result).map_err(|e| KernelError::Failed(e.to_string()))?;
+        // A tool executor's result is checked like kernel output; an invalid one is recorded as a
+        // tool error rather than sent on.
+        let (result, result_json) = match checked("ToolResult", &result) {
+            Ok(json) => (result, json),
+            Err(_) => {
+                let error = ToolResult::Error(ToolResultError {
+                    message: "the tool returned a result outside wire v1".into(),
+                });
+                let json = checked("ToolResult", &error)?;
+                (error, json)
+            }
+        };
         self.record(
             json!({"type": "toolResult", "turnId": self.turn.id, "itemId": item_id, "result": result_json}),
             "tool/result",
