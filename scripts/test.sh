@@ -20,12 +20,14 @@ step "schema: generated code is fresh, v1 has no breaking change"
 cargo run -q -p cc-agent-protocol -- generate --check
 cargo run -q -p cc-agent-protocol -- compat --baseline schema/baselines/v1.json | tail -n 1
 
-for lang in typescript python kotlin ffi; do
-  if [ -f "scripts/test-$lang.sh" ]; then
-    step "$lang"
-    bash "scripts/test-$lang.sh"
-  fi
-done
+step "typescript: tsc --strict, fixture replay"
+bash scripts/test-typescript.sh
+step "python: mypy --strict, fixture replay"
+bash scripts/test-python.sh
+step "kotlin: kotlinc -Werror, fixture replay on the JVM"
+bash scripts/test-kotlin.sh
+step "host boundary: C ABI under valgrind, uniffi from Python, header freshness"
+bash scripts/test-ffi.sh
 
 echo
 echo "all suites passed"
