@@ -16,10 +16,17 @@ fn open(dir: &std::path::Path, store: StoreKind, durability: Durability) -> AppS
     AppServer::open(config).unwrap()
 }
 
-fn round_trip(conn: &cc_app_server::engine::Connection, id: u64, method: &str, params: &Value) -> Value {
-    conn.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()).unwrap();
+fn round_trip(
+    conn: &cc_app_server::engine::Connection,
+    id: u64,
+    method: &str,
+    params: &Value,
+) -> Value {
+    conn.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string())
+        .unwrap();
     loop {
-        let m: Value = serde_json::from_str(&conn.recv(Some(Duration::from_secs(60))).unwrap()).unwrap();
+        let m: Value =
+            serde_json::from_str(&conn.recv(Some(Duration::from_secs(60))).unwrap()).unwrap();
         if m["id"] == json!(id) && m.get("method").is_none() {
             return m;
         }
@@ -34,7 +41,12 @@ fn thread_read_latency(samples: usize) {
     let dir = tempfile::tempdir().unwrap();
     let server = open(dir.path(), StoreKind::Jsonl, Durability::Sync);
     let conn = server.connect().unwrap();
-    round_trip(&conn, 1, "initialize", &json!({"protocolVersion": 1, "minimumProtocolVersion": 1, "client": {"name": "bench", "version": "1"}, "features": []}));
+    round_trip(
+        &conn,
+        1,
+        "initialize",
+        &json!({"protocolVersion": 1, "minimumProtocolVersion": 1, "client": {"name": "bench", "version": "1"}, "features": []}),
+    );
     round_trip(&conn, 2, "thread/start", &json!({"threadId": "bench"}));
     let params = json!({"threadId": "bench", "limit": 10});
     for i in 0..1000 {
@@ -60,13 +72,25 @@ fn deltas_end_to_end(store: StoreKind, durability: Durability, deltas: usize) {
     let client = cc_app_server::client::Client::connect(&server, None, Default::default()).unwrap();
     let text = "x".repeat(deltas);
     let script = json!({"steps": [{"type": "message", "text": text, "chunks": deltas}]});
-    client.request("thread/start", json!({"threadId": "d", "agentOptions": {"script": script}})).unwrap();
+    client
+        .request(
+            "thread/start",
+            json!({"threadId": "d", "agentOptions": {"script": script}}),
+        )
+        .unwrap();
     let start = Instant::now();
-    client.request("turn/start", json!({"threadId": "d", "input": [{"type": "text", "text": "go"}]})).unwrap();
+    client
+        .request(
+            "turn/start",
+            json!({"threadId": "d", "input": [{"type": "text", "text": "go"}]}),
+        )
+        .unwrap();
     let mut notifications = 0u64;
     let mut delta_count = 0usize;
     loop {
-        let n = client.next_notification(Duration::from_secs(600)).expect("the turn keeps going");
+        let n = client
+            .next_notification(Duration::from_secs(600))
+            .expect("the turn keeps going");
         notifications += 1;
         if n["method"] == "item/delta" {
             delta_count += 1;
@@ -87,7 +111,11 @@ fn deltas_end_to_end(store: StoreKind, durability: Durability, deltas: usize) {
 fn main() {
     // `cargo bench` passes `--bench`; anything else containing "quick" shortens the run.
     let quick = std::env::args().any(|a| a == "quick");
-    let (samples, deltas) = if quick { (2_000, 1_000) } else { (20_000, 10_000) };
+    let (samples, deltas) = if quick {
+        (2_000, 1_000)
+    } else {
+        (20_000, 10_000)
+    };
     thread_read_latency(samples);
     for store in [StoreKind::Jsonl, StoreKind::Sqlite] {
         for durability in [Durability::Buffered, Durability::Sync] {

@@ -250,6 +250,40 @@ mod tests {
         );
     }
 
+    /// A minimal executor: polls, parks until woken.
+    fn block_on<F: Future>(fut: F) -> F::Output {
+        struct Unpark(std::thread::Thread);
+        impl std::task::Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        let mut fut = std::pin::pin!(fut);
+        loop {
+            if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+                return v;
+            }
+            std::thread::park_timeout(Duration::from_secs(5));
+        }
+    }
+
+    #[test]
+    fn async_recv_wakes_on_push_and_on_close() {
+        let q = BoundedQueue::new(4, 100);
+        let q2 = Arc::clone(&q);
+        let pusher = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            q2.try_push("async".into()).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            q2.close();
+        });
+        assert_eq!(block_on(q.recv_async()), Ok("async".to_string()));
+        assert_eq!(block_on(q.recv_async()), Err(RecvError::Closed));
+        pusher.join().unwrap();
+    }
+
     #[test]
     fn timed_recv_times_out_and_wakes_on_push() {
         let q = BoundedQueue::new(4, 100);
