@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Decides `approval/decide` requests. Throwing, or taking longer than the client's approval
 /// timeout, declines; with no handler at all the client declines every request.
@@ -206,31 +206,33 @@ impl Client {
         TaskHandle::spawn("cc-ffi-notifications", move |cancelled| {
             while !cancelled.load(Ordering::SeqCst) {
                 let Some(client) = weak.upgrade() else { break };
-                let started = Instant::now();
-                let next = client.next_notification(POLL);
+                let next = client.recv_notification(POLL);
                 drop(client);
                 match next {
-                    Some(message) => {
+                    Ok(message) => {
                         if cancelled.load(Ordering::SeqCst) {
                             break;
                         }
                         let method = message["method"].as_str().unwrap_or_default().to_string();
                         listener.on_notification(method, message["params"].to_string());
                     }
-                    // The core client returns at once when its pump has ended (server shut
-                    // down); do not spin while the host has not closed us yet.
-                    None => std::thread::sleep(POLL.saturating_sub(started.elapsed())),
+                    Err(cc_app_server::engine::RecvError::Timeout) => {}
+                    // The connection is gone (closed, or the server shut down): nothing more
+                    // will arrive.
+                    Err(cc_app_server::engine::RecvError::Closed) => break,
                 }
             }
         })
         .map_err(|_| ClientError::Closed)
     }
 
-    /// Closes the client: no new requests start; the connection closes as soon as requests still
-    /// in flight have returned (they end with `Closed` when the server is gone). Idempotent.
+    /// Closes the client and its connection now: no new requests start and requests still in
+    /// flight end with `Closed`. Idempotent.
     pub fn close(&self) {
         let taken = self.inner.write().unwrap_or_else(|p| p.into_inner()).take();
-        drop(taken);
+        if let Some(core) = taken {
+            core.close();
+        }
     }
 }
 

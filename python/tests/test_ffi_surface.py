@@ -196,11 +196,38 @@ def test_approvals_decline_by_default_and_on_handler_failure(state_dir: str, han
     client = ffi.Client.connect(server, chosen)
     start_turn(client, "t", TOOL_SCRIPT)
     resolved = wait_for(client, "approval/resolved")
-    assert resolved["params"]["outcome"] != "accepted"
+    # Absent, failing or declining: the client answers decline, the server records it.
+    assert resolved["params"]["outcome"] == "declined", resolved
     done = wait_for(client, "turn/completed")
     assert done["params"]["turn"]["status"] == "completed"
     assert server.tools_executed() == 0
     client.close()
+    server.shutdown()
+
+
+def test_close_ends_in_flight_requests_at_once(state_dir: str) -> None:
+    server = open_server(state_dir)
+    client = ffi.Client.connect(server, None)
+    start_turn(client, "deaf", {"steps": [{"type": "message", "text": "in"}, {"type": "ignoreCancel", "ms": 3000}]})
+    wait_for(client, "item/completed")
+    turn = json.loads(client.request_blocking("thread/resume", json.dumps({"threadId": "deaf"})))["activeTurn"]
+    outcome: list[Any] = []
+
+    def interrupt() -> None:
+        try:
+            client.request_blocking("turn/interrupt", json.dumps({"threadId": "deaf", "turnId": turn["id"]}))
+            outcome.append("answered")
+        except ffi.ClientError.Closed:
+            outcome.append("closed")
+
+    waiter = threading.Thread(target=interrupt)
+    waiter.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    client.close()
+    waiter.join(timeout=10)
+    assert outcome == ["closed"]
+    assert time.monotonic() - started < 1.5, "close did not wait for the kernel to settle"
     server.shutdown()
 
 
