@@ -431,6 +431,13 @@ pub fn validate_protocol_message(message: &Value) -> Result<MessageKind, Validat
                 method,
                 definition,
             })
+        } else if reg.notifications.contains_key(method) {
+            return Err(ValidationError::single(
+                "message",
+                ErrorClass::InvalidRequest,
+                "/id",
+                format!("{method} is a notification and carries no id"),
+            ));
         } else {
             return Err(ValidationError::single(
                 "message",
@@ -447,6 +454,13 @@ pub fn validate_protocol_message(message: &Value) -> Result<MessageKind, Validat
             method,
             definition,
         })
+    } else if reg.client_methods.contains_key(method) || reg.server_methods.contains_key(method) {
+        return Err(ValidationError::single(
+            "message",
+            ErrorClass::InvalidRequest,
+            "",
+            format!("{method} is a request and needs an integer id"),
+        ));
     } else {
         return Err(ValidationError::single(
             "message",
@@ -543,6 +557,24 @@ mod tests {
         .unwrap_err();
         assert_eq!(err.issues[0].pointer, "/params/input/0/type");
         assert!(err.issues[0].message.contains("\"text\""), "{err}");
+    }
+
+    #[test]
+    fn a_request_without_id_or_a_notification_with_one_is_an_invalid_request() {
+        let err = validate_protocol_message(
+            &json!({"jsonrpc": "2.0", "method": "thread/list", "params": {}}),
+        )
+        .unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidRequest, "{err}");
+        let err = validate_protocol_message(
+            &json!({"jsonrpc": "2.0", "id": 4, "method": "turn/completed", "params": {}}),
+        )
+        .unwrap_err();
+        assert_eq!(
+            (err.class, err.pointer()),
+            (ErrorClass::InvalidRequest, "/id"),
+            "{err}"
+        );
     }
 
     #[test]
