@@ -140,14 +140,8 @@ impl StoredEvent {
     }
 }
 
-/// Where a forked thread came from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ForkOrigin {
-    pub thread_id: String,
-    pub event_seq: u64,
-    pub event_hash: String,
-}
+/// Where a forked thread came from: the wire type itself (generated from the schema).
+pub use crate::protocol::ForkOrigin;
 
 /// What `start` needs.
 #[derive(Debug, Clone, Default)]
