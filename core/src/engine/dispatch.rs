@@ -2,16 +2,21 @@
 //! handshake, then run the method. Also thread loading and restart recovery, which every method
 //! that touches a thread goes through.
 
-use super::turn::{self, turn_json, TurnShared};
+use super::turn::{self, rpc, turn_error, wire_turn, TurnShared};
 use super::{
-    deliver, emit, lock, notification, ConnShared, Inner, ThreadData, ThreadState,
-    IMPLEMENTED_FEATURES,
+    deliver, emit, lock, ConnShared, Inner, ThreadData, ThreadState, IMPLEMENTED_FEATURES,
 };
 use crate::approval::digest_json;
-use crate::protocol::UserInput;
+use crate::protocol::{
+    EventPayload, InitializeResult, ServerInfo, ServerNotification, Thread, ThreadArchiveResult,
+    ThreadForkResult, ThreadListResult, ThreadStartResult, ThreadStatus, ThreadUpdatedNotification,
+    ThreadUpdatedParams, Turn, TurnCompletedEvent, TurnInterruptResult, TurnStartResult,
+    TurnStartedEvent, TurnStartedNotification, TurnStartedParams, TurnStatus, UserInput,
+};
 use crate::rollout::{ListQuery, StoreError, ThreadStart, ThreadSummary};
 use cc_agent_protocol::{validate_protocol_message, MessageKind};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -73,6 +78,12 @@ impl From<StoreError> for RpcError {
 }
 
 type RpcResult = Result<Value, RpcError>;
+
+/// A typed result on its way to the wire.
+fn result(value: impl Serialize) -> RpcResult {
+    serde_json::to_value(value)
+        .map_err(|_| RpcError::new(-32603, "internal error: unencodable result"))
+}
 
 fn reply(inner: &Inner, conn: &ConnShared, id: Value, result: RpcResult) {
     let message = match result {
@@ -245,13 +256,18 @@ fn initialize(inner: &Inner, conn: &ConnShared, params: &Value) -> RpcResult {
     let mut state = lock(&conn.state);
     state.initialized = true;
     state.features = features.clone();
-    Ok(json!({
-        "protocolVersion": chosen,
-        "downgraded": chosen < client_hi,
-        "features": features,
-        "server": {"name": inner.config.server_name, "version": inner.config.server_version},
-        "schemaDigest": cc_agent_protocol::schema_digest(),
-    }))
+    result(InitializeResult {
+        protocol_version: u64::from(chosen),
+        downgraded: chosen < client_hi,
+        features,
+        server: ServerInfo {
+            name: inner.config.server_name.clone(),
+            version: inner.config.server_version.clone(),
+            extra: Map::new(),
+        },
+        schema_digest: cc_agent_protocol::schema_digest().to_string(),
+        extra: Map::new(),
+    })
 }
 
 /// Runs `f` once per (method, idempotencyKey); a retry returns the first result, a reuse of the
@@ -292,19 +308,26 @@ fn random_id(prefix: &str) -> String {
     format!("{prefix}-{}", &crate::approval::new_nonce()[..20])
 }
 
-fn thread_json(id: &str, data: &ThreadData) -> Value {
+fn wire_thread(id: &str, data: &ThreadData) -> Thread {
     let status = if data.archived {
-        "archived"
+        ThreadStatus::Archived
     } else if data.active.is_some() {
-        "active"
+        ThreadStatus::Active
     } else {
-        "idle"
+        ThreadStatus::Idle
     };
-    json!({
-        "id": id, "title": data.title, "status": status, "archived": data.archived,
-        "createdAt": data.created_at, "updatedAt": data.updated_at, "lastEventSeq": data.last_seq,
-        "forkedFrom": data.forked_from, "metadata": data.metadata,
-    })
+    Thread {
+        id: id.into(),
+        title: data.title.clone(),
+        status,
+        archived: data.archived,
+        created_at: data.created_at.clone(),
+        updated_at: data.updated_at.clone(),
+        last_event_seq: data.last_seq,
+        forked_from: data.forked_from.clone(),
+        metadata: data.metadata.clone(),
+        extra: Map::new(),
+    }
 }
 
 fn data_from_summary(summary: &ThreadSummary) -> ThreadData {
@@ -315,10 +338,7 @@ fn data_from_summary(summary: &ThreadSummary) -> ThreadData {
         updated_at: summary.updated_at.clone(),
         archived: summary.archived,
         last_seq: summary.last_seq,
-        forked_from: summary
-            .forked_from
-            .as_ref()
-            .map(|f| serde_json::to_value(f).expect("fork origin is JSON")),
+        forked_from: summary.forked_from.clone(),
         agent_options: Value::Null,
         active: None,
         turns: HashMap::new(),
@@ -346,25 +366,32 @@ pub(crate) fn load_thread(inner: &Inner, id: &str) -> Result<Arc<ThreadState>, R
 /// Rebuilds the thread's turns from its rollout; a turn with no terminal event was cut off by a
 /// crash or a drop, and is closed now as failed, with that evidence recorded.
 fn recover_turns(inner: &Inner, thread: &ThreadState) -> Result<(), RpcError> {
-    let mut turns: Vec<(String, Value)> = Vec::new();
+    let mut turns: Vec<Turn> = Vec::new();
     let mut after = 0;
     loop {
         let page = inner.store.read(&thread.id, after, 1000)?;
         for e in &page.events {
-            let p = &e.payload;
-            let turn_id = p["turnId"].as_str().unwrap_or_default().to_string();
-            match e.kind() {
-                "turnStarted" => turns.push((
-                    turn_id.clone(),
-                    turn_json(&turn_id, &thread.id, "queued", &e.time, None, None),
+            // The store holds what the engine wrote; a payload it cannot decode is left alone
+            // here and reported by verification, never guessed at.
+            match serde_json::from_value::<EventPayload>(e.payload.clone()) {
+                Ok(EventPayload::TurnStarted(p)) => turns.push(wire_turn(
+                    &p.turn_id,
+                    &thread.id,
+                    TurnStatus::Queued,
+                    &e.time,
+                    None,
+                    None,
                 )),
-                "turnStatusChanged" | "turnCompleted" => {
-                    if let Some((_, t)) = turns.iter_mut().rev().find(|(id, _)| *id == turn_id) {
-                        t["status"] = p["status"].clone();
-                        if e.kind() == "turnCompleted" {
-                            t["completedAt"] = json!(e.time);
-                            t["error"] = p["error"].clone();
-                        }
+                Ok(EventPayload::TurnStatusChanged(p)) => {
+                    if let Some(t) = turns.iter_mut().rev().find(|t| t.id == p.turn_id) {
+                        t.status = p.status;
+                    }
+                }
+                Ok(EventPayload::TurnCompleted(p)) => {
+                    if let Some(t) = turns.iter_mut().rev().find(|t| t.id == p.turn_id) {
+                        t.status = p.status;
+                        t.completed_at = Some(e.time.clone());
+                        t.error = p.error;
                     }
                 }
                 _ => {}
@@ -375,17 +402,24 @@ fn recover_turns(inner: &Inner, thread: &ThreadState) -> Result<(), RpcError> {
             break;
         }
     }
-    for (turn_id, turn) in turns.iter_mut() {
-        if turn["completedAt"].is_null() {
-            let error = json!({"code": "serverRestarted", "message": "the server stopped while this turn was running; it was closed when the thread was next opened"});
-            let payload = json!({"type": "turnCompleted", "turnId": turn_id, "status": "failed", "error": error, "physicallySettled": true});
-            let events = emit(inner, thread, vec![payload], |_| vec![])?;
-            turn["status"] = json!("failed");
-            turn["completedAt"] = json!(events[0].time);
-            turn["error"] = error;
-        }
+    for turn in turns.iter_mut().filter(|t| t.completed_at.is_none()) {
+        let error = turn_error(
+            "serverRestarted",
+            "the server stopped while this turn was running; it was closed when the thread was next opened",
+        );
+        let payload = EventPayload::TurnCompleted(TurnCompletedEvent {
+            turn_id: turn.id.clone(),
+            status: TurnStatus::Failed,
+            error: Some(error.clone()),
+            physically_settled: true,
+            extra: Map::new(),
+        });
+        let events = emit(inner, thread, vec![payload], |_| vec![])?;
+        turn.status = TurnStatus::Failed;
+        turn.completed_at = Some(events[0].time.clone());
+        turn.error = Some(error);
     }
-    lock(&thread.data).turns = turns.into_iter().collect();
+    lock(&thread.data).turns = turns.into_iter().map(|t| (t.id.clone(), t)).collect();
     Ok(())
 }
 
@@ -454,9 +488,12 @@ fn thread_start(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcRes
         emit_lock: Mutex::new(()),
     });
     subscribe(&state, conn);
-    let thread = thread_json(&thread_id, &lock(&state.data));
+    let thread = wire_thread(&thread_id, &lock(&state.data));
     lock(&inner.threads).insert(thread_id, state);
-    Ok(json!({"thread": thread}))
+    result(ThreadStartResult {
+        thread,
+        extra: Map::new(),
+    })
 }
 
 fn thread_read(inner: &Inner, conn: &Arc<ConnShared>, params: &Value, resume: bool) -> RpcResult {
@@ -470,15 +507,13 @@ fn thread_read(inner: &Inner, conn: &Arc<ConnShared>, params: &Value, resume: bo
     subscribe(&thread, conn);
     let events: Vec<Value> = page.events.iter().map(|e| e.to_json()).collect();
     let data = lock(&thread.data);
-    let mut result = json!({"thread": thread_json(&thread.id, &data), "events": events, "hasMore": page.has_more});
+    // Events go out as the store's `RolloutEvent` JSON (checked against the schema by the
+    // rollout tests) rather than through a second decode into the generated type.
+    let mut answer = json!({"thread": wire_thread(&thread.id, &data), "events": events, "hasMore": page.has_more});
     if resume {
-        result["activeTurn"] = data
-            .active
-            .as_ref()
-            .map(|t| t.to_json())
-            .unwrap_or(Value::Null);
+        answer["activeTurn"] = json!(data.active.as_ref().map(|t| t.to_wire()));
     }
-    Ok(result)
+    Ok(answer)
 }
 
 fn thread_fork(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcResult {
@@ -502,9 +537,12 @@ fn thread_fork(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcResu
     });
     recover_turns(inner, &state)?;
     subscribe(&state, conn);
-    let thread = thread_json(&new_id, &lock(&state.data));
+    let thread = wire_thread(&new_id, &lock(&state.data));
     lock(&inner.threads).insert(new_id, state);
-    Ok(json!({"thread": thread}))
+    result(ThreadForkResult {
+        thread,
+        extra: Map::new(),
+    })
 }
 
 fn thread_list(inner: &Inner, params: &Value) -> RpcResult {
@@ -518,15 +556,19 @@ fn thread_list(inner: &Inner, params: &Value) -> RpcResult {
     };
     let page = inner.store.list(&query)?;
     let loaded = lock(&inner.threads);
-    let threads: Vec<Value> = page
+    let threads: Vec<Thread> = page
         .threads
         .iter()
         .map(|s| match loaded.get(&s.thread_id) {
-            Some(t) => thread_json(&t.id, &lock(&t.data)),
-            None => thread_json(&s.thread_id, &data_from_summary(s)),
+            Some(t) => wire_thread(&t.id, &lock(&t.data)),
+            None => wire_thread(&s.thread_id, &data_from_summary(s)),
         })
         .collect();
-    Ok(json!({"threads": threads, "nextCursor": page.next_cursor}))
+    result(ThreadListResult {
+        threads,
+        next_cursor: page.next_cursor,
+        extra: Map::new(),
+    })
 }
 
 fn thread_archive(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcResult {
@@ -542,32 +584,43 @@ fn thread_archive(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcR
             ));
         }
         if data.archived {
-            return Ok(json!({"thread": thread_json(&thread.id, &data)}));
+            return result(ThreadArchiveResult {
+                thread: wire_thread(&thread.id, &data),
+                extra: Map::new(),
+            });
         }
     }
     let event = inner.store.set_archived(&thread.id, true)?;
-    let (json_thread, subscribers) = {
+    let (wire, subscribers) = {
         let mut data = lock(&thread.data);
         data.archived = true;
         data.last_seq = event.seq;
         data.updated_at = event.time.clone();
         (
-            thread_json(&thread.id, &data),
+            wire_thread(&thread.id, &data),
             data.subscribers
                 .iter()
                 .filter_map(|w| w.upgrade())
                 .collect::<Vec<_>>(),
         )
     };
-    let note = notification(
-        "thread/updated",
-        json!({"threadId": thread.id, "eventSeq": event.seq, "thread": json_thread}),
-    )
-    .to_string();
+    let note = ServerNotification::ThreadUpdated(ThreadUpdatedNotification {
+        jsonrpc: rpc(),
+        params: ThreadUpdatedParams {
+            thread_id: thread.id.clone(),
+            event_seq: event.seq,
+            thread: wire.clone(),
+            extra: Map::new(),
+        },
+    });
+    let note = serde_json::to_string(&note).expect("a notification is JSON");
     for c in subscribers {
         deliver(inner, &c, note.clone());
     }
-    Ok(json!({"thread": json_thread}))
+    result(ThreadArchiveResult {
+        thread: wire,
+        extra: Map::new(),
+    })
 }
 
 fn turn_start(inner: &Arc<Inner>, conn: &Arc<ConnShared>, params: &Value) -> RpcResult {
@@ -596,25 +649,30 @@ fn turn_start(inner: &Arc<Inner>, conn: &Arc<ConnShared>, params: &Value) -> Rpc
         data.active = Some(Arc::clone(&turn));
         turn
     };
-    let turn_value = turn.to_json();
-    let recorded = emit(
-        inner,
-        &thread,
-        vec![json!({"type": "turnStarted", "turnId": turn.id, "input": params["input"]})],
-        |events| {
-            vec![notification(
-                "turn/started",
-                json!({"threadId": thread.id, "eventSeq": events[0].seq, "turn": turn_value}),
-            )]
-        },
-    );
+    let wire = turn.to_wire();
+    let started = EventPayload::TurnStarted(TurnStartedEvent {
+        turn_id: turn.id.clone(),
+        input: input.clone(),
+        extra: Map::new(),
+    });
+    let recorded = emit(inner, &thread, vec![started], |events| {
+        vec![ServerNotification::TurnStarted(TurnStartedNotification {
+            jsonrpc: rpc(),
+            params: TurnStartedParams {
+                thread_id: thread.id.clone(),
+                event_seq: events[0].seq,
+                turn: wire.clone(),
+                extra: Map::new(),
+            },
+        })]
+    });
     if let Err(e) = recorded {
         lock(&thread.data).active = None;
         return Err(e.into());
     }
     lock(&thread.data)
         .turns
-        .insert(turn.id.clone(), turn_value.clone());
+        .insert(turn.id.clone(), wire.clone());
     let (inner2, thread2, turn2) = (Arc::clone(inner), Arc::clone(&thread), Arc::clone(&turn));
     let handle = std::thread::Builder::new()
         .name(format!("cc-turn-{}", turn.id))
@@ -623,7 +681,10 @@ fn turn_start(inner: &Arc<Inner>, conn: &Arc<ConnShared>, params: &Value) -> Rpc
     let mut handles = lock(&inner.turn_threads);
     handles.retain(|h| !h.is_finished());
     handles.push(handle);
-    Ok(json!({"turn": turn_value}))
+    result(TurnStartResult {
+        turn: wire,
+        extra: Map::new(),
+    })
 }
 
 /// Answers from a helper thread: waiting for the kernel to settle must not stall the connection.
@@ -642,7 +703,7 @@ fn turn_interrupt(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: Value, params:
     };
     let Some(turn) = active else {
         let result = match known {
-            Some(t) => Ok(json!({"turn": t, "physicallySettled": true})),
+            Some(turn) => settled(turn),
             None => Err(RpcError::new(
                 -32004,
                 format!("turn {turn_id:?} not found in this thread"),
@@ -655,10 +716,19 @@ fn turn_interrupt(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: Value, params:
     let deadline = inner.config.settle_deadline;
     std::thread::spawn(move || {
         let result = match turn.wait_settled(deadline) {
-            Some(t) => Ok(json!({"turn": t, "physicallySettled": true})),
+            Some(turn) => settled(turn),
             None => Err(RpcError::new(-32010, "the kernel has not stopped yet")
                 .with_reason("the turn stays live and ends as interrupted once the kernel stops; ask again or wait for turn/completed")),
         };
         reply(&inner, &conn, id, result);
     });
+}
+
+/// turn/interrupt's answer: only ever given once the kernel has returned.
+fn settled(turn: Turn) -> RpcResult {
+    result(TurnInterruptResult {
+        turn,
+        physically_settled: true,
+        extra: Map::new(),
+    })
 }

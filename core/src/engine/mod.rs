@@ -12,9 +12,10 @@ pub use config::{Limits, ServerConfig};
 pub use queue::{PushError, RecvError, RecvFuture};
 
 use crate::approval::{ApprovalPolicy, Grants};
+use crate::protocol::{EventPayload, ServerNotification};
 use crate::rollout::{open_store, NewEvent, RolloutStore, StoreError, StoredEvent};
 use queue::BoundedQueue;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
@@ -79,11 +80,11 @@ pub(crate) struct ThreadData {
     pub updated_at: String,
     pub archived: bool,
     pub last_seq: u64,
-    pub forked_from: Option<Value>,
+    pub forked_from: Option<crate::protocol::ForkOrigin>,
     pub agent_options: Value,
     pub active: Option<Arc<TurnShared>>,
     /// Turns seen in this thread: id → last known wire Turn.
-    pub turns: HashMap<String, Value>,
+    pub turns: HashMap<String, crate::protocol::Turn>,
     pub subscribers: Vec<Weak<ConnShared>>,
 }
 
@@ -365,14 +366,15 @@ fn retry_after_ms(conn: &ConnShared) -> u64 {
 pub(crate) fn emit(
     inner: &Inner,
     thread: &ThreadState,
-    payloads: Vec<Value>,
-    notify: impl FnOnce(&[StoredEvent]) -> Vec<Value>,
+    payloads: Vec<EventPayload>,
+    notify: impl FnOnce(&[StoredEvent]) -> Vec<ServerNotification>,
 ) -> Result<Vec<StoredEvent>, StoreError> {
     let _guard = lock(&thread.emit_lock);
-    let events = inner.store.append(
-        &thread.id,
-        payloads.into_iter().map(NewEvent::new).collect(),
-    )?;
+    let payloads = payloads
+        .iter()
+        .map(|p| NewEvent::new(serde_json::to_value(p).expect("an event payload is JSON")))
+        .collect();
+    let events = inner.store.append(&thread.id, payloads)?;
     let subscribers: Vec<Arc<ConnShared>> = {
         let mut data = lock(&thread.data);
         if let Some(last) = events.last() {
@@ -384,7 +386,7 @@ pub(crate) fn emit(
         data.subscribers.iter().filter_map(Weak::upgrade).collect()
     };
     for message in notify(&events) {
-        let text = message.to_string();
+        let text = serde_json::to_string(&message).expect("a notification is JSON");
         for conn in &subscribers {
             deliver(inner, conn, text.clone());
         }
@@ -412,14 +414,10 @@ pub(crate) fn deliver(inner: &Inner, conn: &ConnShared, text: String) {
     }
 }
 
-/// A JSON-RPC notification.
-pub(crate) fn notification(method: &str, params: Value) -> Value {
-    json!({"jsonrpc": "2.0", "method": method, "params": params})
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn idempotency_cache_is_bounded_and_evicts_the_oldest() {

@@ -2,14 +2,23 @@
 //! the approval gate every tool request passes through. The terminal event is appended (durably)
 //! before `turn/completed` is sent, and exactly once per turn.
 
-use super::{deliver, emit, lock, notification, ConnShared, Inner, ThreadState};
+use super::{deliver, emit, lock, ConnShared, Inner, ThreadState};
 use crate::approval::{self, ApprovalPolicy};
 use crate::kernel::{KernelError, TurnContext};
 use crate::protocol::{
-    Item, ItemDelta, ToolCall, ToolResult, ToolResultDenied, ToolResultError, UserInput,
+    ApprovalBinding, ApprovalDecideParams, ApprovalDecideRequest, ApprovalDecision,
+    ApprovalFailure, ApprovalOutcome, ApprovalRequestedEvent, ApprovalRequestedNotification,
+    ApprovalRequestedParams, ApprovalResolvedEvent, ApprovalResolvedNotification,
+    ApprovalResolvedParams, EventPayload, Item, ItemCompletedEvent, ItemCompletedNotification,
+    ItemCompletedParams, ItemDelta, ItemDeltaEvent, ItemDeltaNotification, ItemDeltaParams,
+    ItemStartedEvent, ItemStartedNotification, ItemStartedParams, ServerNotification,
+    ServerRequest, ToolCall, ToolRequestedEvent, ToolRequestedNotification, ToolRequestedParams,
+    ToolResult, ToolResultDenied, ToolResultError, ToolResultEvent, ToolResultNotification,
+    ToolResultParams, Turn, TurnCompletedEvent, TurnCompletedNotification, TurnCompletedParams,
+    TurnError, TurnStatus, TurnStatusChangedEvent, UserInput,
 };
 use crate::time::{format_unix_millis, now_rfc3339, now_unix_millis};
-use serde_json::{json, Value};
+use serde_json::{Map, Value};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, RecvTimeoutError};
@@ -21,11 +30,11 @@ pub(crate) struct TurnShared {
     pub id: String,
     pub thread_id: String,
     pub started_at: String,
-    status: Mutex<&'static str>,
+    status: Mutex<TurnStatus>,
     cancelled: AtomicBool,
     wake: (Mutex<()>, Condvar),
     /// The terminal Turn once the runner has physically stopped.
-    done: Mutex<Option<Value>>,
+    done: Mutex<Option<Turn>>,
     done_cv: Condvar,
     pub conn: Weak<ConnShared>,
     grants: Mutex<approval::Grants>,
@@ -38,7 +47,7 @@ impl TurnShared {
             id,
             thread_id,
             started_at: now_rfc3339(),
-            status: Mutex::new("queued"),
+            status: Mutex::new(TurnStatus::Queued),
             cancelled: AtomicBool::new(false),
             wake: (Mutex::new(()), Condvar::new()),
             done: Mutex::new(None),
@@ -50,11 +59,11 @@ impl TurnShared {
     }
 
     /// The wire Turn as it stands now.
-    pub fn to_json(&self) -> Value {
+    pub fn to_wire(&self) -> Turn {
         if let Some(done) = lock(&self.done).clone() {
             return done;
         }
-        turn_json(
+        wire_turn(
             &self.id,
             &self.thread_id,
             *lock(&self.status),
@@ -72,7 +81,7 @@ impl TurnShared {
     }
 
     /// Waits up to `timeout` for the runner to stop; the terminal Turn if it did.
-    pub fn wait_settled(&self, timeout: Duration) -> Option<Value> {
+    pub fn wait_settled(&self, timeout: Duration) -> Option<Turn> {
         let deadline = Instant::now() + timeout;
         let mut done = lock(&self.done);
         while done.is_none() {
@@ -90,16 +99,36 @@ impl TurnShared {
     }
 }
 
-pub(crate) fn turn_json(
+pub(crate) fn wire_turn(
     id: &str,
     thread_id: &str,
-    status: &str,
+    status: TurnStatus,
     started_at: &str,
     completed_at: Option<&str>,
-    error: Option<Value>,
-) -> Value {
-    json!({"id": id, "threadId": thread_id, "status": status, "startedAt": started_at,
-           "completedAt": completed_at, "error": error})
+    error: Option<TurnError>,
+) -> Turn {
+    Turn {
+        id: id.into(),
+        thread_id: thread_id.into(),
+        status,
+        started_at: started_at.into(),
+        completed_at: completed_at.map(str::to_string),
+        error,
+        extra: Map::new(),
+    }
+}
+
+pub(crate) fn turn_error(code: &str, message: &str) -> TurnError {
+    TurnError {
+        code: code.into(),
+        message: message.into(),
+        extra: Map::new(),
+    }
+}
+
+/// The JSON-RPC version every envelope carries.
+pub(crate) fn rpc() -> String {
+    "2.0".into()
 }
 
 fn truncate(text: &str, max: usize) -> String {
@@ -126,7 +155,7 @@ pub(crate) fn run(
         turn: &turn,
         agent_options: lock(&thread.data).agent_options.clone(),
     };
-    let result = if ctx.set_status("running").is_err() {
+    let result = if ctx.set_status(TurnStatus::Running).is_err() {
         Ok(Err(KernelError::Failed(
             "could not record the turn's start".into(),
         )))
@@ -136,26 +165,22 @@ pub(crate) fn run(
         }))
     };
     let cancelled = turn.cancelled.load(Ordering::SeqCst);
+    let interrupted = || Some(turn_error("interrupted", "the turn was interrupted"));
     let (status, error) = match result {
         Ok(Err(KernelError::Failed(m))) => (
-            "failed",
-            Some(json!({"code": "kernelFailed", "message": truncate(&m, 1024)})),
+            TurnStatus::Failed,
+            Some(turn_error("kernelFailed", &truncate(&m, 1024))),
         ),
         Err(_) => (
-            "failed",
-            Some(
-                json!({"code": "kernelPanicked", "message": "the agent kernel crashed; the turn was closed"}),
-            ),
+            TurnStatus::Failed,
+            Some(turn_error(
+                "kernelPanicked",
+                "the agent kernel crashed; the turn was closed",
+            )),
         ),
-        Ok(Err(KernelError::Cancelled)) => (
-            "interrupted",
-            Some(json!({"code": "interrupted", "message": "the turn was interrupted"})),
-        ),
-        Ok(Ok(())) if cancelled => (
-            "interrupted",
-            Some(json!({"code": "interrupted", "message": "the turn was interrupted"})),
-        ),
-        Ok(Ok(())) => ("completed", None),
+        Ok(Err(KernelError::Cancelled)) => (TurnStatus::Interrupted, interrupted()),
+        Ok(Ok(())) if cancelled => (TurnStatus::Interrupted, interrupted()),
+        Ok(Ok(())) => (TurnStatus::Completed, None),
     };
     finish(&inner, &thread, &turn, status, error);
 }
@@ -165,11 +190,11 @@ fn finish(
     inner: &Inner,
     thread: &ThreadState,
     turn: &TurnShared,
-    status: &'static str,
-    error: Option<Value>,
+    status: TurnStatus,
+    error: Option<TurnError>,
 ) {
     let completed_at = now_rfc3339();
-    let terminal = turn_json(
+    let terminal = wire_turn(
         &turn.id,
         &turn.thread_id,
         status,
@@ -177,7 +202,13 @@ fn finish(
         Some(&completed_at),
         error.clone(),
     );
-    let payload = json!({"type": "turnCompleted", "turnId": turn.id, "status": status, "error": error, "physicallySettled": true});
+    let payload = EventPayload::TurnCompleted(TurnCompletedEvent {
+        turn_id: turn.id.clone(),
+        status,
+        error,
+        physically_settled: true,
+        extra: Map::new(),
+    });
     // The thread is released after the terminal event is durable but before any host hears of
     // it, so a host that starts the next turn on `turn/completed` never meets a stale -32009.
     let release = || {
@@ -193,9 +224,16 @@ fn finish(
     };
     let recorded = emit(inner, thread, vec![payload], |events| {
         release();
-        vec![notification(
-            "turn/completed",
-            json!({"threadId": thread.id, "eventSeq": events[0].seq, "turn": terminal}),
+        vec![ServerNotification::TurnCompleted(
+            TurnCompletedNotification {
+                jsonrpc: rpc(),
+                params: TurnCompletedParams {
+                    thread_id: thread.id.clone(),
+                    event_seq: events[0].seq,
+                    turn: terminal.clone(),
+                    extra: Map::new(),
+                },
+            },
         )]
     });
     if let Err(e) = recorded {
@@ -218,15 +256,11 @@ struct Ctx<'a> {
 
 /// A kernel's output, checked against the schema before it is recorded: the generated types keep
 /// unknown display values (`Item::Unknown`), which a kernel must not invent.
-fn checked<T: serde::Serialize + ?Sized>(
-    definition: &str,
-    value: &T,
-) -> Result<Value, KernelError> {
+fn checked<T: serde::Serialize + ?Sized>(definition: &str, value: &T) -> Result<(), KernelError> {
     let value = serde_json::to_value(value).map_err(|e| KernelError::Failed(e.to_string()))?;
     cc_agent_protocol::validate_protocol_definition(definition, &value).map_err(|e| {
         KernelError::Failed(format!("the kernel produced an invalid {definition}: {e}"))
-    })?;
-    Ok(value)
+    })
 }
 
 fn recording_failed(e: impl std::fmt::Display) -> KernelError {
@@ -241,46 +275,37 @@ enum Verdict {
 }
 
 impl Ctx<'_> {
-    fn set_status(&self, status: &'static str) -> Result<(), KernelError> {
+    fn set_status(&self, status: TurnStatus) -> Result<(), KernelError> {
         *lock(&self.turn.status) = status;
-        emit(
-            self.inner,
-            self.thread,
-            vec![json!({"type": "turnStatusChanged", "turnId": self.turn.id, "status": status})],
-            |_| vec![],
-        )
-        .map(|_| ())
-        .map_err(recording_failed)
+        let payload = EventPayload::TurnStatusChanged(TurnStatusChangedEvent {
+            turn_id: self.turn.id.clone(),
+            status,
+            extra: Map::new(),
+        });
+        emit(self.inner, self.thread, vec![payload], |_| vec![])
+            .map(|_| ())
+            .map_err(recording_failed)
     }
 
-    fn record(&self, payload: Value, method: &str, params: Value) -> Result<u64, KernelError> {
+    /// Appends one event and sends the notification built from its seq.
+    fn record(
+        &self,
+        payload: EventPayload,
+        note: impl FnOnce(String, u64) -> ServerNotification,
+    ) -> Result<u64, KernelError> {
         let events = emit(self.inner, self.thread, vec![payload], |events| {
-            let mut params = params;
-            params["threadId"] = json!(self.thread.id);
-            params["eventSeq"] = json!(events[0].seq);
-            vec![notification(method, params)]
+            vec![note(self.thread.id.clone(), events[0].seq)]
         })
         .map_err(recording_failed)?;
         Ok(events[0].seq)
     }
 
-    fn item_event(&self, kind: &str, method: &str, item: Item) -> Result<(), KernelError> {
-        let item = checked("Item", &item)?;
-        self.record(
-            json!({"type": kind, "turnId": self.turn.id, "item": item}),
-            method,
-            json!({"turnId": self.turn.id, "item": item}),
-        )
-        .map(|_| ())
+    fn turn_id_owned(&self) -> String {
+        self.turn.id.clone()
     }
 
     /// The approval gate. Every path that does not end in an explicit acceptance fails closed.
-    fn gate(
-        &self,
-        item_id: &str,
-        call: &ToolCall,
-        call_json: &Value,
-    ) -> Result<Verdict, KernelError> {
+    fn gate(&self, item_id: &str, call: &ToolCall) -> Result<Verdict, KernelError> {
         let (policy, workspace) = lock(&self.inner.policy).clone();
         let op = approval::operation_digest(call);
         let pd = approval::policy_digest(policy);
@@ -304,54 +329,97 @@ impl Ctx<'_> {
         }
         let nonce = approval::new_nonce();
         let expires_ms = now_unix_millis() + self.inner.config.approval_timeout.as_millis() as i64;
-        let binding = json!({
-            "threadId": self.thread.id, "turnId": self.turn.id, "itemId": item_id,
-            "operationDigest": op, "policyDigest": pd, "workspaceDigest": wd,
-            "nonce": nonce, "expiresAt": format_unix_millis(expires_ms),
-        });
-        let failure = |failure: &str| ("failedClosed", Value::Null, Some(failure.to_string()));
+        let binding = ApprovalBinding {
+            thread_id: self.thread.id.clone(),
+            turn_id: self.turn_id_owned(),
+            item_id: item_id.into(),
+            operation_digest: op.clone(),
+            policy_digest: pd.clone(),
+            workspace_digest: wd.clone(),
+            nonce: nonce.clone(),
+            expires_at: format_unix_millis(expires_ms),
+        };
+        let fail = |f: ApprovalFailure| (ApprovalOutcome::FailedClosed, None, Some(f));
         let (outcome, decision, failure) = match conn {
-            None => failure("transportClosed"),
-            Some(conn) if !conn.has_feature("structured_approval") => failure("noHandler"),
+            None => fail(ApprovalFailure::TransportClosed),
+            Some(conn) if !conn.has_feature("structured_approval") => {
+                fail(ApprovalFailure::NoHandler)
+            }
             Some(conn) => {
-                self.record(
-                    json!({"type": "approvalRequested", "turnId": self.turn.id, "itemId": item_id, "binding": binding}),
-                    "approval/requested",
-                    json!({"turnId": self.turn.id, "itemId": item_id, "binding": binding, "operation": call_json}),
-                )?;
-                self.set_status("waiting_approval")?;
-                let answer = self.ask(&conn, &binding, call_json, expires_ms);
-                self.classify(answer, &binding, &nonce, expires_ms, policy, &workspace)
+                let requested = EventPayload::ApprovalRequested(ApprovalRequestedEvent {
+                    turn_id: self.turn_id_owned(),
+                    item_id: item_id.into(),
+                    binding: binding.clone(),
+                    extra: Map::new(),
+                });
+                self.record(requested, |thread_id, event_seq| {
+                    ServerNotification::ApprovalRequested(ApprovalRequestedNotification {
+                        jsonrpc: rpc(),
+                        params: ApprovalRequestedParams {
+                            thread_id,
+                            event_seq,
+                            turn_id: self.turn_id_owned(),
+                            item_id: item_id.into(),
+                            binding: binding.clone(),
+                            operation: call.clone(),
+                            extra: Map::new(),
+                        },
+                    })
+                })?;
+                self.set_status(TurnStatus::WaitingApproval)?;
+                let answer = self.ask(&conn, &binding, call, expires_ms);
+                self.classify(answer, &binding, expires_ms, policy, &workspace)
             }
         };
-        self.record(
-            json!({"type": "approvalResolved", "turnId": self.turn.id, "itemId": item_id, "nonce": nonce,
-                   "outcome": outcome, "decision": decision, "failure": failure}),
-            "approval/resolved",
-            json!({"turnId": self.turn.id, "itemId": item_id, "nonce": nonce, "outcome": outcome, "decision": decision, "failure": failure}),
-        )?;
-        if *lock(&self.turn.status) == "waiting_approval" {
-            self.set_status("running")?;
+        let resolved = EventPayload::ApprovalResolved(ApprovalResolvedEvent {
+            turn_id: self.turn_id_owned(),
+            item_id: item_id.into(),
+            nonce: nonce.clone(),
+            outcome,
+            decision: decision.clone(),
+            failure,
+            extra: Map::new(),
+        });
+        self.record(resolved, |thread_id, event_seq| {
+            ServerNotification::ApprovalResolved(ApprovalResolvedNotification {
+                jsonrpc: rpc(),
+                params: ApprovalResolvedParams {
+                    thread_id,
+                    event_seq,
+                    turn_id: self.turn_id_owned(),
+                    item_id: item_id.into(),
+                    nonce: nonce.clone(),
+                    outcome,
+                    decision: decision.clone(),
+                    failure,
+                    extra: Map::new(),
+                },
+            })
+        })?;
+        if *lock(&self.turn.status) == TurnStatus::WaitingApproval {
+            self.set_status(TurnStatus::Running)?;
         }
-        Ok(match outcome {
-            "approved" => {
-                match decision.get("decision").and_then(Value::as_str) {
-                    Some("acceptForTurn") => lock(&self.turn.grants).grant(&op, &pd, &wd),
-                    Some("acceptForSession") => {
-                        if let Some(c) = self.turn.conn.upgrade() {
-                            lock(&c.session_grants).grant(&op, &pd, &wd)
-                        }
-                    }
-                    _ => {}
+        Ok(match (outcome, decision) {
+            (ApprovalOutcome::Approved, Some(ApprovalDecision::AcceptForTurn(_))) => {
+                lock(&self.turn.grants).grant(&op, &pd, &wd);
+                Verdict::Run
+            }
+            (ApprovalOutcome::Approved, Some(ApprovalDecision::AcceptForSession(_))) => {
+                if let Some(c) = self.turn.conn.upgrade() {
+                    lock(&c.session_grants).grant(&op, &pd, &wd)
                 }
                 Verdict::Run
             }
-            "cancelled" => Verdict::Cancel,
-            "declined" => Verdict::Deny("the user declined".into()),
-            _ => Verdict::Deny(format!(
-                "approval failed closed: {}",
-                failure.unwrap_or_default()
-            )),
+            (ApprovalOutcome::Approved, _) => Verdict::Run,
+            (ApprovalOutcome::Cancelled, _) => Verdict::Cancel,
+            (ApprovalOutcome::Declined, _) => Verdict::Deny("the user declined".into()),
+            (ApprovalOutcome::FailedClosed, _) => {
+                let why = failure.map(|f| serde_json::to_value(f).unwrap_or_default());
+                Verdict::Deny(format!(
+                    "approval failed closed: {}",
+                    why.as_ref().and_then(Value::as_str).unwrap_or("unknown")
+                ))
+            }
         })
     }
 
@@ -360,15 +428,27 @@ impl Ctx<'_> {
     fn ask(
         &self,
         conn: &Arc<ConnShared>,
-        binding: &Value,
-        call_json: &Value,
+        binding: &ApprovalBinding,
+        call: &ToolCall,
         expires_ms: i64,
     ) -> Answer {
         let id = conn.next_request_id.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = sync_channel(1);
         lock(&conn.pending).insert(id, tx);
-        let request = json!({"jsonrpc": "2.0", "id": id, "method": "approval/decide", "params": {"binding": binding, "operation": call_json}});
-        deliver(self.inner, conn, request.to_string());
+        let request = ServerRequest::ApprovalDecide(ApprovalDecideRequest {
+            jsonrpc: rpc(),
+            id,
+            params: ApprovalDecideParams {
+                binding: binding.clone(),
+                operation: call.clone(),
+                reason: None,
+            },
+        });
+        deliver(
+            self.inner,
+            conn,
+            serde_json::to_string(&request).expect("a server request is JSON"),
+        );
         let answer = loop {
             match rx.recv_timeout(Duration::from_millis(20)) {
                 Ok(v) => break Answer::Response(v),
@@ -397,22 +477,25 @@ impl Ctx<'_> {
     fn classify(
         &self,
         answer: Answer,
-        binding: &Value,
-        nonce: &str,
+        binding: &ApprovalBinding,
         expires_ms: i64,
         policy: ApprovalPolicy,
         workspace: &str,
-    ) -> (&'static str, Value, Option<String>) {
-        let fail = |f: &str| ("failedClosed", Value::Null, Some(f.to_string()));
+    ) -> (
+        ApprovalOutcome,
+        Option<ApprovalDecision>,
+        Option<ApprovalFailure>,
+    ) {
+        let fail = |f: ApprovalFailure| (ApprovalOutcome::FailedClosed, None, Some(f));
         let response = match answer {
             Answer::Response(v) => v,
-            Answer::TimedOut => return fail("timeout"),
-            Answer::Closed => return fail("transportClosed"),
-            Answer::Interrupted => return ("cancelled", Value::Null, None),
+            Answer::TimedOut => return fail(ApprovalFailure::Timeout),
+            Answer::Closed => return fail(ApprovalFailure::TransportClosed),
+            Answer::Interrupted => return (ApprovalOutcome::Cancelled, None, None),
         };
-        let first_use = lock(&self.inner.used_nonces).insert(nonce.to_string());
+        let first_use = lock(&self.inner.used_nonces).insert(binding.nonce.clone());
         if response.get("error").is_some() {
-            return fail("handlerError");
+            return fail(ApprovalFailure::HandlerError);
         }
         let result = response.get("result").cloned().unwrap_or(Value::Null);
         if cc_agent_protocol::validate_protocol_definition("ApprovalDecideResult", &result).is_err()
@@ -421,42 +504,47 @@ impl Ctx<'_> {
                 .get("decision")
                 .is_some_and(|d| cc_agent_protocol::validate_approval_decision(d).is_ok());
             return fail(if decision_ok {
-                "bindingMismatch"
+                ApprovalFailure::BindingMismatch
             } else {
-                "unknownDecision"
+                ApprovalFailure::UnknownDecision
             });
         }
         let answered = result["nonce"].as_str().unwrap_or_default();
-        if answered != nonce {
+        if answered != binding.nonce {
             let reused = lock(&self.inner.used_nonces).contains(answered);
             return fail(if reused {
-                "nonceReused"
+                ApprovalFailure::NonceReused
             } else {
-                "bindingMismatch"
+                ApprovalFailure::BindingMismatch
             });
         }
         if !first_use {
-            return fail("nonceReused");
+            return fail(ApprovalFailure::NonceReused);
         }
         if now_unix_millis() > expires_ms {
-            return fail("expired");
+            return fail(ApprovalFailure::Expired);
         }
         let (now_policy, now_workspace) = lock(&self.inner.policy).clone();
         if now_policy != policy
             || now_workspace != workspace
-            || binding["policyDigest"] != json!(approval::policy_digest(now_policy))
-            || binding["workspaceDigest"] != json!(approval::workspace_digest(&now_workspace))
+            || binding.policy_digest != approval::policy_digest(now_policy)
+            || binding.workspace_digest != approval::workspace_digest(&now_workspace)
         {
-            return fail("bindingMismatch");
+            return fail(ApprovalFailure::BindingMismatch);
         }
-        let decision = result["decision"].clone();
-        let outcome = match decision["decision"].as_str() {
-            Some("acceptOnce" | "acceptForTurn" | "acceptForSession") => "approved",
-            Some("decline") => "declined",
-            Some("cancel") => "cancelled",
-            _ => return fail("unknownDecision"),
+        // Validated above, so it decodes; a decode failure would still fail closed.
+        let Ok(decision) = serde_json::from_value::<ApprovalDecision>(result["decision"].clone())
+        else {
+            return fail(ApprovalFailure::UnknownDecision);
         };
-        (outcome, decision, None)
+        let outcome = match decision {
+            ApprovalDecision::AcceptOnce(_)
+            | ApprovalDecision::AcceptForTurn(_)
+            | ApprovalDecision::AcceptForSession(_) => ApprovalOutcome::Approved,
+            ApprovalDecision::Decline(_) => ApprovalOutcome::Declined,
+            ApprovalDecision::Cancel(_) => ApprovalOutcome::Cancelled,
+        };
+        (outcome, Some(decision), None)
     }
 }
 
@@ -489,22 +577,72 @@ impl TurnContext for Ctx<'_> {
     }
 
     fn item_started(&self, item: Item) -> Result<(), KernelError> {
-        self.item_event("itemStarted", "item/started", item)
+        checked("Item", &item)?;
+        let payload = EventPayload::ItemStarted(ItemStartedEvent {
+            turn_id: self.turn_id_owned(),
+            item: item.clone(),
+            extra: Map::new(),
+        });
+        self.record(payload, |thread_id, event_seq| {
+            ServerNotification::ItemStarted(ItemStartedNotification {
+                jsonrpc: rpc(),
+                params: ItemStartedParams {
+                    thread_id,
+                    event_seq,
+                    turn_id: self.turn_id_owned(),
+                    item,
+                    extra: Map::new(),
+                },
+            })
+        })
+        .map(|_| ())
     }
 
     fn item_delta(&self, item_id: &str, delta: ItemDelta) -> Result<(), KernelError> {
         checked("Identifier", item_id)?;
-        let delta = checked("ItemDelta", &delta)?;
-        self.record(
-            json!({"type": "itemDelta", "turnId": self.turn.id, "itemId": item_id, "delta": delta}),
-            "item/delta",
-            json!({"turnId": self.turn.id, "itemId": item_id, "delta": delta}),
-        )
+        checked("ItemDelta", &delta)?;
+        let payload = EventPayload::ItemDelta(ItemDeltaEvent {
+            turn_id: self.turn_id_owned(),
+            item_id: item_id.into(),
+            delta: delta.clone(),
+            extra: Map::new(),
+        });
+        self.record(payload, |thread_id, event_seq| {
+            ServerNotification::ItemDelta(ItemDeltaNotification {
+                jsonrpc: rpc(),
+                params: ItemDeltaParams {
+                    thread_id,
+                    event_seq,
+                    turn_id: self.turn_id_owned(),
+                    item_id: item_id.into(),
+                    delta,
+                    extra: Map::new(),
+                },
+            })
+        })
         .map(|_| ())
     }
 
     fn item_completed(&self, item: Item) -> Result<(), KernelError> {
-        self.item_event("itemCompleted", "item/completed", item)
+        checked("Item", &item)?;
+        let payload = EventPayload::ItemCompleted(ItemCompletedEvent {
+            turn_id: self.turn_id_owned(),
+            item: item.clone(),
+            extra: Map::new(),
+        });
+        self.record(payload, |thread_id, event_seq| {
+            ServerNotification::ItemCompleted(ItemCompletedNotification {
+                jsonrpc: rpc(),
+                params: ItemCompletedParams {
+                    thread_id,
+                    event_seq,
+                    turn_id: self.turn_id_owned(),
+                    item,
+                    extra: Map::new(),
+                },
+            })
+        })
+        .map(|_| ())
     }
 
     fn request_tool(&self, item_id: &str, call: ToolCall) -> Result<ToolResult, KernelError> {
@@ -512,14 +650,27 @@ impl TurnContext for Ctx<'_> {
             return Err(KernelError::Cancelled);
         }
         checked("Identifier", item_id)?;
-        let call_json = checked("ToolCall", &call)?;
-        self.record(
-            json!({"type": "toolRequested", "turnId": self.turn.id, "itemId": item_id, "call": call_json}),
-            "tool/requested",
-            json!({"turnId": self.turn.id, "itemId": item_id, "call": call_json}),
-        )?;
-        let verdict = self.gate(item_id, &call, &call_json)?;
-        let result = match verdict {
+        checked("ToolCall", &call)?;
+        let requested = EventPayload::ToolRequested(ToolRequestedEvent {
+            turn_id: self.turn_id_owned(),
+            item_id: item_id.into(),
+            call: call.clone(),
+            extra: Map::new(),
+        });
+        self.record(requested, |thread_id, event_seq| {
+            ServerNotification::ToolRequested(ToolRequestedNotification {
+                jsonrpc: rpc(),
+                params: ToolRequestedParams {
+                    thread_id,
+                    event_seq,
+                    turn_id: self.turn_id_owned(),
+                    item_id: item_id.into(),
+                    call: call.clone(),
+                    extra: Map::new(),
+                },
+            })
+        })?;
+        let result = match self.gate(item_id, &call)? {
             Verdict::Cancel => {
                 self.turn.cancel();
                 ToolResult::Denied(ToolResultDenied {
@@ -537,21 +688,31 @@ impl TurnContext for Ctx<'_> {
         };
         // A tool executor's result is checked like kernel output; an invalid one is recorded as a
         // tool error rather than sent on.
-        let (result, result_json) = match checked("ToolResult", &result) {
-            Ok(json) => (result, json),
-            Err(_) => {
-                let error = ToolResult::Error(ToolResultError {
-                    message: "the tool returned a result outside wire v1".into(),
-                });
-                let json = checked("ToolResult", &error)?;
-                (error, json)
-            }
+        let result = match checked("ToolResult", &result) {
+            Ok(()) => result,
+            Err(_) => ToolResult::Error(ToolResultError {
+                message: "the tool returned a result outside wire v1".into(),
+            }),
         };
-        self.record(
-            json!({"type": "toolResult", "turnId": self.turn.id, "itemId": item_id, "result": result_json}),
-            "tool/result",
-            json!({"turnId": self.turn.id, "itemId": item_id, "result": result_json}),
-        )?;
+        let recorded = EventPayload::ToolResult(ToolResultEvent {
+            turn_id: self.turn_id_owned(),
+            item_id: item_id.into(),
+            result: result.clone(),
+            extra: Map::new(),
+        });
+        self.record(recorded, |thread_id, event_seq| {
+            ServerNotification::ToolResult(ToolResultNotification {
+                jsonrpc: rpc(),
+                params: ToolResultParams {
+                    thread_id,
+                    event_seq,
+                    turn_id: self.turn_id_owned(),
+                    item_id: item_id.into(),
+                    result: result.clone(),
+                    extra: Map::new(),
+                },
+            })
+        })?;
         if self.is_cancelled() {
             return Err(KernelError::Cancelled);
         }
