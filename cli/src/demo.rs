@@ -11,7 +11,7 @@ use cc_app_server::protocol::{
     AcceptForSession, AcceptForTurn, AcceptOnce, ApprovalDecideParams, ApprovalDecision, Cancel,
     Decline,
 };
-use cc_app_server::rollout::StoreKind;
+use cc_app_server::rollout::{layout, StoreKind};
 use cc_app_server::scripted::ScriptedKernel;
 use clap::{Args, ValueEnum};
 use serde_json::json;
@@ -353,8 +353,8 @@ fn run_inner(args: &DemoArgs) -> Result<Checks, String> {
         ),
         Err(e) => checks.check(false, &format!("store verify: {e}")),
     }
-    let log = dir.join("threads").join(format!("{THREAD}.jsonl"));
-    let anchor = dir.join("anchors").join(format!("{THREAD}.head"));
+    let log = layout::thread_log(dir, THREAD);
+    let anchor = layout::anchor(dir, THREAD);
     independent_verify(&log, &anchor, &mut checks);
     say(&format!("\nrollout: {}", log.display()));
     Ok(checks)
@@ -398,7 +398,10 @@ fn independent_verify(log: &Path, anchor: &Path, checks: &mut Checks) {
 
 /// What a rollout store leaves in its state directory; nothing else is ever deleted.
 fn is_store_entry(name: &str) -> bool {
-    matches!(name, "LOCK" | "threads" | "anchors") || name.starts_with("rollout.sqlite3")
+    name == layout::LOCK_FILE
+        || name == layout::THREADS_DIR
+        || name == layout::ANCHORS_DIR
+        || name.starts_with(layout::SQLITE_FILE)
 }
 
 /// Wipes `dir` (only if it is a store's directory or empty) and recreates it 0700.

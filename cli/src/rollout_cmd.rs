@@ -5,8 +5,8 @@
 use crate::render;
 use crate::{StateArgs, StoreArg};
 use cc_app_server::rollout::{
-    open_store, ListQuery, RolloutStore, StoreError, StoreKind, StoreOptions, ThreadSummary,
-    VerifyReport, MAX_LIST_LIMIT, MAX_READ_LIMIT,
+    layout, open_store, ListQuery, RolloutStore, StoreError, StoreKind, StoreOptions,
+    ThreadSummary, VerifyReport, MAX_LIST_LIMIT, MAX_READ_LIMIT,
 };
 use clap::Args;
 use serde_json::{json, Value};
@@ -17,9 +17,6 @@ use std::sync::Arc;
 /// Exit codes: 1 = the data is bad or missing, 2 = the store cannot be opened.
 const BAD_DATA: u8 = 1;
 const CANNOT_OPEN: u8 = 2;
-
-/// The SQLite store's file name inside a state directory (core's `SQLITE_FILE`).
-const SQLITE_FILE: &str = "rollout.sqlite3";
 
 #[derive(Args, Debug)]
 pub struct ListArgs {
@@ -70,7 +67,9 @@ fn open(state: &StateArgs) -> Result<Arc<dyn RolloutStore>, String> {
     let kind = match state.store {
         Some(StoreArg::Jsonl) => StoreKind::Jsonl,
         Some(StoreArg::Sqlite) => StoreKind::Sqlite,
-        None if !dir.join("threads").exists() && dir.join(SQLITE_FILE).exists() => {
+        None if !dir.join(layout::THREADS_DIR).exists()
+            && dir.join(layout::SQLITE_FILE).exists() =>
+        {
             StoreKind::Sqlite
         }
         None => StoreKind::Jsonl,
@@ -113,7 +112,7 @@ fn all_threads(store: &dyn RolloutStore) -> Result<Vec<ThreadSummary>, StoreErro
 
 /// Thread ids from the JSONL file names, for when a damaged thread makes `list` refuse.
 fn ids_from_files(dir: &Path) -> Vec<String> {
-    let mut ids: Vec<String> = std::fs::read_dir(dir.join("threads"))
+    let mut ids: Vec<String> = std::fs::read_dir(dir.join(layout::THREADS_DIR))
         .into_iter()
         .flatten()
         .flatten()

@@ -48,7 +48,7 @@ pub(crate) fn prepare_state_dir(dir: &Path) -> Result<DirLock, StoreError> {
     if held.contains(&key) {
         return Err(StoreError::Locked(dir.display().to_string()));
     }
-    let file = open_private(&dir.join("LOCK"), false)?;
+    let file = open_private(&dir.join(super::layout::LOCK_FILE), false)?;
     // SAFETY: a zeroed flock struct is valid; fcntl gets a pointer to it for the call only.
     let rc = unsafe {
         let mut fl: libc::flock = std::mem::zeroed();

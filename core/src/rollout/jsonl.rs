@@ -204,8 +204,8 @@ fn scan(
 
 impl JsonlBackend {
     pub(crate) fn open(state_dir: &Path) -> Result<Self, StoreError> {
-        let threads = state_dir.join("threads");
-        let anchors = state_dir.join("anchors");
+        let threads = state_dir.join(super::layout::THREADS_DIR);
+        let anchors = state_dir.join(super::layout::ANCHORS_DIR);
         ensure_private_subdir(&threads)?;
         ensure_private_subdir(&anchors)?;
         Ok(JsonlBackend {

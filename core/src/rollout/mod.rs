@@ -140,6 +140,31 @@ impl StoredEvent {
     }
 }
 
+/// Where each store keeps its files inside the state dir (docs/rollout-format.md), so tools that
+/// read the files directly (the CLI, verifiers) name them the way the stores do.
+pub mod layout {
+    use std::path::{Path, PathBuf};
+
+    /// The JSONL logs: `<state>/threads/<id>.jsonl`.
+    pub const THREADS_DIR: &str = "threads";
+    /// The JSONL head anchors: `<state>/anchors/<id>.head`.
+    pub const ANCHORS_DIR: &str = "anchors";
+    /// The SQLite store's database file.
+    pub const SQLITE_FILE: &str = super::sqlite::SQLITE_FILE;
+    /// The state dir's lock file (one store per directory).
+    pub const LOCK_FILE: &str = "LOCK";
+
+    /// A thread's JSONL log. `id` must already be a valid thread id.
+    pub fn thread_log(state_dir: &Path, id: &str) -> PathBuf {
+        state_dir.join(THREADS_DIR).join(format!("{id}.jsonl"))
+    }
+
+    /// A thread's head anchor. `id` must already be a valid thread id.
+    pub fn anchor(state_dir: &Path, id: &str) -> PathBuf {
+        state_dir.join(ANCHORS_DIR).join(format!("{id}.head"))
+    }
+}
+
 /// Where a forked thread came from: the wire type itself (generated from the schema).
 pub use crate::protocol::ForkOrigin;
 
