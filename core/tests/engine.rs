@@ -952,3 +952,63 @@ fn kernel_and_tool_output_is_checked_against_the_schema() {
     );
     assert_eq!(completed(&mut raw)["status"], "completed");
 }
+
+/// The client's default pending cap at its edge: 256 requests in flight are fine, the 257th is
+/// refused locally with -32001, and every one of the 256 is still answered.
+#[test]
+fn client_pending_cap_at_256_and_257() {
+    let dir = state_dir();
+    let server = server_with(dir.path(), |c| c.settle_deadline = Duration::from_secs(20));
+    let client = Arc::new(Client::connect(&server, None, ClientConfig::default()).unwrap());
+    let script =
+        json!({"steps": [{"type": "message", "text": "in"}, {"type": "ignoreCancel", "ms": 5000}]});
+    client
+        .request(
+            "thread/start",
+            json!({"threadId": "cap", "agentOptions": {"script": script}}),
+        )
+        .unwrap();
+    let turn = client
+        .request(
+            "turn/start",
+            json!({"threadId": "cap", "input": [{"type": "text", "text": "go"}]}),
+        )
+        .unwrap();
+    while client
+        .next_notification(Duration::from_secs(20))
+        .expect("notifications")["method"]
+        != "item/completed"
+    {}
+    let tid = turn["turn"]["id"].clone();
+    let waiters: Vec<_> = (0..256)
+        .map(|_| {
+            let (c, tid) = (Arc::clone(&client), tid.clone());
+            std::thread::spawn(move || {
+                c.request("turn/interrupt", json!({"threadId": "cap", "turnId": tid}))
+            })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while client.pending_requests() < 256 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        client.pending_requests(),
+        256,
+        "256 requests in flight are allowed"
+    );
+    let refused = client.request("thread/list", json!({})).unwrap_err();
+    assert_eq!(
+        refused.code(),
+        -32001,
+        "the 257th is refused locally: {refused:?}"
+    );
+    for w in waiters {
+        let r = w
+            .join()
+            .unwrap()
+            .expect("every accepted request is answered");
+        assert_eq!(r["physicallySettled"], true);
+    }
+    assert_eq!(client.pending_requests(), 0);
+}
