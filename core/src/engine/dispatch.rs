@@ -67,7 +67,7 @@ impl From<StoreError> for RpcError {
             }
             other => {
                 // Internals go to diagnostics, never to the wire.
-                eprintln!("cc-app-server: rollout store error: {other}");
+                tracing::error!(target: "cc_app_server::rollout", "rollout store error: {other}");
                 RpcError::new(
                     -32603,
                     "internal error: the rollout store failed; see the server's diagnostics",
@@ -433,12 +433,13 @@ pub(crate) fn recover_all(inner: &Inner) -> Result<(), StoreError> {
             limit: 1000,
         })?;
         for (id, reason) in &page.unreadable {
-            eprintln!("cc-app-server: thread {id} cannot be read and was not recovered: {reason}");
+            tracing::warn!(target: "cc_app_server::recovery", "thread {id} cannot be read and was not recovered: {reason}");
         }
         for summary in &page.threads {
             if let Err(e) = load_thread(inner, &summary.thread_id) {
-                eprintln!(
-                    "cc-app-server: could not recover thread {}: {}",
+                tracing::warn!(
+                    target: "cc_app_server::recovery",
+                    "could not recover thread {}: {}",
                     summary.thread_id, e.message
                 );
             }

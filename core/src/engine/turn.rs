@@ -239,8 +239,9 @@ fn finish(
     if let Err(e) = recorded {
         // The terminal could not be made durable: the turn is closed in memory, and recovery
         // closes it (as failed) on the next open, so it is never left dangling on disk.
-        eprintln!(
-            "cc-app-server: could not record the end of turn {}: {e}",
+        tracing::error!(
+            target: "cc_app_server::turn",
+            "could not record the end of turn {}: {e}",
             turn.id
         );
         release();
