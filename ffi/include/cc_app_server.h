@@ -42,6 +42,19 @@
 // Do not run it and interrupt the turn.
 #define CC_DECISION_CANCEL 4
 
+// Log levels for `cc_set_log_callback`: 0 turns logging off.
+#define CC_LOG_OFF 0
+
+#define CC_LOG_ERROR 1
+
+#define CC_LOG_WARN 2
+
+#define CC_LOG_INFO 3
+
+#define CC_LOG_DEBUG 4
+
+#define CC_LOG_TRACE 5
+
 // What every entry point returns.
 typedef enum {
   CC_OK = 0,
@@ -86,7 +99,8 @@ typedef struct cc_connection cc_connection;
 typedef struct cc_server cc_server;
 
 // The engine's context for one running turn, lent to `run_turn` for the duration of the call.
-// Never freed by the host.
+// Never freed by the host. The pointer is a token, never dereferenced: a `cc_turn` kept past its
+// `run_turn` (or a made-up pointer) is looked up, not found, and refused with `CC_ERR_EXPIRED`.
 typedef struct cc_turn cc_turn;
 
 // Runs one turn. `turn` is valid only until this function returns. `input_json` is the wire
@@ -114,12 +128,20 @@ typedef struct {
 typedef int32_t (*cc_approval_fn)(void *user_data,
                                   const char *params_json);
 
+// Receives one diagnostic record: `level` a `CC_LOG_*` value; `target` (e.g.
+// "cc_app_server::turn") and `message` are NUL-terminated UTF-8 borrowed for the call.
+typedef void (*cc_log_fn)(void *user_data,
+                          int32_t level,
+                          const char *target,
+                          const char *message);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
 
-// A static, NUL-terminated name for `result` (e.g. "CC_ERR_CLOSED"). Never free it.
-const char *cc_result_name(cc_result result);
+// A static, NUL-terminated name for `result` (e.g. "CC_ERR_CLOSED"; "CC_UNKNOWN_RESULT" for a
+// value that is no `cc_result`). Never free it.
+const char *cc_result_name(int32_t result);
 
 // The wire protocol version this library speaks (highest).
 uint32_t cc_protocol_version(void);
@@ -421,6 +443,23 @@ cc_result cc_turn_last_error(const cc_turn *turn,
                              char *buf,
                              size_t len,
                              size_t *out_needed);
+
+// Sends the library's diagnostics at `level` and more severe to `callback`, called with
+// `user_data` on the library's log delivery thread (never on an engine thread, so a slow
+// callback never stalls a turn: records it cannot keep up with are dropped and counted).
+// `user_data` is borrowed until the callback is replaced or turned off and must be usable from
+// that thread. NULL `callback` or `CC_LOG_OFF` turns logging off; a new call replaces the old
+// callback (and waits until the old one is no longer being called, unless called from inside
+// it). `CC_ERR_INVALID_ARGUMENT` for a level outside 0..=5.
+//
+// # Safety
+// `callback` NULL or a function safe to call as documented, with `user_data`.
+cc_result cc_set_log_callback(cc_log_fn callback,
+                              void *user_data,
+                              int32_t level);
+
+// Log records dropped because the log callback fell behind (since the process started).
+uint64_t cc_dropped_log_records(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -4,7 +4,7 @@
 //! block the caller's event loop, a foreign approval handler, and a notification listener.
 
 use crate::approval::{ApprovalDecision, ApprovalRequest};
-use crate::errors::{ClientError, HandlerError};
+use crate::errors::{signed, ClientError, HandlerError, ListenerError};
 use crate::server::AppServer;
 use crate::task::{TaskHandle, POLL};
 use cc_app_server::client::{ApprovalHandler as CoreHandler, Client as CoreClient, ClientConfig};
@@ -27,43 +27,71 @@ pub trait ApprovalHandler: Send + Sync {
 /// Receives server notifications on a delivery thread (see `Client.listen`).
 #[uniffi::export(with_foreign)]
 pub trait NotificationListener: Send + Sync {
-    /// One notification: its method and its params as JSON text.
-    fn on_notification(&self, method: String, params_json: String);
+    /// The next notifications, in order: each a whole JSON-RPC notification message (decode it
+    /// with the generated protocol types). Up to `MAX_BATCH` at a time, so a fast stream costs one
+    /// foreign call per batch, not per message. An error (or exception) is logged and counted;
+    /// delivery goes on with the next batch.
+    fn on_notifications(&self, messages: Vec<String>) -> Result<(), ListenerError>;
+    /// The client closed (by `close`, a server shutdown, or a connection the server dropped):
+    /// no more notifications follow. Not called when the handle is cancelled.
+    fn on_closed(&self) -> Result<(), ListenerError>;
 }
+
+/// Most notifications handed to a listener in one call.
+pub const MAX_BATCH: usize = 256;
 
 /// Client-side bounds; absent fields keep DESIGN.md §3's defaults.
 #[derive(Debug, Clone, Default, uniffi::Record)]
 pub struct ClientOptions {
     /// A request unanswered this long fails with `Timeout` (default 120 s).
     #[uniffi(default = None)]
-    pub request_timeout_ms: Option<u64>,
+    pub request_timeout_ms: Option<i64>,
     /// Requests in flight at once; one more fails with `Overloaded` (default 256).
     #[uniffi(default = None)]
-    pub max_pending: Option<u32>,
+    pub max_pending: Option<i32>,
     /// How long the approval handler may take before the client declines (default 30 s).
     #[uniffi(default = None)]
-    pub approval_timeout_ms: Option<u64>,
+    pub approval_timeout_ms: Option<i64>,
     /// Notifications buffered for the host (default 4096).
     #[uniffi(default = None)]
-    pub notification_capacity: Option<u32>,
+    pub notification_capacity: Option<i32>,
+}
+
+/// `v` as a duration in milliseconds; negative is refused.
+pub(crate) fn millis(name: &str, v: i64) -> Result<Duration, ClientError> {
+    u64::try_from(v)
+        .map(Duration::from_millis)
+        .map_err(|_| ClientError::InvalidArgument {
+            reason: format!("{name} must not be negative (got {v})"),
+        })
+}
+
+/// `v` as a count of at least 1; zero or negative is refused.
+fn positive(name: &str, v: i32) -> Result<usize, ClientError> {
+    usize::try_from(v)
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| ClientError::InvalidArgument {
+            reason: format!("{name} must be at least 1 (got {v})"),
+        })
 }
 
 impl ClientOptions {
-    pub(crate) fn to_config(&self) -> ClientConfig {
+    pub(crate) fn to_config(&self) -> Result<ClientConfig, ClientError> {
         let mut c = ClientConfig::default();
         if let Some(ms) = self.request_timeout_ms {
-            c.request_timeout = Duration::from_millis(ms);
+            c.request_timeout = millis("request_timeout_ms", ms)?;
         }
         if let Some(n) = self.max_pending {
-            c.max_pending = (n as usize).max(1);
+            c.max_pending = positive("max_pending", n)?;
         }
         if let Some(ms) = self.approval_timeout_ms {
-            c.approval_timeout = Duration::from_millis(ms);
+            c.approval_timeout = millis("approval_timeout_ms", ms)?;
         }
         if let Some(n) = self.notification_capacity {
-            c.notification_capacity = (n as usize).max(1);
+            c.notification_capacity = positive("notification_capacity", n)?;
         }
-        c
+        Ok(c)
     }
 }
 
@@ -75,7 +103,15 @@ impl CoreHandler for ForeignHandler {
         self.0
             .decide(ApprovalRequest::from_wire(params))
             .map(WireDecision::from)
-            .map_err(|e| e.to_string())
+            .map_err(|e| {
+                // The client declines; the host learns why through its log listener.
+                tracing::warn!(
+                    target: "cc_app_server::approval",
+                    "approval handler failed, declining {}: {e}",
+                    params.binding.item_id
+                );
+                e.to_string()
+            })
     }
 }
 
@@ -114,6 +150,48 @@ impl Client {
     }
 }
 
+impl Client {
+    fn next_batch(&self, max: usize, timeout: Duration) -> Result<Vec<String>, ClientError> {
+        // A closed handle may still hold notifications that arrived before the close.
+        match self.current() {
+            Ok(client) => recv_batch(&client, max, timeout),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Waits up to `timeout` for one notification, then takes up to `max - 1` more that are ready.
+/// Empty on timeout; `Closed` once the client's connection is gone and drained.
+pub(crate) fn recv_batch(
+    client: &CoreClient,
+    max: usize,
+    timeout: Duration,
+) -> Result<Vec<String>, ClientError> {
+    use cc_app_server::engine::RecvError as CoreRecv;
+    let mut batch = Vec::new();
+    match client.recv_notification(timeout) {
+        Ok(first) => batch.push(first.to_string()),
+        Err(CoreRecv::Timeout) => return Ok(batch),
+        Err(CoreRecv::Closed) => return Err(ClientError::Closed),
+    }
+    while batch.len() < max {
+        match client.recv_notification(Duration::ZERO) {
+            Ok(next) => batch.push(next.to_string()),
+            Err(_) => break,
+        }
+    }
+    Ok(batch)
+}
+
+/// Listener failures are the host's bug, not the stream's end: say so and go on.
+pub(crate) fn listener_failed(kind: &str, e: &ListenerError) {
+    crate::server::LISTENER_ERRORS.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(
+        target: "cc_app_server::ffi",
+        "{kind} listener failed; delivery continues: {e}"
+    );
+}
+
 pub(crate) fn parse_params(params_json: &str) -> Result<Value, ClientError> {
     if params_json.trim().is_empty() {
         return Ok(Value::Object(Default::default()));
@@ -134,7 +212,7 @@ impl Client {
         options: Option<ClientOptions>,
     ) -> Result<Arc<Client>, ClientError> {
         let handler = handler.map(|h| Arc::new(ForeignHandler(h)) as Arc<dyn CoreHandler>);
-        let config = options.unwrap_or_default().to_config();
+        let config = options.unwrap_or_default().to_config()?;
         Self::connect_core(&server.inner, handler, config).map(Arc::new)
     }
 
@@ -175,24 +253,37 @@ impl Client {
     }
 
     /// The next notification as a whole JSON-RPC message, waiting up to `timeout_ms`; absent when
-    /// none arrived. Do not mix with `listen`: each notification goes to exactly one of them.
-    pub fn next_notification(&self, timeout_ms: u64) -> Result<Option<String>, ClientError> {
-        let client = self.current()?;
-        Ok(client
-            .next_notification(Duration::from_millis(timeout_ms))
-            .map(|v| v.to_string()))
+    /// none arrived in time. `Closed` once the client is closed (by `close`, a server shutdown or
+    /// a dropped connection) and every notification before that has been taken — so a closed
+    /// client never looks like an idle one. Do not mix with `listen`: each notification goes to
+    /// exactly one of them.
+    pub fn next_notification(&self, timeout_ms: i64) -> Result<Option<String>, ClientError> {
+        let timeout = millis("timeout_ms", timeout_ms)?;
+        Ok(self.next_batch(1, timeout)?.pop())
+    }
+
+    /// Up to `max` notifications: waits up to `timeout_ms` for the first, then takes what is
+    /// already there without waiting. Empty when none arrived in time; `Closed` as for
+    /// `next_notification`.
+    pub fn next_notifications(
+        &self,
+        max: i32,
+        timeout_ms: i64,
+    ) -> Result<Vec<String>, ClientError> {
+        let max = positive("max", max)?;
+        let timeout = millis("timeout_ms", timeout_ms)?;
+        self.next_batch(max, timeout)
     }
 
     /// Requests now waiting for an answer.
-    pub fn pending_requests(&self) -> u64 {
-        self.current().map_or(0, |c| c.pending_requests() as u64)
+    pub fn pending_requests(&self) -> i64 {
+        self.current().map_or(0, |c| signed(c.pending_requests()))
     }
 
+    /// True once the client is closed: by `close`, by a server shutdown, or because the server
+    /// dropped the connection (a host that stopped reading).
     pub fn is_closed(&self) -> bool {
-        self.inner
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_none()
+        self.current().map_or(true, |c| c.is_closed())
     }
 
     /// Delivers every notification to `listener` on a background thread until the returned handle
@@ -205,21 +296,28 @@ impl Client {
         let weak = Arc::downgrade(&self.current()?);
         TaskHandle::spawn("cc-ffi-notifications", move |cancelled| {
             while !cancelled.load(Ordering::SeqCst) {
-                let Some(client) = weak.upgrade() else { break };
-                let next = client.recv_notification(POLL);
-                drop(client);
-                match next {
-                    Ok(message) => {
-                        if cancelled.load(Ordering::SeqCst) {
-                            break;
+                let batch = match weak.upgrade() {
+                    Some(client) => recv_batch(&client, MAX_BATCH, POLL),
+                    None => Err(ClientError::Closed),
+                };
+                if cancelled.load(Ordering::SeqCst) {
+                    break;
+                }
+                match batch {
+                    Ok(batch) if batch.is_empty() => {}
+                    Ok(batch) => {
+                        if let Err(e) = listener.on_notifications(batch) {
+                            listener_failed("notification", &e);
                         }
-                        let method = message["method"].as_str().unwrap_or_default().to_string();
-                        listener.on_notification(method, message["params"].to_string());
                     }
-                    Err(cc_app_server::engine::RecvError::Timeout) => {}
                     // The connection is gone (closed, or the server shut down): nothing more
                     // will arrive.
-                    Err(cc_app_server::engine::RecvError::Closed) => break,
+                    Err(_) => {
+                        if let Err(e) = listener.on_closed() {
+                            listener_failed("notification", &e);
+                        }
+                        break;
+                    }
                 }
             }
         })

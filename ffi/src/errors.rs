@@ -1,6 +1,8 @@
 //! The small public error enums every host sees, mapped from the richer internal errors so a
 //! Swift `catch`, a Kotlin `when` or a Python `except` can act on the variant, not on text.
 //! Fields are named `reason`, never `message`, because Kotlin exceptions already own `message`.
+//! Integers are signed (`i64`/`i32`) everywhere in the exported surface: Kotlin's unsigned types
+//! reach Java callers with mangled names, and no value here needs the sign bit.
 
 use cc_app_server::client::ClientError as CoreClientError;
 use cc_app_server::engine::{RecvError as CoreRecvError, SendError as CoreSendError};
@@ -21,22 +23,27 @@ pub enum ServerError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, uniffi::Error)]
 pub enum SendError {
     #[error("server queue full; retry after {retry_after_ms} ms")]
-    Overloaded { retry_after_ms: u64 },
+    Overloaded { retry_after_ms: i64 },
     #[error("message of {size} bytes exceeds the {max}-byte limit")]
-    LineTooLarge { size: u64, max: u64 },
+    LineTooLarge { size: i64, max: i64 },
     #[error("the connection is closed")]
     Closed,
+}
+
+/// A count or duration from the core (never near `i64::MAX`) as the surface's signed type.
+pub(crate) fn signed(v: impl TryInto<i64>) -> i64 {
+    v.try_into().unwrap_or(i64::MAX)
 }
 
 impl From<CoreSendError> for SendError {
     fn from(e: CoreSendError) -> Self {
         match e {
-            CoreSendError::Overloaded { retry_after_ms } => {
-                SendError::Overloaded { retry_after_ms }
-            }
+            CoreSendError::Overloaded { retry_after_ms } => SendError::Overloaded {
+                retry_after_ms: signed(retry_after_ms),
+            },
             CoreSendError::LineTooLarge { size, max } => SendError::LineTooLarge {
-                size: size as u64,
-                max: max as u64,
+                size: signed(size),
+                max: signed(max),
             },
             CoreSendError::Closed => SendError::Closed,
         }
@@ -66,14 +73,14 @@ impl From<CoreRecvError> for RecvError {
 pub enum ClientError {
     /// Too many requests in flight or the server's queue is full: wait and retry.
     #[error("overloaded; retry after {retry_after_ms} ms")]
-    Overloaded { retry_after_ms: u64 },
+    Overloaded { retry_after_ms: i64 },
     /// No answer within the request timeout (-32010); never read this as success.
     #[error("no answer within the request timeout")]
     Timeout,
     #[error("the client is closed")]
     Closed,
     #[error("request of {size} bytes exceeds the {max}-byte limit")]
-    LineTooLarge { size: u64, max: u64 },
+    LineTooLarge { size: i64, max: i64 },
     /// The server answered with a JSON-RPC error. `data` is its JSON text, if any.
     #[error("server error {code}: {reason}")]
     Protocol {
@@ -84,6 +91,9 @@ pub enum ClientError {
     /// The params or the result were not the JSON expected.
     #[error("invalid JSON: {reason}")]
     InvalidJson { reason: String },
+    /// An argument was out of range (a negative timeout or count).
+    #[error("invalid argument: {reason}")]
+    InvalidArgument { reason: String },
 }
 
 impl ClientError {
@@ -96,6 +106,7 @@ impl ClientError {
             ClientError::LineTooLarge { .. } => -32600,
             ClientError::Protocol { code, .. } => *code,
             ClientError::InvalidJson { .. } => -32700,
+            ClientError::InvalidArgument { .. } => -32602,
         }
     }
 }
@@ -103,14 +114,14 @@ impl ClientError {
 impl From<CoreClientError> for ClientError {
     fn from(e: CoreClientError) -> Self {
         match e {
-            CoreClientError::Overloaded { retry_after_ms } => {
-                ClientError::Overloaded { retry_after_ms }
-            }
+            CoreClientError::Overloaded { retry_after_ms } => ClientError::Overloaded {
+                retry_after_ms: signed(retry_after_ms),
+            },
             CoreClientError::Timeout => ClientError::Timeout,
             CoreClientError::Closed => ClientError::Closed,
             CoreClientError::LineTooLarge { size, max } => ClientError::LineTooLarge {
-                size: size as u64,
-                max: max as u64,
+                size: signed(size),
+                max: signed(max),
             },
             CoreClientError::Protocol {
                 code,
@@ -156,6 +167,20 @@ pub enum HandlerError {
     Failed { reason: String },
 }
 
+/// A listener callback (notifications, messages, logs) raised. Delivery goes on; the error is
+/// logged and counted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, uniffi::Error)]
+pub enum ListenerError {
+    #[error("listener failed: {reason}")]
+    Failed { reason: String },
+}
+
+impl From<uniffi::UnexpectedUniFFICallbackError> for ListenerError {
+    fn from(e: uniffi::UnexpectedUniFFICallbackError) -> Self {
+        ListenerError::Failed { reason: e.reason }
+    }
+}
+
 impl From<uniffi::UnexpectedUniFFICallbackError> for HandlerError {
     fn from(e: uniffi::UnexpectedUniFFICallbackError) -> Self {
         HandlerError::Failed { reason: e.reason }
@@ -175,7 +200,7 @@ pub enum StoreError {
     #[error("{reason}")]
     Corrupt {
         thread_id: String,
-        seq: u64,
+        seq: i64,
         reason: String,
     },
     #[error("{reason}")]
@@ -202,7 +227,7 @@ impl From<CoreStoreError> for StoreError {
             }
             CoreStoreError::Corrupt { thread_id, seq, .. } => StoreError::Corrupt {
                 thread_id,
-                seq,
+                seq: signed(seq),
                 reason,
             },
             CoreStoreError::AnchorMismatch { thread_id, .. } => {

@@ -178,8 +178,10 @@ impl TurnContext {
         self.with(|c| c.is_cancelled()).unwrap_or(true)
     }
 
-    /// Sleeps up to `ms`, waking early on cancellation; true when cancelled.
-    pub fn sleep_cancellable(&self, ms: u64) -> bool {
+    /// Sleeps up to `ms` (negative: not at all), waking early on cancellation; true when
+    /// cancelled.
+    pub fn sleep_cancellable(&self, ms: i64) -> bool {
+        let ms = u64::try_from(ms).unwrap_or(0);
         self.with(|c| c.sleep_cancellable(Duration::from_millis(ms)))
             .unwrap_or(true)
     }

@@ -4,8 +4,8 @@
 //! Layout: `errors` (the small public error enums), `server` (AppServer, raw Connection,
 //! TaskHandle), `client` (the wrapped Rust client, approval handler, notification listener),
 //! `kernel` (foreign AgentKernel / ToolExecutor and the call-scoped TurnContext), `store`
-//! (RolloutStore), `approval` (digests and binding checks), `capi` (the C ABI; header in
-//! `ffi/include/cc_app_server.h`).
+//! (RolloutStore), `approval` (digests and binding checks), `log` (the tracing → host log
+//! bridge), `capi` (the C ABI; header in `ffi/include/cc_app_server.h`).
 
 uniffi::setup_scaffolding!("cc_app_server");
 
@@ -14,25 +14,27 @@ pub mod capi;
 pub mod client;
 pub mod errors;
 pub mod kernel;
+pub mod log;
 pub mod server;
 pub mod store;
 mod task;
 
 pub use approval::{ApprovalBinding, ApprovalDecision, ApprovalPolicy, ApprovalRequest};
-pub use client::{ApprovalHandler, Client, ClientOptions, NotificationListener};
+pub use client::{ApprovalHandler, Client, ClientOptions, NotificationListener, MAX_BATCH};
 pub use errors::{
-    BindingError, ClientError, HandlerError, KernelError, RecvError, SendError, ServerError,
-    StoreError,
+    BindingError, ClientError, HandlerError, KernelError, ListenerError, RecvError, SendError,
+    ServerError, StoreError,
 };
 pub use kernel::{AgentKernel, ToolExecutor, TurnContext, TurnInput};
-pub use server::{AppServer, Connection, MessageListener, ServerOptions};
+pub use log::{LogLevel, LogListener, LogRecord};
+pub use server::{AppServer, Connection, MessageListener, ServerOptions, ServerStats};
 pub use store::{RolloutStore, StoreKind};
 pub use task::TaskHandle;
 
 /// The wire protocol version this library speaks (highest).
 #[uniffi::export]
-pub fn protocol_version() -> u32 {
-    cc_agent_protocol::PROTOCOL_VERSION
+pub fn protocol_version() -> i32 {
+    i32::try_from(cc_agent_protocol::PROTOCOL_VERSION).unwrap_or(i32::MAX)
 }
 
 /// `sha256:` + hex of the canonical schema this library was built against.

@@ -2,7 +2,8 @@
 //! JSON-RPC lines over bounded connections, or goes through `Client` (see `client`). Options are
 //! one record shared with the C ABI's JSON config, so both boundaries configure the same things.
 
-use crate::errors::{RecvError, SendError, ServerError};
+use crate::client::{listener_failed, MAX_BATCH};
+use crate::errors::{signed, ListenerError, RecvError, SendError, ServerError};
 use crate::kernel::{ForeignKernel, ForeignTools};
 use crate::store::{RolloutStore, StoreKind};
 use crate::task::{TaskHandle, POLL};
@@ -12,7 +13,7 @@ use cc_app_server::engine::{
 };
 use cc_app_server::rollout::Durability as CoreDurability;
 use cc_app_server::scripted::ScriptedKernel;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,15 +58,15 @@ pub struct ServerOptions {
     #[uniffi(default = None)]
     pub script_json: Option<String>,
     #[uniffi(default = None)]
-    pub approval_timeout_ms: Option<u64>,
+    pub approval_timeout_ms: Option<i64>,
     #[uniffi(default = None)]
-    pub settle_deadline_ms: Option<u64>,
+    pub settle_deadline_ms: Option<i64>,
     #[uniffi(default = None)]
-    pub max_line_bytes: Option<u64>,
+    pub max_line_bytes: Option<i64>,
     #[uniffi(default = None)]
-    pub inbound_messages: Option<u32>,
+    pub inbound_messages: Option<i32>,
     #[uniffi(default = None)]
-    pub outbound_messages: Option<u32>,
+    pub outbound_messages: Option<i32>,
 }
 
 fn invalid(reason: impl Into<String>) -> ServerError {
@@ -110,15 +111,20 @@ impl ServerOptions {
         if let Some(t) = tools {
             config.tools = t;
         }
+        let millis = |name: &str, v: i64| {
+            u64::try_from(v)
+                .map(Duration::from_millis)
+                .map_err(|_| invalid(format!("{name} must not be negative (got {v})")))
+        };
         if let Some(ms) = self.approval_timeout_ms {
-            config.approval_timeout = Duration::from_millis(ms);
+            config.approval_timeout = millis("approval_timeout_ms", ms)?;
         }
         if let Some(ms) = self.settle_deadline_ms {
-            config.settle_deadline = Duration::from_millis(ms);
+            config.settle_deadline = millis("settle_deadline_ms", ms)?;
         }
-        let positive = |name: &str, v: u64| match v {
-            0 => Err(invalid(format!("{name} must be at least 1"))),
-            v => usize::try_from(v).map_err(|_| invalid(format!("{name} is too large"))),
+        let positive = |name: &str, v: i64| match usize::try_from(v) {
+            Ok(0) | Err(_) => Err(invalid(format!("{name} must be at least 1 (got {v})"))),
+            Ok(v) => Ok(v),
         };
         if let Some(v) = self.max_line_bytes {
             config.limits.max_line_bytes = positive("max_line_bytes", v)?;
@@ -191,8 +197,20 @@ impl AppServer {
     }
 
     /// Tools actually executed since open.
-    pub fn tools_executed(&self) -> u64 {
-        self.inner.stats().tools_executed.load(Ordering::Relaxed)
+    pub fn tools_executed(&self) -> i64 {
+        signed(self.inner.stats().tools_executed.load(Ordering::Relaxed))
+    }
+
+    /// The engine's counters now (they never go down).
+    pub fn stats(&self) -> ServerStats {
+        let s = self.inner.stats();
+        ServerStats {
+            tools_executed: signed(s.tools_executed.load(Ordering::Relaxed)),
+            ignored_responses: signed(s.ignored_responses.load(Ordering::Relaxed)),
+            closed_slow_consumers: signed(s.closed_slow_consumers.load(Ordering::Relaxed)),
+            listener_errors: signed(LISTENER_ERRORS.load(Ordering::Relaxed)),
+            dropped_log_records: crate::log::dropped_log_records(),
+        }
     }
 
     /// Interrupts live turns (waiting for each to settle), closes every connection and flushes
@@ -208,13 +226,32 @@ impl Drop for AppServer {
     }
 }
 
+/// The engine's counters as a host sees them.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct ServerStats {
+    /// Tools actually executed (only ever after a valid approval or an auto-approve policy).
+    pub tools_executed: i64,
+    /// Responses from a host that matched no pending server request (late, duplicate, unknown).
+    pub ignored_responses: i64,
+    /// Connections closed because their host stopped reading.
+    pub closed_slow_consumers: i64,
+    /// Listener callbacks (this process, every server) that raised; delivery went on.
+    pub listener_errors: i64,
+    /// Log records dropped because the log listener fell behind (this process).
+    pub dropped_log_records: i64,
+}
+
+/// Listener callbacks that failed, across the process (see `ServerStats::listener_errors`).
+pub(crate) static LISTENER_ERRORS: AtomicU64 = AtomicU64::new(0);
+
 /// Receives a connection's messages on a delivery thread (see `Connection.listen`).
 #[uniffi::export(with_foreign)]
 pub trait MessageListener: Send + Sync {
-    /// One JSON-RPC message from the server (response, notification or server request).
-    fn on_message(&self, message: String);
-    /// The connection closed; no more messages follow.
-    fn on_closed(&self);
+    /// The next JSON-RPC messages from the server (responses, notifications, server requests), in
+    /// order, up to `MAX_BATCH` at a time. An error is logged and counted; delivery goes on.
+    fn on_messages(&self, messages: Vec<String>) -> Result<(), ListenerError>;
+    /// The connection closed; no more messages follow. Not called when the handle is cancelled.
+    fn on_closed(&self) -> Result<(), ListenerError>;
 }
 
 /// The host's end of one connection: non-blocking bounded send, bounded receive.
@@ -230,12 +267,12 @@ impl Connection {
         self.inner.send(&message).map_err(SendError::from)
     }
 
-    /// The next message, waiting up to `timeout_ms` (absent: until one arrives or it closes).
+    /// The next message, waiting up to `timeout_ms` (absent: until one arrives or it closes; a
+    /// negative timeout does not wait).
     #[uniffi::method(default(timeout_ms = None))]
-    pub fn recv(&self, timeout_ms: Option<u64>) -> Result<String, RecvError> {
-        self.inner
-            .recv(timeout_ms.map(Duration::from_millis))
-            .map_err(RecvError::from)
+    pub fn recv(&self, timeout_ms: Option<i64>) -> Result<String, RecvError> {
+        let timeout = timeout_ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
+        self.inner.recv(timeout).map_err(RecvError::from)
     }
 
     /// The next message if one is ready.
@@ -263,10 +300,26 @@ impl Connection {
         TaskHandle::spawn("cc-ffi-conn-listener", move |cancelled| {
             while !cancelled.load(Ordering::SeqCst) {
                 match conn.inner.recv(Some(POLL)) {
-                    Ok(m) => listener.on_message(m),
+                    Ok(first) => {
+                        let mut batch = vec![first];
+                        while batch.len() < MAX_BATCH {
+                            match conn.inner.try_recv() {
+                                Some(next) => batch.push(next),
+                                None => break,
+                            }
+                        }
+                        if cancelled.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        if let Err(e) = listener.on_messages(batch) {
+                            listener_failed("message", &e);
+                        }
+                    }
                     Err(CoreRecvError::Timeout) => {}
                     Err(CoreRecvError::Closed) => {
-                        listener.on_closed();
+                        if let Err(e) = listener.on_closed() {
+                            listener_failed("message", &e);
+                        }
                         break;
                     }
                 }

@@ -2,7 +2,7 @@
 //! page through events, verify a whole hash chain — either from a running server (`AppServer.store`)
 //! or opened on its own for a state directory no server is using.
 
-use crate::errors::StoreError;
+use crate::errors::{signed, StoreError};
 use cc_app_server::rollout::{self, ListQuery, RolloutStore as CoreStore, StoreOptions};
 use std::sync::Arc;
 
@@ -32,7 +32,7 @@ pub struct ThreadSummary {
     pub created_at: String,
     pub updated_at: String,
     pub archived: bool,
-    pub last_seq: u64,
+    pub last_seq: i64,
     pub head_hash: String,
 }
 
@@ -47,7 +47,7 @@ pub struct ThreadPage {
 /// One stored event: the indexing fields, plus the whole event (wire `RolloutEvent`) as JSON.
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
 pub struct RolloutEvent {
-    pub seq: u64,
+    pub seq: i64,
     pub hash: String,
     pub prev_hash: String,
     pub time: String,
@@ -69,10 +69,10 @@ pub struct VerifyReport {
     pub thread_id: String,
     pub ok: bool,
     /// Events that checked out (the good prefix).
-    pub events: u64,
-    pub head_seq: u64,
+    pub events: i64,
+    pub head_seq: i64,
     pub head_hash: String,
-    pub first_bad_seq: Option<u64>,
+    pub first_bad_seq: Option<i64>,
     pub reason: Option<String>,
     /// Repairs made when the store opened the thread (torn tails cut, anchors rebuilt).
     pub repairs: Vec<String>,
@@ -83,14 +83,21 @@ impl From<rollout::VerifyReport> for VerifyReport {
         VerifyReport {
             ok: r.ok(),
             thread_id: r.thread_id,
-            events: r.events,
-            head_seq: r.head_seq,
+            events: signed(r.events),
+            head_seq: signed(r.head_seq),
             head_hash: r.head_hash,
-            first_bad_seq: r.first_bad_seq,
+            first_bad_seq: r.first_bad_seq.map(signed),
             reason: r.reason,
             repairs: r.repairs,
         }
     }
+}
+
+/// A non-negative argument as a count; negative values are refused, not wrapped.
+fn count(name: &str, v: i64) -> Result<usize, StoreError> {
+    usize::try_from(v).map_err(|_| StoreError::InvalidArgument {
+        reason: format!("{name} must not be negative (got {v})"),
+    })
 }
 
 /// A rollout store handle.
@@ -130,12 +137,12 @@ impl RolloutStore {
         &self,
         include_archived: bool,
         cursor: Option<String>,
-        limit: u32,
+        limit: i32,
     ) -> Result<ThreadPage, StoreError> {
         let page = self.inner.list(&ListQuery {
             include_archived,
             cursor,
-            limit: limit as usize,
+            limit: count("limit", limit.into())?,
         })?;
         Ok(ThreadPage {
             threads: page
@@ -147,7 +154,7 @@ impl RolloutStore {
                     created_at: t.created_at,
                     updated_at: t.updated_at,
                     archived: t.archived,
-                    last_seq: t.last_seq,
+                    last_seq: signed(t.last_seq),
                     head_hash: t.head_hash,
                 })
                 .collect(),
@@ -160,16 +167,19 @@ impl RolloutStore {
     pub fn read(
         &self,
         thread_id: String,
-        after_seq: u64,
-        limit: u32,
+        after_seq: i64,
+        limit: i32,
     ) -> Result<EventPage, StoreError> {
-        let page = self.inner.read(&thread_id, after_seq, limit as usize)?;
+        let after_seq = count("after_seq", after_seq)? as u64;
+        let page = self
+            .inner
+            .read(&thread_id, after_seq, count("limit", limit.into())?)?;
         Ok(EventPage {
             events: page
                 .events
                 .into_iter()
                 .map(|e| RolloutEvent {
-                    seq: e.seq,
+                    seq: signed(e.seq),
                     kind: e.kind().to_string(),
                     json: e.to_json().to_string(),
                     hash: e.hash,

@@ -43,16 +43,25 @@ class Collect(ffi.NotificationListener):  # type: ignore[misc]
         self.lock = threading.Lock()
         self.reached = threading.Event()
         self.completed = threading.Event()
+        self.closed = threading.Event()
         self.stop_after = stop_after
 
-    def on_notification(self, method: str, params_json: str) -> None:
-        json.loads(params_json)
+    def on_notifications(self, messages: list[str]) -> None:
+        for text in messages:
+            self.on_one(json.loads(text))
+
+    def on_one(self, message: dict[str, Any]) -> None:
+        method = message["method"]
+        assert message["jsonrpc"] == "2.0" and "id" not in message and isinstance(message["params"], dict)
         with self.lock:
             self.methods.append(method)
             if self.stop_after is not None and len(self.methods) >= self.stop_after:
                 self.reached.set()
         if method == "turn/completed":
             self.completed.set()
+
+    def on_closed(self) -> None:
+        self.closed.set()
 
     def count(self) -> int:
         with self.lock:
@@ -117,8 +126,10 @@ def test_cancel_from_inside_the_callback(server: Any) -> None:
     holder: dict[str, Any] = {}
 
     class CancelSelf(Collect):
-        def on_notification(self, method: str, params_json: str) -> None:
-            super().on_notification(method, params_json)
+        def on_one(self, message: dict[str, Any]) -> None:
+            if self.count() >= 2:
+                return  # the rest of a batch that arrived with the cancelling one
+            super().on_one(message)
             if self.count() == 2:
                 holder["handle"].cancel()  # from the delivery thread itself: must not deadlock
 
@@ -139,8 +150,8 @@ class Lines(ffi.MessageListener):  # type: ignore[misc]
         self.closed = threading.Event()
         self.got = threading.Event()
 
-    def on_message(self, message: str) -> None:
-        self.messages.append(json.loads(message))
+    def on_messages(self, messages: list[str]) -> None:
+        self.messages.extend(json.loads(m) for m in messages)
         self.got.set()
 
     def on_closed(self) -> None:
@@ -161,3 +172,89 @@ def test_connection_listener_reports_close(server: Any) -> None:
     while not handle.is_finished() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert handle.is_finished()
+
+
+def test_a_raising_listener_is_counted_and_delivery_goes_on(server: Any) -> None:
+    client = ffi.Client.connect(server)
+
+    class Flaky(Collect):
+        def __init__(self) -> None:
+            super().__init__()
+            self.batches = 0
+
+        def on_notifications(self, messages: list[str]) -> None:
+            self.batches += 1
+            super().on_notifications(messages)
+            if self.batches % 2 == 1:
+                raise RuntimeError("listener bug")
+
+    before = server.stats().listener_errors
+    listener = Flaky()
+    handle = client.listen(listener)
+    start(client, "flaky", slow_script(deltas=6, sleep_ms=20))
+    assert listener.completed.wait(20), "a raising listener does not stop the stream"
+    assert listener.methods.count("item/delta") == 6
+    assert server.stats().listener_errors >= before + 1
+    handle.cancel()
+    client.close()
+
+
+def test_listener_hears_close_and_batches_a_fast_stream(server: Any) -> None:
+    client = ffi.Client.connect(server)
+    sizes: list[int] = []
+
+    class Sizes(Collect):
+        def on_notifications(self, messages: list[str]) -> None:
+            sizes.append(len(messages))
+            super().on_notifications(messages)
+
+    listener = Sizes()
+    handle = client.listen(listener)
+    start(client, "fast", {"steps": [{"type": "message", "text": "x" * 2000, "chunks": 2000}]})
+    assert listener.completed.wait(60)
+    assert listener.methods.count("item/delta") == 2000
+    assert max(sizes) > 1, "a fast stream arrives in batches"
+    assert max(sizes) <= 256, "at most MAX_BATCH (256) per call"
+    server.shutdown()
+    assert listener.closed.wait(20), "on_closed after the server shut down"
+    deadline = time.monotonic() + 5
+    while not handle.is_finished() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert handle.is_finished()
+
+
+class Records(ffi.LogListener):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+        self.lock = threading.Lock()
+
+    def on_log(self, record: Any) -> None:
+        with self.lock:
+            self.records.append(record)
+
+    def find(self, needle: str) -> list[Any]:
+        with self.lock:
+            return [r for r in self.records if needle in r.message]
+
+
+def test_diagnostics_reach_a_python_log_listener(server: Any) -> None:
+    class Explode(ffi.ApprovalHandler):  # type: ignore[misc]
+        def decide(self, request: Any) -> Any:
+            raise ValueError("handler bug")
+
+    records = Records()
+    ffi.set_log_listener(records, ffi.LogLevel.WARN)
+    try:
+        client = ffi.Client.connect(server, Explode())
+        client.request_blocking("thread/start", json.dumps({"threadId": "logged", "agentOptions": {"script": {"steps": [
+            {"type": "tool", "tool": "fs.write", "arguments": {"path": "a"}}]}}}))
+        client.request_blocking("turn/start", json.dumps({"threadId": "logged", "input": [{"type": "text", "text": "go"}]}))
+        deadline = time.monotonic() + 20
+        while not records.find("approval handler failed") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        [record, *_] = records.find("approval handler failed")
+        assert record.level == ffi.LogLevel.WARN and record.target.startswith("cc_app_server")
+        assert "handler bug" in record.message and record.unix_ms > 0
+        client.close()
+    finally:
+        ffi.set_log_listener(None, ffi.LogLevel.ERROR)

@@ -180,8 +180,11 @@ def test_async_request_turn_with_an_approval_and_protocol_errors(state_dir: str)
     with pytest.raises(ffi.ClientError.InvalidJson):
         client.request_blocking("thread/list", "{not json")
     assert client.pending_requests() == 0
+    assert server.stats().tools_executed == 1
     client.close()
     assert client.is_closed()
+    with pytest.raises(ffi.ClientError.Closed):
+        client.next_notification(10)
     with pytest.raises(ffi.ClientError.Closed):
         client.request_blocking("thread/list", "")
     with pytest.raises(ffi.ClientError.Closed):
@@ -406,5 +409,45 @@ def test_requests_from_many_threads_share_one_client(state_dir: str) -> None:
         t.join()
     assert errors == []
     assert len(server.store().list(False, None, 1000).threads) == 40
+    client.close()
+    server.shutdown()
+
+
+def test_a_client_of_a_shut_down_server_reads_closed_not_idle(state_dir: str) -> None:
+    server = open_server(state_dir)
+    client = ffi.Client.connect(server)
+    start_turn(client, "t", {"steps": [{"type": "message", "text": "hello", "chunks": 5}]})
+    wait_for(client, "turn/completed")
+    server.shutdown()
+    # What arrived before the shutdown can still be taken; after that, Closed — never None.
+    deadline = time.monotonic() + 10
+    with pytest.raises(ffi.ClientError.Closed):
+        while time.monotonic() < deadline:
+            client.next_notifications(64, 100)
+    assert client.is_closed()
+    with pytest.raises(ffi.ClientError.Closed):
+        client.next_notification(10)
+
+
+def test_batches_and_signed_arguments(state_dir: str) -> None:
+    server = open_server(state_dir)
+    client = ffi.Client.connect(server)
+    start_turn(client, "t", {"steps": [{"type": "message", "text": "abcdefgh", "chunks": 8}]})
+    seen: list[str] = []
+    deadline = time.monotonic() + 20
+    while "turn/completed" not in seen and time.monotonic() < deadline:
+        batch = client.next_notifications(4, 200)
+        assert len(batch) <= 4
+        seen.extend(json.loads(m)["method"] for m in batch)
+    assert seen.count("item/delta") == 8
+    assert client.next_notifications(4, 0) == [], "nothing left: an empty batch, not an error"
+    with pytest.raises(ffi.ClientError.InvalidArgument):
+        client.next_notifications(0, 10)
+    with pytest.raises(ffi.ClientError.InvalidArgument):
+        client.next_notification(-1)
+    with pytest.raises(ffi.ServerError.InvalidConfig):
+        open_server(state_dir + "-2", approval_timeout_ms=-5)
+    with pytest.raises(ffi.ClientError.InvalidArgument):
+        ffi.Client.connect(server, None, ffi.ClientOptions(max_pending=0))
     client.close()
     server.shutdown()

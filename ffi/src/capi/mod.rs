@@ -251,9 +251,30 @@ unsafe fn last_error_into(
 // ---------------------------------------------------------------------------------------------
 // Library information
 
-/// A static, NUL-terminated name for `result` (e.g. "CC_ERR_CLOSED"). Never free it.
+/// A static, NUL-terminated name for `result` (e.g. "CC_ERR_CLOSED"; "CC_UNKNOWN_RESULT" for a
+/// value that is no `cc_result`). Never free it.
 #[no_mangle]
-pub extern "C" fn cc_result_name(result: cc_result) -> *const c_char {
+pub extern "C" fn cc_result_name(result: i32) -> *const c_char {
+    // An int, not the enum: a C caller may pass any value, and an out-of-range enum is UB in Rust.
+    const CODES: [cc_result; 14] = [
+        CC_OK,
+        CC_ERR_NULL_ARGUMENT,
+        CC_ERR_INVALID_ARGUMENT,
+        CC_ERR_BUFFER_TOO_SMALL,
+        CC_ERR_OVERLOADED,
+        CC_ERR_LINE_TOO_LARGE,
+        CC_ERR_CLOSED,
+        CC_ERR_TIMEOUT,
+        CC_ERR_PROTOCOL,
+        CC_ERR_STORE,
+        CC_ERR_CANCELLED,
+        CC_ERR_EXPIRED,
+        CC_ERR_PANIC,
+        CC_ERR_FAILED,
+    ];
+    let Some(&result) = CODES.iter().find(|c| **c as i32 == result) else {
+        return c"CC_UNKNOWN_RESULT".as_ptr();
+    };
     let name: &'static [u8] = match result {
         CC_OK => b"CC_OK\0",
         CC_ERR_NULL_ARGUMENT => b"CC_ERR_NULL_ARGUMENT\0",
@@ -332,11 +353,12 @@ fn options_from_json(text: &str) -> Outcome<ServerOptions> {
         };
         let number = || {
             v.as_u64()
+                .and_then(|n| i64::try_from(n).ok())
                 .ok_or_else(|| bad(format!("config.{key} must be a non-negative integer")))
         };
         let small = || {
             number().and_then(|n| {
-                u32::try_from(n).map_err(|_| bad(format!("config.{key} is too large")))
+                i32::try_from(n).map_err(|_| bad(format!("config.{key} is too large")))
             })
         };
         match key.as_str() {
@@ -770,7 +792,9 @@ fn client_failure(e: &ClientError) -> Failure {
         ClientError::Closed => CC_ERR_CLOSED,
         ClientError::LineTooLarge { .. } => CC_ERR_LINE_TOO_LARGE,
         ClientError::Protocol { .. } => CC_ERR_PROTOCOL,
-        ClientError::InvalidJson { .. } => CC_ERR_INVALID_ARGUMENT,
+        ClientError::InvalidJson { .. } | ClientError::InvalidArgument { .. } => {
+            CC_ERR_INVALID_ARGUMENT
+        }
     };
     fail(code, e.to_string())
 }
@@ -931,13 +955,31 @@ pub unsafe extern "C" fn cc_client_free(client: *mut cc_client) {
 // Host kernel
 
 /// The engine's context for one running turn, lent to `run_turn` for the duration of the call.
-/// Never freed by the host.
+/// Never freed by the host. The pointer is a token, never dereferenced: a `cc_turn` kept past its
+/// `run_turn` (or a made-up pointer) is looked up, not found, and refused with `CC_ERR_EXPIRED`.
 pub struct cc_turn {
+    _opaque: [u8; 0],
+}
+
+/// What a `cc_turn` token stands for while its `run_turn` runs.
+struct TurnState {
     ctx: Arc<TurnContext>,
     kept: Mutex<Option<(cc_result, String)>>,
     failure: Mutex<Option<String>>,
     last_error: LastError,
 }
+
+/// Live turns by token. Tokens come from a counter and are never reused (a 64-bit counter does
+/// not wrap; a 32-bit one would after 2^32 turns), so a stale token cannot reach a newer turn.
+struct TurnRegistry {
+    next: usize,
+    live: std::collections::BTreeMap<usize, Arc<TurnState>>,
+}
+
+static TURNS: Mutex<TurnRegistry> = Mutex::new(TurnRegistry {
+    next: 1,
+    live: std::collections::BTreeMap::new(),
+});
 
 struct CKernel {
     kernel: cc_kernel,
@@ -982,26 +1024,57 @@ impl CoreKernel for CKernel {
             ));
         };
         let lease = Lease::new(ctx);
-        let mut turn = cc_turn {
+        let state = Arc::new(TurnState {
             ctx: Arc::clone(&lease.0),
             kept: Mutex::new(None),
             failure: Mutex::new(None),
             last_error: LastError::default(),
+        });
+        let token = {
+            let mut turns = lock(&TURNS);
+            let token = turns.next;
+            turns.next = turns.next.wrapping_add(1).max(1);
+            turns.live.insert(token, Arc::clone(&state));
+            token
         };
+        // Unregisters the token on every way out (a panic in the host's callback included).
+        struct Unregister(usize);
+        impl Drop for Unregister {
+            fn drop(&mut self) {
+                lock(&TURNS).live.remove(&self.0);
+            }
+        }
+        let registered = Unregister(token);
         let input = std::ffi::CString::new(turn_input(input).json).unwrap_or_default();
-        // SAFETY: the cc_kernel contract; `turn` and `input` outlive the call.
-        let code = unsafe { run_turn(self.kernel.user_data, &mut turn, input.as_ptr()) };
+        // SAFETY: the cc_kernel contract; `input` outlives the call. The turn pointer is a token
+        // (see `cc_turn`), valid to dereference for nobody.
+        let code =
+            unsafe { run_turn(self.kernel.user_data, token as *mut cc_turn, input.as_ptr()) };
+        drop(registered);
         drop(lease);
         match code {
             0 => Ok(()),
             c if c == CC_ERR_CANCELLED as i32 => Err(CoreKernelError::Cancelled),
             c => Err(CoreKernelError::Failed(
-                lock(&turn.failure)
+                lock(&state.failure)
                     .take()
                     .unwrap_or_else(|| format!("the host kernel failed (code {c})")),
             )),
         }
     }
+}
+
+/// The live turn a token stands for: `CC_ERR_NULL_ARGUMENT` for NULL, `CC_ERR_EXPIRED` for a
+/// token whose `run_turn` has returned (or that was never handed out).
+fn turn_state(turn: *const cc_turn) -> Result<Arc<TurnState>, cc_result> {
+    if turn.is_null() {
+        return Err(CC_ERR_NULL_ARGUMENT);
+    }
+    lock(&TURNS)
+        .live
+        .get(&(turn as usize))
+        .cloned()
+        .ok_or(CC_ERR_EXPIRED)
 }
 
 unsafe fn turn_text(
@@ -1011,8 +1084,9 @@ unsafe fn turn_text(
     out_needed: *mut usize,
     text: impl FnOnce(&TurnContext) -> Result<String, KernelError>,
 ) -> cc_result {
-    let Some(t) = turn.as_ref() else {
-        return CC_ERR_NULL_ARGUMENT;
+    let t = match turn_state(turn) {
+        Ok(t) => t,
+        Err(code) => return code,
     };
     guarded(Some(&t.last_error), || {
         let text = text(&t.ctx).map_err(kernel_failure)?;
@@ -1089,8 +1163,9 @@ pub unsafe extern "C" fn cc_turn_item_started(
     turn: *const cc_turn,
     item_json: *const c_char,
 ) -> cc_result {
-    let Some(t) = turn.as_ref() else {
-        return CC_ERR_NULL_ARGUMENT;
+    let t = match turn_state(turn) {
+        Ok(t) => t,
+        Err(code) => return code,
     };
     guarded(Some(&t.last_error), || {
         let item = arg(item_json, "item_json")?.to_string();
@@ -1108,8 +1183,9 @@ pub unsafe extern "C" fn cc_turn_item_delta(
     item_id: *const c_char,
     delta_json: *const c_char,
 ) -> cc_result {
-    let Some(t) = turn.as_ref() else {
-        return CC_ERR_NULL_ARGUMENT;
+    let t = match turn_state(turn) {
+        Ok(t) => t,
+        Err(code) => return code,
     };
     guarded(Some(&t.last_error), || {
         let id = arg(item_id, "item_id")?.to_string();
@@ -1127,8 +1203,9 @@ pub unsafe extern "C" fn cc_turn_item_completed(
     turn: *const cc_turn,
     item_json: *const c_char,
 ) -> cc_result {
-    let Some(t) = turn.as_ref() else {
-        return CC_ERR_NULL_ARGUMENT;
+    let t = match turn_state(turn) {
+        Ok(t) => t,
+        Err(code) => return code,
     };
     guarded(Some(&t.last_error), || {
         let item = arg(item_json, "item_json")?.to_string();
@@ -1153,8 +1230,9 @@ pub unsafe extern "C" fn cc_turn_request_tool(
     len: usize,
     out_needed: *mut usize,
 ) -> cc_result {
-    let Some(t) = turn.as_ref() else {
-        return CC_ERR_NULL_ARGUMENT;
+    let t = match turn_state(turn) {
+        Ok(t) => t,
+        Err(code) => return code,
     };
     guarded(Some(&t.last_error), || {
         let id = arg(item_id, "item_id")?.to_string();
@@ -1178,8 +1256,9 @@ pub unsafe extern "C" fn cc_turn_last_result(
     len: usize,
     out_needed: *mut usize,
 ) -> cc_result {
-    let Some(t) = turn.as_ref() else {
-        return CC_ERR_NULL_ARGUMENT;
+    let t = match turn_state(turn) {
+        Ok(t) => t,
+        Err(code) => return code,
     };
     guarded(Some(&t.last_error), || {
         if take_kept(&t.kept, buf, len, out_needed)? {
@@ -1196,7 +1275,7 @@ pub unsafe extern "C" fn cc_turn_last_result(
 /// `turn` NULL or the handle passed to `run_turn`, during that call.
 #[no_mangle]
 pub unsafe extern "C" fn cc_turn_is_cancelled(turn: *const cc_turn) -> bool {
-    turn.as_ref()
+    turn_state(turn)
         .map(|t| catch_unwind(AssertUnwindSafe(|| t.ctx.is_cancelled())).unwrap_or(true))
         .unwrap_or(true)
 }
@@ -1207,7 +1286,8 @@ pub unsafe extern "C" fn cc_turn_is_cancelled(turn: *const cc_turn) -> bool {
 /// `turn` NULL or the handle passed to `run_turn`, during that call.
 #[no_mangle]
 pub unsafe extern "C" fn cc_turn_sleep(turn: *const cc_turn, ms: u64) -> bool {
-    turn.as_ref()
+    let ms = i64::try_from(ms).unwrap_or(i64::MAX);
+    turn_state(turn)
         .map(|t| catch_unwind(AssertUnwindSafe(|| t.ctx.sleep_cancellable(ms))).unwrap_or(true))
         .unwrap_or(true)
 }
@@ -1218,8 +1298,9 @@ pub unsafe extern "C" fn cc_turn_sleep(turn: *const cc_turn, ms: u64) -> bool {
 /// `turn` the handle passed to `run_turn`, during that call; `reason` a valid C string.
 #[no_mangle]
 pub unsafe extern "C" fn cc_turn_fail(turn: *const cc_turn, reason: *const c_char) -> cc_result {
-    let Some(t) = turn.as_ref() else {
-        return CC_ERR_NULL_ARGUMENT;
+    let t = match turn_state(turn) {
+        Ok(t) => t,
+        Err(code) => return code,
     };
     guarded(Some(&t.last_error), || {
         let reason = arg(reason, "reason")?;
@@ -1240,7 +1321,71 @@ pub unsafe extern "C" fn cc_turn_last_error(
     len: usize,
     out_needed: *mut usize,
 ) -> cc_result {
-    last_error_into(turn.as_ref().map(|t| &t.last_error), buf, len, out_needed)
+    match turn_state(turn) {
+        Ok(t) => last_error_into(Some(&t.last_error), buf, len, out_needed),
+        Err(code) => code,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Diagnostics
+
+/// Log levels for `cc_set_log_callback`: 0 turns logging off.
+pub const CC_LOG_OFF: i32 = 0;
+pub const CC_LOG_ERROR: i32 = 1;
+pub const CC_LOG_WARN: i32 = 2;
+pub const CC_LOG_INFO: i32 = 3;
+pub const CC_LOG_DEBUG: i32 = 4;
+pub const CC_LOG_TRACE: i32 = 5;
+
+/// Receives one diagnostic record: `level` a `CC_LOG_*` value; `target` (e.g.
+/// "cc_app_server::turn") and `message` are NUL-terminated UTF-8 borrowed for the call.
+pub type cc_log_fn = Option<
+    unsafe extern "C" fn(
+        user_data: *mut c_void,
+        level: i32,
+        target: *const c_char,
+        message: *const c_char,
+    ),
+>;
+
+/// Sends the library's diagnostics at `level` and more severe to `callback`, called with
+/// `user_data` on the library's log delivery thread (never on an engine thread, so a slow
+/// callback never stalls a turn: records it cannot keep up with are dropped and counted).
+/// `user_data` is borrowed until the callback is replaced or turned off and must be usable from
+/// that thread. NULL `callback` or `CC_LOG_OFF` turns logging off; a new call replaces the old
+/// callback (and waits until the old one is no longer being called, unless called from inside
+/// it). `CC_ERR_INVALID_ARGUMENT` for a level outside 0..=5.
+///
+/// # Safety
+/// `callback` NULL or a function safe to call as documented, with `user_data`.
+#[no_mangle]
+pub unsafe extern "C" fn cc_set_log_callback(
+    callback: cc_log_fn,
+    user_data: *mut c_void,
+    level: i32,
+) -> cc_result {
+    guard(|| {
+        let Ok(rank) = u8::try_from(level) else {
+            return CC_ERR_INVALID_ARGUMENT;
+        };
+        let target = match (callback, crate::log::LogLevel::from_rank(rank)) {
+            (_, None) if rank != 0 => return CC_ERR_INVALID_ARGUMENT,
+            (Some(f), Some(level)) => Some((crate::log::CCallback { f, user_data }, level)),
+            _ => None,
+        };
+        match target {
+            Some((cb, level)) => crate::log::set_c_callback(Some(cb), level),
+            None => crate::log::set_c_callback(None, crate::log::LogLevel::Error),
+        };
+        CC_OK
+    })
+}
+
+/// Log records dropped because the log callback fell behind (since the process started).
+#[no_mangle]
+pub extern "C" fn cc_dropped_log_records() -> u64 {
+    u64::try_from(crate::log::dropped_log_records()).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -124,7 +124,7 @@ fn config_errors_are_reported_and_nulls_refused() {
         cc_connection_free(null_mut());
         cc_client_free(null_mut());
         assert!(!cc_turn_is_cancelled(null()) || cc_turn_is_cancelled(null()));
-        let name = CStr::from_ptr(cc_result_name(CC_ERR_BUFFER_TOO_SMALL));
+        let name = CStr::from_ptr(cc_result_name(CC_ERR_BUFFER_TOO_SMALL as i32));
         assert_eq!(name.to_str().unwrap(), "CC_ERR_BUFFER_TOO_SMALL");
         let mut needed = 0;
         assert_eq!(
@@ -391,4 +391,193 @@ fn host_kernel_through_a_function_pointer() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(state.released.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn result_names_cover_every_code_and_refuse_out_of_range_values() {
+    let mut names = std::collections::BTreeSet::new();
+    for code in 0..=13 {
+        let name = unsafe { CStr::from_ptr(cc_result_name(code)) };
+        let name = name.to_str().unwrap();
+        assert!(
+            name.starts_with("CC_") && name != "CC_UNKNOWN_RESULT",
+            "{code}: {name}"
+        );
+        names.insert(name.to_string());
+    }
+    assert_eq!(names.len(), 14, "every code has its own name");
+    // Values no cc_result has: a name, not undefined behaviour.
+    for code in [14, 999, -1, i32::MIN, i32::MAX] {
+        let name = unsafe { CStr::from_ptr(cc_result_name(code)) };
+        assert_eq!(name.to_str().unwrap(), "CC_UNKNOWN_RESULT", "{code}");
+    }
+}
+
+/// The turn handle a kernel kept past its run_turn (what a careless C host might do).
+static KEPT_TURN: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn keeping_run_turn(
+    _user_data: *mut c_void,
+    turn: *mut cc_turn,
+    _input: *const c_char,
+) -> i32 {
+    KEPT_TURN.store(turn as usize, Ordering::SeqCst);
+    let mut id = [0 as c_char; 64];
+    cc_turn_new_item_id(turn, id.as_mut_ptr(), id.len(), null_mut()) as i32
+}
+
+#[test]
+fn a_turn_handle_used_after_its_run_turn_is_expired_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = cc_kernel {
+        run_turn: Some(keeping_run_turn),
+        user_data: null_mut(),
+        release: None,
+    };
+    let server = open(dir.path(), json!({}), Some(&kernel));
+    unsafe {
+        let mut client = null_mut();
+        assert_eq!(
+            cc_client_connect(server, None, null_mut(), 0, &mut client),
+            CC_OK
+        );
+        request(client, "thread/start", json!({"threadId": "kept"}));
+        request(
+            client,
+            "turn/start",
+            json!({"threadId": "kept", "input": [{"type": "text", "text": "hi"}]}),
+        );
+        let done = wait_notification(client, "turn/completed");
+        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+        let kept = KEPT_TURN.load(Ordering::SeqCst) as *const cc_turn;
+        assert!(!kept.is_null());
+        let started = std::time::Instant::now();
+        let mut buf = [0 as c_char; 64];
+        assert_eq!(
+            cc_turn_new_item_id(kept, buf.as_mut_ptr(), buf.len(), null_mut()),
+            CC_ERR_EXPIRED
+        );
+        assert_eq!(cc_turn_item_started(kept, c("{}").as_ptr()), CC_ERR_EXPIRED);
+        assert_eq!(
+            cc_turn_last_error(kept, buf.as_mut_ptr(), buf.len(), null_mut()),
+            CC_ERR_EXPIRED
+        );
+        assert!(
+            cc_turn_is_cancelled(kept),
+            "an expired turn reads as cancelled"
+        );
+        assert!(cc_turn_sleep(kept, 60_000), "and never sleeps");
+        // A pointer the library never handed out is refused the same way.
+        let made_up = 0xdead_beef_usize as *const cc_turn;
+        assert_eq!(
+            cc_turn_new_item_id(made_up, buf.as_mut_ptr(), buf.len(), null_mut()),
+            CC_ERR_EXPIRED
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "expired handles answer at once"
+        );
+        cc_client_free(client);
+        cc_server_free(server);
+    }
+}
+
+/// Records the C log callback received: (level, target, message).
+static LOGGED: Mutex<Vec<(i32, String, String)>> = Mutex::new(Vec::new());
+
+unsafe extern "C" fn collect_log(
+    user_data: *mut c_void,
+    level: i32,
+    target: *const c_char,
+    message: *const c_char,
+) {
+    assert_eq!(user_data as usize, 0x5eed, "user_data is passed through");
+    lock(&LOGGED).push((
+        level,
+        CStr::from_ptr(target).to_string_lossy().into_owned(),
+        CStr::from_ptr(message).to_string_lossy().into_owned(),
+    ));
+}
+
+fn logged_after(deadline: Duration, pred: impl Fn(&(i32, String, String)) -> bool) -> bool {
+    let until = std::time::Instant::now() + deadline;
+    while std::time::Instant::now() < until {
+        if lock(&LOGGED).iter().any(&pred) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// The only test that touches the process-wide log destination.
+#[test]
+fn engine_diagnostics_reach_the_c_log_callback_at_the_chosen_level() {
+    let user_data = 0x5eed as *mut c_void;
+    unsafe {
+        assert_eq!(
+            cc_set_log_callback(Some(collect_log), user_data, 6),
+            CC_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            cc_set_log_callback(Some(collect_log), user_data, -1),
+            CC_ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            cc_set_log_callback(Some(collect_log), user_data, CC_LOG_WARN),
+            CC_OK
+        );
+    }
+    // A thread whose log is damaged in the middle: opening the server reports it (a warning
+    // from the engine's recovery, which an iOS or Android host could not see on stderr).
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let server = open(&state, json!({}), None);
+    unsafe {
+        let mut client = null_mut();
+        assert_eq!(
+            cc_client_connect(server, None, null_mut(), 0, &mut client),
+            CC_OK
+        );
+        for id in ["good", "bad"] {
+            request(client, "thread/start", json!({"threadId": id}));
+            request(
+                client,
+                "turn/start",
+                json!({"threadId": id, "input": [{"type": "text", "text": "hi"}]}),
+            );
+            wait_notification(client, "turn/completed");
+        }
+        cc_client_free(client);
+        cc_server_free(server);
+    }
+    let log = cc_app_server::rollout::layout::thread_log(&state, "bad");
+    let mut bytes = std::fs::read(&log).unwrap();
+    let second_line = bytes.iter().position(|b| *b == b'\n').unwrap() + 10;
+    bytes[second_line] ^= 0x01;
+    std::fs::write(&log, bytes).unwrap();
+    lock(&LOGGED).clear();
+    let server = open(&state, json!({}), None);
+    assert!(
+        logged_after(Duration::from_secs(10), |(level, target, message)| {
+            *level == CC_LOG_WARN && target.starts_with("cc_app_server") && message.contains("bad")
+        }),
+        "the recovery warning names the thread: {:?}",
+        lock(&LOGGED)
+    );
+    // Below the chosen level nothing is delivered; after turning it off, nothing at all.
+    tracing::info!(target: "cc_app_server::test", "not at warn level");
+    unsafe {
+        assert_eq!(cc_set_log_callback(None, null_mut(), CC_LOG_OFF), CC_OK);
+    }
+    tracing::error!(target: "cc_app_server::test", "after off");
+    std::thread::sleep(Duration::from_millis(100));
+    let seen = lock(&LOGGED).clone();
+    assert!(
+        !seen
+            .iter()
+            .any(|(_, _, m)| m.contains("not at warn level") || m.contains("after off")),
+        "{seen:?}"
+    );
+    unsafe { cc_server_free(server) };
 }
