@@ -9,3 +9,4 @@ pub mod protocol;
 pub mod rollout;
 pub mod scripted;
 pub mod time;
+pub mod workspace_tools;
