@@ -140,16 +140,15 @@ pub(crate) fn thread_compact(
             inner,
             conn,
             id,
-            Err(refuse(-32603, "internal error: could not start the compaction")),
+            Err(refuse(
+                -32603,
+                "internal error: could not start the compaction",
+            )),
         );
     }
 }
 
-fn compact(
-    inner: &Inner,
-    thread: &ThreadState,
-    summary: Option<String>,
-) -> Result<Value, Refusal> {
+fn compact(inner: &Inner, thread: &ThreadState, summary: Option<String>) -> Result<Value, Refusal> {
     let head = inner.store.summary(&thread.id)?;
     let through = head.last_seq;
     if through <= head.compacted_through {
@@ -169,7 +168,11 @@ fn compact(
                 ));
             }
             let options = lock(&thread.data).agent_options.clone();
-            match inner.config.kernel.summarize(&thread.id, &options, &history) {
+            match inner
+                .config
+                .kernel
+                .summarize(&thread.id, &options, &history)
+            {
                 Ok(Some(s)) if !s.trim().is_empty() => s,
                 Ok(Some(_)) => {
                     return Err(refuse(
@@ -221,7 +224,11 @@ fn compact(
             metadata: data.metadata.clone(),
             extra: Map::new(),
         };
-        let subscribers: Vec<_> = data.subscribers.iter().filter_map(|w| w.upgrade()).collect();
+        let subscribers: Vec<_> = data
+            .subscribers
+            .iter()
+            .filter_map(|w| w.upgrade())
+            .collect();
         (wire, subscribers)
     };
     let note = ServerNotification::ThreadUpdated(ThreadUpdatedNotification {

@@ -220,7 +220,9 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
         ("turn/interrupt", true) => return turn_interrupt(inner, conn, id, &params),
         ("thread/compact", true) => {
             match load_thread(inner, str_param(&params, "threadId").unwrap_or_default()) {
-                Ok(thread) => return super::compact::thread_compact(inner, conn, thread, id, &params),
+                Ok(thread) => {
+                    return super::compact::thread_compact(inner, conn, thread, id, &params)
+                }
                 Err(e) => Err(e),
             }
         }

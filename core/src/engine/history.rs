@@ -68,23 +68,22 @@ impl HistoryTurn {
 
     /// Bytes of text this turn carries (a cheap stand-in for its token cost).
     pub fn approx_bytes(&self) -> usize {
-        let entries: usize = self
-            .entries
-            .iter()
-            .map(|e| match e {
-                HistoryEntry::AgentMessage { text, .. } | HistoryEntry::Reasoning { text, .. } => {
-                    text.len()
-                }
-                HistoryEntry::ToolCall { call, result, .. } => {
-                    call.arguments.to_string().len()
-                        + result
-                            .as_ref()
-                            .map(|r| serde_json::to_string(r).map(|s| s.len()).unwrap_or(0))
-                            .unwrap_or(0)
-                        + 64
-                }
-            })
-            .sum();
+        let entries: usize =
+            self.entries
+                .iter()
+                .map(|e| match e {
+                    HistoryEntry::AgentMessage { text, .. }
+                    | HistoryEntry::Reasoning { text, .. } => text.len(),
+                    HistoryEntry::ToolCall { call, result, .. } => {
+                        call.arguments.to_string().len()
+                            + result
+                                .as_ref()
+                                .map(|r| serde_json::to_string(r).map(|s| s.len()).unwrap_or(0))
+                                .unwrap_or(0)
+                            + 64
+                    }
+                })
+                .sum();
         self.user_text().len() + entries + 16
     }
 }
@@ -97,7 +96,11 @@ impl History {
     /// Bytes of text the whole history carries.
     pub fn approx_bytes(&self) -> usize {
         self.summary.as_ref().map_or(0, String::len)
-            + self.turns.iter().map(HistoryTurn::approx_bytes).sum::<usize>()
+            + self
+                .turns
+                .iter()
+                .map(HistoryTurn::approx_bytes)
+                .sum::<usize>()
     }
 
     /// Cuts the oldest turns until the history fits in `budget_bytes`, keeping the newest; the
@@ -220,7 +223,11 @@ pub(crate) fn assemble(
                     }
                 }
                 EventPayload::TurnCompleted(c) => {
-                    if let Some(t) = history.turns.iter_mut().rev().find(|t| t.turn_id == c.turn_id)
+                    if let Some(t) = history
+                        .turns
+                        .iter_mut()
+                        .rev()
+                        .find(|t| t.turn_id == c.turn_id)
                     {
                         t.status = Some(c.status);
                     }
