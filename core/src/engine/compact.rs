@@ -151,7 +151,8 @@ pub(crate) fn thread_compact(
 fn compact(inner: &Inner, thread: &ThreadState, summary: Option<String>) -> Result<Value, Refusal> {
     let head = inner.store.summary(&thread.id)?;
     let through = head.last_seq;
-    if through <= head.compacted_through {
+    // The newest event being a compaction means nothing happened since.
+    if through <= head.compacted_through || head.last_compaction_seq == Some(through) {
         return Err(refuse(
             -32602,
             "nothing to compact: no event since the last compaction",

@@ -92,7 +92,11 @@ async fn error_message(mut resp: reqwest::Response) -> String {
             v.get("error")
                 .and_then(|e| e.get("message").or(Some(e)))
                 .and_then(|m| m.as_str().map(str::to_string))
-                .or_else(|| v.get("message").and_then(|m| m.as_str()).map(str::to_string))
+                .or_else(|| {
+                    v.get("message")
+                        .and_then(|m| m.as_str())
+                        .map(str::to_string)
+                })
         })
         .unwrap_or_else(|| text.into_owned());
     let message = excerpt(message.trim());

@@ -180,7 +180,12 @@ pub fn history_messages(history: &History, names: &ToolNames, max_tool_bytes: us
                         let name = names
                             .api_name(&call.tool)
                             .map(str::to_string)
-                            .unwrap_or_else(|| ToolNames::new(&[spec_for(call)]).api_name(&call.tool).unwrap_or("tool").to_string());
+                            .unwrap_or_else(|| {
+                                ToolNames::new(&[spec_for(call)])
+                                    .api_name(&call.tool)
+                                    .unwrap_or("tool")
+                                    .to_string()
+                            });
                         calls.push((item_id.clone(), name, call.arguments.to_string()));
                         results.push(json!({"role": "tool", "tool_call_id": item_id,
                             "content": tool_result_text(result.as_ref(), max_tool_bytes)}));
@@ -223,7 +228,12 @@ mod tests {
     #[test]
     fn tool_names_map_to_the_api_pattern_and_back() {
         let long = "a".repeat(100);
-        let specs = [spec("read_file"), spec("fs.write"), spec("fs:write"), spec(&long)];
+        let specs = [
+            spec("read_file"),
+            spec("fs.write"),
+            spec("fs:write"),
+            spec(&long),
+        ];
         let names = ToolNames::new(&specs);
         assert_eq!(names.api_name("read_file"), Some("read_file"));
         let mut seen = std::collections::HashSet::new();

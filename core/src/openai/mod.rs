@@ -12,9 +12,9 @@ pub mod sse;
 use crate::engine::History;
 use crate::kernel::{AgentKernel, KernelError, ToolSpec, TurnContext};
 use crate::protocol::{
-    AgentMessageItem, CommandExecutionItem, ErrorItem, FileChange, FileChangeItem,
-    FileChangeKind, Item, ItemDelta, ItemStatus, ReasoningItem, TextDelta, ToolCall,
-    ToolCallItem, ToolResult, UserInput,
+    AgentMessageItem, CommandExecutionItem, ErrorItem, FileChange, FileChangeItem, FileChangeKind,
+    Item, ItemDelta, ItemStatus, ReasoningItem, TextDelta, ToolCall, ToolCallItem, ToolResult,
+    UserInput,
 };
 use http::{StreamEvent, StreamRequest};
 use messages::ToolNames;
@@ -68,7 +68,9 @@ pub struct OpenAiConfig {
 /// Why a kernel could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenAiConfigError {
-    #[error("invalid base URL {0:?}: give an http:// or https:// URL such as http://localhost:11434/v1")]
+    #[error(
+        "invalid base URL {0:?}: give an http:// or https:// URL such as http://localhost:11434/v1"
+    )]
     BaseUrl(String),
     #[error("no model: pass one (e.g. --model gpt-4o-mini) or set CC_APP_SERVER_MODEL")]
     NoModel,
@@ -175,7 +177,8 @@ impl OpenAiConfig {
 
     fn endpoint(&self) -> Result<(String, String), OpenAiConfigError> {
         let bad = || OpenAiConfigError::BaseUrl(self.base_url.chars().take(200).collect());
-        let mut url = reqwest::Url::parse(self.base_url.trim_end_matches('/')).map_err(|_| bad())?;
+        let mut url =
+            reqwest::Url::parse(self.base_url.trim_end_matches('/')).map_err(|_| bad())?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
             return Err(bad());
         }
@@ -283,7 +286,11 @@ impl Shape {
                     .filter(|a| !a.is_empty() && a.len() <= 256)
                     .and_then(|a| {
                         a.iter()
-                            .map(|v| v.as_str().filter(|s| s.chars().count() <= 4096).map(str::to_string))
+                            .map(|v| {
+                                v.as_str()
+                                    .filter(|s| s.chars().count() <= 4096)
+                                    .map(str::to_string)
+                            })
                             .collect()
                     });
                 argv.map_or(Shape::Generic, Shape::Command)
@@ -317,7 +324,9 @@ impl Shape {
         };
         match self {
             Shape::Command(argv) => {
-                let exit_code = output.and_then(|o| o.get("exitCode")).and_then(Value::as_i64);
+                let exit_code = output
+                    .and_then(|o| o.get("exitCode"))
+                    .and_then(Value::as_i64);
                 let status = match (status, exit_code) {
                     (ItemStatus::Completed, Some(0)) => ItemStatus::Completed,
                     (ItemStatus::Completed, _) => ItemStatus::Failed,
@@ -685,7 +694,8 @@ impl OpenAiCompatibleKernel {
         call: &AssembledCall,
         mut extra: Map<String, Value>,
     ) -> Result<Value, KernelError> {
-        let reply = |content: String| json!({"role": "tool", "tool_call_id": call.id, "content": content});
+        let reply =
+            |content: String| json!({"role": "tool", "tool_call_id": call.id, "content": content});
         let refuse = |message: String, extra: Map<String, Value>| -> Result<Value, KernelError> {
             let item = Item::Error(ErrorItem {
                 id: ctx.new_item_id(),
@@ -787,10 +797,7 @@ impl AgentKernel for OpenAiCompatibleKernel {
                 .iter()
                 .map(|c| (c.id.clone(), c.name.clone(), c.arguments.clone()))
                 .collect();
-            conversation.push(messages::assistant_with_calls(
-                Some(&out.text),
-                &wire_calls,
-            ));
+            conversation.push(messages::assistant_with_calls(Some(&out.text), &wire_calls));
             for call in &out.calls {
                 let message = self.run_call(ctx, &names, call, std::mem::take(&mut usage_extra))?;
                 conversation.push(message);
@@ -822,7 +829,8 @@ impl AgentKernel for OpenAiCompatibleKernel {
             &names,
             self.config.max_tool_output_bytes,
         ));
-        conversation.push(json!({"role": "user", "content": "Summarize the conversation above now."}));
+        conversation
+            .push(json!({"role": "user", "content": "Summarize the conversation above now."}));
         // The summary has no tools and no turn to record into: collect its text directly.
         let body = self.request_body(agent_options, &conversation, &[]);
         let (mut rx, _abort) = self.start_stream(body);

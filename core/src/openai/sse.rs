@@ -75,7 +75,8 @@ impl SseDecoder {
             }
             return Ok(());
         }
-        let line = std::str::from_utf8(line).map_err(|_| "an event line is not UTF-8".to_string())?;
+        let line =
+            std::str::from_utf8(line).map_err(|_| "an event line is not UTF-8".to_string())?;
         if line.starts_with(':') {
             return Ok(()); // a comment (keep-alive)
         }
@@ -308,7 +309,10 @@ mod tests {
         let mut d = SseDecoder::default();
         let mut got = d.feed(b"data: {\"a\"").unwrap();
         assert!(got.is_empty());
-        got.extend(d.feed(b":1}\r\n\r\n: keep-alive\n\ndata: x\rdata: y\r\r").unwrap());
+        got.extend(
+            d.feed(b":1}\r\n\r\n: keep-alive\n\ndata: x\rdata: y\r\r")
+                .unwrap(),
+        );
         got.extend(d.feed(b"event: message\ndata: [DONE]").unwrap());
         got.extend(d.finish().unwrap());
         assert_eq!(
@@ -341,7 +345,8 @@ mod tests {
             arguments: Some(args.into()),
         };
         a.add(&frag(0, Some("c0"), Some("read_file"), "")).unwrap();
-        a.add(&frag(1, Some("c1"), Some("list_directory"), "{\"pa")).unwrap();
+        a.add(&frag(1, Some("c1"), Some("list_directory"), "{\"pa"))
+            .unwrap();
         a.add(&frag(0, None, None, "{\"path\":\"a\"}")).unwrap();
         a.add(&frag(1, None, None, "th\":\".\"}")).unwrap();
         let calls = a.finish("x");
@@ -352,6 +357,8 @@ mod tests {
         for i in 0..MAX_TOOL_CALLS as u64 {
             a.add(&frag(i, None, Some("t"), "")).unwrap();
         }
-        assert!(a.add(&frag(MAX_TOOL_CALLS as u64, None, Some("t"), "")).is_err());
+        assert!(a
+            .add(&frag(MAX_TOOL_CALLS as u64, None, Some("t"), ""))
+            .is_err());
     }
 }
