@@ -107,7 +107,6 @@ fn serve_runs_a_tool_turn_against_an_openai_compatible_server() {
         reqs[1].body["messages"].as_array().unwrap().last().unwrap()["tool_call_id"],
         "call_1"
     );
-    drop(send);
     drop(stdin);
     let out = child.wait_with_output().unwrap();
     assert!(

@@ -571,7 +571,7 @@ mod unix {
                     &name,
                     libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
                 )
-                .map(|fd| Opened::Dir(fd))
+                .map(Opened::Dir)
             } else {
                 open_final(top, &name, matches!(last, Final::Write))
             };
