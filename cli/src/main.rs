@@ -3,6 +3,7 @@
 
 #[macro_use]
 mod log;
+mod chat;
 mod demo;
 mod framing;
 mod render;
@@ -51,6 +52,17 @@ EOF on stdin: in-flight requests and turns get up to --drain-timeout-ms to finis
 server shuts down with everything durable and exits 0."
     )]
     Serve(ServeArgs),
+    /// Chat with the agent in this terminal: streamed answers, approval prompts, Ctrl-C interrupts.
+    #[command(
+        long_about = "An interactive session on the same engine `serve` runs, in-process: type a \
+message, watch the answer stream, approve or decline each tool call with its binding shown. \
+Ctrl-C interrupts the running turn; Ctrl-D (or /quit) ends the session. /compact has the model \
+summarise the thread so far. The thread is kept in --state-dir; --thread resumes one.\n\n\
+With --kernel openai (the default) it talks to any OpenAI-compatible server: --base-url \
+http://localhost:11434/v1 for Ollama, http://localhost:8080/v1 for llama.cpp's server, or \
+OpenAI itself with CC_APP_SERVER_API_KEY or OPENAI_API_KEY set. See docs/kernels.md."
+    )]
+    Chat(chat::ChatArgs),
     /// Inspect and verify rollouts (the durable per-thread logs) in a state directory.
     #[command(subcommand)]
     Rollout(RolloutCommand),
@@ -115,6 +127,11 @@ pub struct ServeArgs {
     /// The agent kernel that runs turns.
     #[arg(long, value_enum, default_value = "scripted")]
     pub kernel: KernelArg,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The tool executor [default: workspace with --kernel openai, echo with scripted].
+    #[arg(long, value_enum)]
+    pub tools: Option<ToolsArg>,
     /// Script for the scripted kernel (JSON: {"steps": [...]}); a thread's agentOptions.script
     /// overrides it. Without one, the kernel echoes the user's text.
     #[arg(long, value_name = "FILE")]
@@ -145,6 +162,54 @@ pub enum DurabilityArg {
 pub enum KernelArg {
     /// The deterministic scripted kernel (tests, demos, fixtures).
     Scripted,
+    /// A model behind an OpenAI-compatible Chat Completions endpoint (OpenAI, Ollama, vLLM,
+    /// llama.cpp, LM Studio, OpenRouter).
+    Openai,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ToolsArg {
+    /// read_file, write_file, list_directory, run_command, confined to --workspace.
+    Workspace,
+    /// Echoes each call's arguments (demos and fixtures).
+    Echo,
+}
+
+/// Where the OpenAI-compatible kernel finds its model (used with --kernel openai).
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// The API root [default: CC_APP_SERVER_BASE_URL, else https://api.openai.com/v1].
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// The model name [default: CC_APP_SERVER_MODEL]; a thread's agentOptions.model overrides it.
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// The system instructions; a thread's agentOptions.instructions overrides them.
+    #[arg(long, value_name = "TEXT")]
+    pub instructions: Option<String>,
+    /// Model requests per turn before it fails with maxStepsExceeded.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_steps: u32,
+    /// Seconds to wait for the model server to connect, answer, or send the next chunk.
+    #[arg(long, value_name = "SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout_secs: u64,
+}
+
+impl ModelArgs {
+    /// The kernel config: flags, then CC_APP_SERVER_* variables; the key only ever from the
+    /// environment (CC_APP_SERVER_API_KEY, else OPENAI_API_KEY), never from a flag.
+    pub fn kernel(&self) -> Result<cc_app_server::openai::OpenAiCompatibleKernel, String> {
+        let env = cc_app_server::openai::OpenAiConfig::from_env();
+        let config = cc_app_server::openai::OpenAiConfig::new(
+            self.base_url.clone().unwrap_or(env.base_url.clone()),
+            self.model.clone().unwrap_or(env.model.clone()),
+        )
+        .with_api_key_from_env()
+        .with_instructions(self.instructions.clone())
+        .with_max_steps(self.max_steps)
+        .with_request_timeout(std::time::Duration::from_secs(self.request_timeout_secs));
+        cc_app_server::openai::OpenAiCompatibleKernel::new(config).map_err(|e| e.to_string())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -188,6 +253,7 @@ fn main() -> ExitCode {
     }
     let code = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Chat(args) => chat::run(args),
         Command::Rollout(RolloutCommand::List(args)) => rollout_cmd::list(args),
         Command::Rollout(RolloutCommand::Show(args)) => rollout_cmd::show(args),
         Command::Rollout(RolloutCommand::Verify(args)) => rollout_cmd::verify(args),

@@ -2,7 +2,7 @@
 //! the stdio transport on the process's own stdin and stdout.
 
 use crate::stdio::{self, Outcome, StdioOptions};
-use crate::{DurabilityArg, KernelArg, PolicyArg, ServeArgs, StoreArg};
+use crate::{DurabilityArg, KernelArg, PolicyArg, ServeArgs, StoreArg, ToolsArg};
 use cc_app_server::approval::ApprovalPolicy;
 use cc_app_server::engine::{AppServer, Limits, ServerConfig};
 use cc_app_server::rollout::{Durability, StoreKind};
@@ -112,6 +112,7 @@ fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
             None => ScriptedKernel::default(),
             Some(path) => ScriptedKernel::new(load_script(path)?),
         }),
+        KernelArg::Openai => Arc::new(args.model.kernel()?),
     };
     config.policy = match args.approval_policy {
         PolicyArg::Ask => ApprovalPolicy::AskEveryTime,
@@ -133,6 +134,16 @@ fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
         })?
         .display()
         .to_string();
+    let tools = args.tools.unwrap_or(match args.kernel {
+        KernelArg::Openai => ToolsArg::Workspace,
+        KernelArg::Scripted => ToolsArg::Echo,
+    });
+    if tools == ToolsArg::Workspace {
+        config.tools = Arc::new(
+            cc_app_server::workspace_tools::WorkspaceTools::new(&config.workspace)
+                .map_err(|e| format!("workspace {}: {e}", config.workspace))?,
+        );
+    }
     Ok(config)
 }
 

@@ -33,17 +33,56 @@ pub trait TurnContext: Send + Sync {
     fn is_cancelled(&self) -> bool;
     /// Sleeps up to `duration`, waking early on cancellation; true when cancelled.
     fn sleep_cancellable(&self, duration: Duration) -> bool;
+
+    /// The thread's conversation before this turn, assembled from the rollout from the latest
+    /// compaction on (also after a restart, and in a fork up to its fork point). Contexts that
+    /// keep no history return an empty one.
+    fn history(&self) -> Result<crate::engine::History, KernelError> {
+        Ok(crate::engine::History::default())
+    }
+    /// The tools the engine's executor offers, so a model can be told about them.
+    fn tool_specs(&self) -> Vec<ToolSpec> {
+        Vec::new()
+    }
+    /// The machine-readable code of the turn's error if `run_turn` then returns `Failed`
+    /// (otherwise `kernelFailed`): a short camelCase word such as `modelUnauthorized`.
+    fn set_error_code(&self, _code: &str) {}
 }
 
 /// Runs one turn. Implementations must observe `is_cancelled` promptly; the engine only reports a
 /// turn as interrupted once `run_turn` has returned.
 pub trait AgentKernel: Send + Sync {
     fn run_turn(&self, ctx: &dyn TurnContext, input: &[UserInput]) -> Result<(), KernelError>;
+
+    /// Writes the summary `thread/compact` records when the caller supplies none. `Ok(None)`:
+    /// this kernel cannot (the caller must pass one). Runs off the connection's thread.
+    fn summarize(
+        &self,
+        _thread_id: &str,
+        _agent_options: &Value,
+        _history: &crate::engine::History,
+    ) -> Result<Option<String>, KernelError> {
+        Ok(None)
+    }
 }
 
 /// Runs an approved tool call.
 pub trait ToolExecutor: Send + Sync {
     fn execute(&self, thread_id: &str, call: &ToolCall) -> ToolResult;
+
+    /// The tools this executor runs, for kernels that tell a model about them (none by default).
+    fn tool_specs(&self) -> Vec<ToolSpec> {
+        Vec::new()
+    }
+}
+
+/// One tool as a model is told about it: the engine's tool name, what it does, and a JSON Schema
+/// of its arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
 }
 
 /// A tool executor that echoes its arguments: what the demo and the fixtures use.

@@ -5,7 +5,10 @@ pub mod approval;
 pub mod client;
 pub mod engine;
 pub mod kernel;
+#[cfg(feature = "openai")]
+pub mod openai;
 pub mod protocol;
 pub mod rollout;
 pub mod scripted;
 pub mod time;
+pub mod workspace_tools;

@@ -266,7 +266,13 @@ fn a_new_optional_thread_start_param_and_a_new_feature_are_allowed() {
         "/$defs/ThreadStartParams/properties/labels",
         "property-added",
     );
-    find(&findings, "/$defs/Feature/enum/8", "feature-added");
+    // The new name lands after the features the canonical schema already has.
+    let index = base["$defs"]["Feature"]["enum"].as_array().unwrap().len();
+    find(
+        &findings,
+        &format!("/$defs/Feature/enum/{index}"),
+        "feature-added",
+    );
 }
 
 #[test]

@@ -218,6 +218,14 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
             turn_start(inner, conn, &params)
         }),
         ("turn/interrupt", true) => return turn_interrupt(inner, conn, id, &params),
+        ("thread/compact", true) => {
+            match load_thread(inner, str_param(&params, "threadId").unwrap_or_default()) {
+                Ok(thread) => {
+                    return super::compact::thread_compact(inner, conn, thread, id, &params)
+                }
+                Err(e) => Err(e),
+            }
+        }
         (other, true) => Err(RpcError::new(
             -32601,
             format!("method {other:?} is not served"),
@@ -367,6 +375,7 @@ pub(crate) fn load_thread(inner: &Inner, id: &str) -> Result<Arc<ThreadState>, R
 /// crash or a drop, and is closed now as failed, with that evidence recorded.
 fn recover_turns(inner: &Inner, thread: &ThreadState) -> Result<(), RpcError> {
     let mut turns: Vec<Turn> = Vec::new();
+    let mut agent_options = None;
     let mut after = 0;
     loop {
         let page = inner.store.read(&thread.id, after, 1000)?;
@@ -394,6 +403,9 @@ fn recover_turns(inner: &Inner, thread: &ThreadState) -> Result<(), RpcError> {
                         t.error = p.error;
                     }
                 }
+                Ok(EventPayload::AgentOptionsSet(p)) => {
+                    agent_options = serde_json::to_value(p.agent_options).ok()
+                }
                 _ => {}
             }
             after = e.seq;
@@ -420,6 +432,9 @@ fn recover_turns(inner: &Inner, thread: &ThreadState) -> Result<(), RpcError> {
         turn.error = Some(error);
     }
     lock(&thread.data).turns = turns.into_iter().map(|t| (t.id.clone(), t)).collect();
+    if let Some(options) = agent_options {
+        lock(&thread.data).agent_options = options;
+    }
     Ok(())
 }
 
@@ -488,6 +503,8 @@ fn thread_start(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcRes
         data: Mutex::new(data),
         emit_lock: Mutex::new(()),
     });
+    let options = lock(&state.data).agent_options.clone();
+    super::history::record_agent_options(inner, &state, &options)?;
     subscribe(&state, conn);
     let thread = wire_thread(&thread_id, &lock(&state.data));
     lock(&inner.threads).insert(thread_id, state);
@@ -537,6 +554,10 @@ fn thread_fork(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcResu
         emit_lock: Mutex::new(()),
     });
     recover_turns(inner, &state)?;
+    // The fork keeps the source's options even when cut before they were recorded.
+    let options = lock(&source.data).agent_options.clone();
+    super::history::record_agent_options(inner, &state, &options)?;
+    lock(&state.data).agent_options = options;
     subscribe(&state, conn);
     let thread = wire_thread(&new_id, &lock(&state.data));
     lock(&inner.threads).insert(new_id, state);

@@ -3,12 +3,15 @@
 //! validated against the schema before dispatch; every notification is written to the rollout
 //! before any host sees it.
 
+mod compact;
 mod config;
 mod dispatch;
+pub mod history;
 pub mod queue;
 mod turn;
 
 pub use config::{Limits, ServerConfig};
+pub use history::{History, HistoryEntry, HistoryTurn};
 pub use queue::{PushError, RecvError, RecvFuture};
 
 use crate::approval::{ApprovalPolicy, Grants};
@@ -28,6 +31,7 @@ pub const IMPLEMENTED_FEATURES: &[&str] = &[
     "thread_turn_item",
     "structured_approval",
     "bounded_transport",
+    "thread_compact",
 ];
 
 /// Why `open` failed.
@@ -158,6 +162,8 @@ pub(crate) struct Inner {
     pub connections: Mutex<Vec<Weak<ConnShared>>>,
     pub turn_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     pub stats: Stats,
+    /// Threads with a thread/compact in progress (one at a time per thread).
+    pub compacting: Mutex<std::collections::HashSet<String>>,
 }
 
 /// An in-process app server over one state directory. Cheap to clone; shuts down on `shutdown`
@@ -201,6 +207,7 @@ impl AppServer {
             connections: Mutex::new(Vec::new()),
             turn_threads: Mutex::new(Vec::new()),
             stats: Stats::default(),
+            compacting: Mutex::new(Default::default()),
         });
         dispatch::recover_all(&inner)?;
         Ok(AppServer { inner })

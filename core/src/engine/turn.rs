@@ -154,6 +154,7 @@ pub(crate) fn run(
         thread: &thread,
         turn: &turn,
         agent_options: lock(&thread.data).agent_options.clone(),
+        error_code: Mutex::new(None),
     };
     let result = if ctx.set_status(TurnStatus::Running).is_err() {
         Ok(Err(KernelError::Failed(
@@ -169,7 +170,10 @@ pub(crate) fn run(
     let (status, error) = match result {
         Ok(Err(KernelError::Failed(m))) => (
             TurnStatus::Failed,
-            Some(turn_error("kernelFailed", &truncate(&m, 1024))),
+            Some(turn_error(
+                lock(&ctx.error_code).as_deref().unwrap_or("kernelFailed"),
+                &truncate(&m, 1024),
+            )),
         ),
         Err(_) => (
             TurnStatus::Failed,
@@ -253,6 +257,8 @@ struct Ctx<'a> {
     thread: &'a Arc<ThreadState>,
     turn: &'a Arc<TurnShared>,
     agent_options: Value,
+    /// The code a kernel named for its failure (`TurnContext::set_error_code`).
+    error_code: Mutex<Option<String>>,
 }
 
 /// A kernel's output, checked against the schema before it is recorded: the generated types keep
@@ -722,6 +728,22 @@ impl TurnContext for Ctx<'_> {
 
     fn is_cancelled(&self) -> bool {
         self.turn.cancelled.load(Ordering::SeqCst)
+    }
+
+    fn history(&self) -> Result<super::History, KernelError> {
+        super::history::assemble(&*self.inner.store, &self.thread.id, Some(&self.turn.id))
+            .map_err(|e| KernelError::Failed(format!("could not read the thread's history: {e}")))
+    }
+
+    fn tool_specs(&self) -> Vec<crate::kernel::ToolSpec> {
+        self.inner.config.tools.tool_specs()
+    }
+
+    fn set_error_code(&self, code: &str) {
+        // TurnError.code is 1-64 characters; anything else keeps the default.
+        if !code.is_empty() && code.len() <= 64 {
+            *lock(&self.error_code) = Some(code.to_string());
+        }
     }
 
     fn sleep_cancellable(&self, duration: Duration) -> bool {

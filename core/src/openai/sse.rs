@@ -1,0 +1,364 @@
+//! The Chat Completions stream as servers send it: Server-Sent Events (`data: {json}` lines, a
+//! blank line after each event, `data: [DONE]` at the end) carrying `chat.completion.chunk`
+//! objects. Parsing is strict — a line that is not SSE, or data that is not a chunk, fails the
+//! turn — because a lenient parser would turn a proxy's HTML error page into a silent empty
+//! answer. Lines are bounded so a server cannot make us buffer without limit.
+
+use serde_json::Value;
+
+/// Longest SSE line we buffer; a longer one is a malformed stream.
+pub const MAX_LINE_BYTES: usize = 4 << 20;
+
+/// Incremental SSE decoder: bytes in, complete events' `data` out.
+#[derive(Debug, Default)]
+pub struct SseDecoder {
+    line: Vec<u8>,
+    data: Option<String>,
+    /// The previous byte was '\r' (so a following '\n' belongs to the same line end).
+    after_cr: bool,
+}
+
+/// What the decoder found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SseEvent {
+    /// One event's data (its `data:` lines joined with '\n').
+    Data(String),
+}
+
+impl SseDecoder {
+    /// Feeds bytes; returns the events they complete, or why the stream is not SSE.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, String> {
+        let mut out = Vec::new();
+        for &b in bytes {
+            if self.after_cr {
+                self.after_cr = false;
+                if b == b'\n' {
+                    continue;
+                }
+            }
+            match b {
+                b'\n' | b'\r' => {
+                    self.after_cr = b == b'\r';
+                    let line = std::mem::take(&mut self.line);
+                    self.line_done(&line, &mut out)?;
+                }
+                _ => {
+                    if self.line.len() >= MAX_LINE_BYTES {
+                        return Err(format!(
+                            "an event line is longer than {MAX_LINE_BYTES} bytes"
+                        ));
+                    }
+                    self.line.push(b);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The end of the body: a final event without its blank line still counts.
+    pub fn finish(&mut self) -> Result<Vec<SseEvent>, String> {
+        let mut out = Vec::new();
+        if !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            self.line_done(&line, &mut out)?;
+        }
+        if let Some(data) = self.data.take() {
+            out.push(SseEvent::Data(data));
+        }
+        Ok(out)
+    }
+
+    fn line_done(&mut self, line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), String> {
+        if line.is_empty() {
+            if let Some(data) = self.data.take() {
+                out.push(SseEvent::Data(data));
+            }
+            return Ok(());
+        }
+        let line =
+            std::str::from_utf8(line).map_err(|_| "an event line is not UTF-8".to_string())?;
+        if line.starts_with(':') {
+            return Ok(()); // a comment (keep-alive)
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "data" => {
+                let data = self.data.get_or_insert_with(String::new);
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                if data.len() + value.len() > MAX_LINE_BYTES {
+                    return Err(format!("an event is longer than {MAX_LINE_BYTES} bytes"));
+                }
+                data.push_str(value);
+                Ok(())
+            }
+            "event" | "id" | "retry" => Ok(()),
+            _ => Err(format!(
+                "the server sent a line that is not server-sent events: {:?}",
+                excerpt(line)
+            )),
+        }
+    }
+}
+
+/// A short, single-line excerpt of what the server sent, for error messages.
+pub fn excerpt(text: &str) -> String {
+    let one_line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(120)
+        .collect();
+    one_line
+}
+
+/// One tool-call fragment of a chunk.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolCallDelta {
+    pub index: Option<u64>,
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub arguments: Option<String>,
+}
+
+/// Token counts as the server reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+}
+
+/// What one chunk carries (the first choice; we always ask for one).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ChunkDelta {
+    pub content: Option<String>,
+    pub reasoning: Option<String>,
+    pub tool_calls: Vec<ToolCallDelta>,
+    pub finish_reason: Option<String>,
+    pub usage: Option<Usage>,
+}
+
+/// Parses one event's data: `Ok(None)` for `[DONE]`.
+pub fn parse_chunk(data: &str) -> Result<Option<ChunkDelta>, String> {
+    if data.trim() == "[DONE]" {
+        return Ok(None);
+    }
+    let v: Value = serde_json::from_str(data).map_err(|_| {
+        format!(
+            "the server sent data that is not a JSON chunk: {:?}",
+            excerpt(data)
+        )
+    })?;
+    if let Some(err) = v.get("error") {
+        let message = err
+            .get("message")
+            .and_then(Value::as_str)
+            .or_else(|| err.as_str())
+            .unwrap_or("no message");
+        return Err(format!(
+            "the server reported an error mid-stream: {}",
+            excerpt(message)
+        ));
+    }
+    let Some(obj) = v.as_object() else {
+        return Err("a stream chunk is not a JSON object".into());
+    };
+    let mut out = ChunkDelta::default();
+    if let Some(u) = obj.get("usage").filter(|u| u.is_object()) {
+        let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+        out.usage = Some(Usage {
+            prompt_tokens: n("prompt_tokens"),
+            completion_tokens: n("completion_tokens"),
+            total_tokens: n("total_tokens"),
+        });
+    }
+    let choices = match obj.get("choices") {
+        Some(Value::Array(c)) => c,
+        None | Some(Value::Null) => return Ok(Some(out)),
+        Some(_) => return Err("a stream chunk's choices is not an array".into()),
+    };
+    let Some(choice) = choices.first() else {
+        return Ok(Some(out)); // the usage-only chunk has no choices
+    };
+    out.finish_reason = choice
+        .get("finish_reason")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let Some(delta) = choice.get("delta").filter(|d| !d.is_null()) else {
+        return Ok(Some(out));
+    };
+    let text = |k: &str| {
+        delta
+            .get(k)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    out.content = text("content");
+    // llama.cpp, vLLM and DeepSeek say reasoning_content; Ollama and OpenRouter say reasoning.
+    out.reasoning = text("reasoning_content").or_else(|| text("reasoning"));
+    if let Some(calls) = delta.get("tool_calls").filter(|c| !c.is_null()) {
+        let calls = calls
+            .as_array()
+            .ok_or("a stream chunk's tool_calls is not an array")?;
+        for c in calls {
+            let f = c.get("function");
+            let s = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+            out.tool_calls.push(ToolCallDelta {
+                index: c.get("index").and_then(Value::as_u64),
+                id: s(c.get("id")).filter(|s| !s.is_empty()),
+                name: s(f.and_then(|f| f.get("name"))).filter(|s| !s.is_empty()),
+                arguments: s(f.and_then(|f| f.get("arguments"))),
+            });
+        }
+    }
+    Ok(Some(out))
+}
+
+/// Most tool calls one response may carry, and the longest arguments of one.
+pub const MAX_TOOL_CALLS: usize = 64;
+pub const MAX_ARGUMENT_BYTES: usize = 1 << 20;
+
+/// A tool call put together from its fragments.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AssembledCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// Puts tool calls together by `index` (id, name and argument fragments arrive piecewise).
+#[derive(Debug, Default)]
+pub struct ToolCallAssembler {
+    calls: Vec<(u64, AssembledCall)>,
+}
+
+impl ToolCallAssembler {
+    pub fn add(&mut self, d: &ToolCallDelta) -> Result<(), String> {
+        // A server that omits `index` sends each call whole or starts a new one with an id.
+        let index = match d.index {
+            Some(i) => i,
+            None if d.id.is_some() || self.calls.is_empty() => self.calls.len() as u64,
+            None => self.calls.last().map(|c| c.0).unwrap_or(0),
+        };
+        let slot = match self.calls.iter().position(|c| c.0 == index) {
+            Some(p) => p,
+            None => {
+                if self.calls.len() >= MAX_TOOL_CALLS {
+                    return Err(format!(
+                        "the model asked for more than {MAX_TOOL_CALLS} tool calls at once"
+                    ));
+                }
+                self.calls.push((index, AssembledCall::default()));
+                self.calls.len() - 1
+            }
+        };
+        let call = &mut self.calls[slot].1;
+        if let Some(id) = &d.id {
+            if call.id.is_empty() {
+                call.id = id.clone();
+            }
+        }
+        if let Some(name) = &d.name {
+            if call.name.len() + name.len() > 256 {
+                return Err("a tool call's name is longer than 256 bytes".into());
+            }
+            call.name.push_str(name);
+        }
+        if let Some(args) = &d.arguments {
+            if call.arguments.len() + args.len() > MAX_ARGUMENT_BYTES {
+                return Err(format!(
+                    "a tool call's arguments are longer than {MAX_ARGUMENT_BYTES} bytes"
+                ));
+            }
+            call.arguments.push_str(args);
+        }
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    /// The calls in index order; a call the server sent without an id gets one.
+    pub fn finish(mut self, prefix: &str) -> Vec<AssembledCall> {
+        self.calls.sort_by_key(|c| c.0);
+        self.calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, (_, mut c))| {
+                if c.id.is_empty() {
+                    c.id = format!("{prefix}-call{i}");
+                }
+                c
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_split_across_reads_and_line_endings() {
+        let mut d = SseDecoder::default();
+        let mut got = d.feed(b"data: {\"a\"").unwrap();
+        assert!(got.is_empty());
+        got.extend(
+            d.feed(b":1}\r\n\r\n: keep-alive\n\ndata: x\rdata: y\r\r")
+                .unwrap(),
+        );
+        got.extend(d.feed(b"event: message\ndata: [DONE]").unwrap());
+        got.extend(d.finish().unwrap());
+        assert_eq!(
+            got,
+            vec![
+                SseEvent::Data("{\"a\":1}".into()),
+                SseEvent::Data("x\ny".into()),
+                SseEvent::Data("[DONE]".into())
+            ]
+        );
+        assert!(SseDecoder::default().feed(b"<html>\n").is_err());
+    }
+
+    #[test]
+    fn a_line_at_the_bound_is_kept_and_one_past_it_refused() {
+        let mut d = SseDecoder::default();
+        let mut line = b"data: ".to_vec();
+        line.resize(MAX_LINE_BYTES, b'x');
+        assert!(d.feed(&line).is_ok());
+        assert!(d.feed(b"x").is_err());
+    }
+
+    #[test]
+    fn tool_calls_assemble_by_index() {
+        let mut a = ToolCallAssembler::default();
+        let frag = |i, id: Option<&str>, name: Option<&str>, args: &str| ToolCallDelta {
+            index: Some(i),
+            id: id.map(str::to_string),
+            name: name.map(str::to_string),
+            arguments: Some(args.into()),
+        };
+        a.add(&frag(0, Some("c0"), Some("read_file"), "")).unwrap();
+        a.add(&frag(1, Some("c1"), Some("list_directory"), "{\"pa"))
+            .unwrap();
+        a.add(&frag(0, None, None, "{\"path\":\"a\"}")).unwrap();
+        a.add(&frag(1, None, None, "th\":\".\"}")).unwrap();
+        let calls = a.finish("x");
+        assert_eq!(calls[0].arguments, "{\"path\":\"a\"}");
+        assert_eq!(calls[1].name, "list_directory");
+        assert_eq!(calls[1].arguments, "{\"path\":\".\"}");
+        let mut a = ToolCallAssembler::default();
+        for i in 0..MAX_TOOL_CALLS as u64 {
+            a.add(&frag(i, None, Some("t"), "")).unwrap();
+        }
+        assert!(a
+            .add(&frag(MAX_TOOL_CALLS as u64, None, Some("t"), ""))
+            .is_err());
+    }
+}
