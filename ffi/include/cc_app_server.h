@@ -160,7 +160,10 @@ cc_result cc_schema_digest(char *buf,
 // Opens a server from a JSON config (keys: `stateDir` (required), `store` ("jsonl"|"sqlite"),
 // `durability` ("sync"|"buffered"|"ephemeral"), `policy` ("askEveryTime"|"autoApprove"|
 // "denyAll"), `workspace`, `script` (a scripted-kernel script object), `approvalTimeoutMs`,
-// `settleDeadlineMs`, `maxLineBytes`, `inboundMessages`, `outboundMessages`). `kernel` (NULL:
+// `settleDeadlineMs`, `maxLineBytes`, `inboundMessages`, `outboundMessages`, `openai` (an object:
+// `baseUrl`, `model`, `apiKey`, `instructions`, `temperature`, `maxOutputTokens`, `maxSteps`,
+// `requestTimeoutMs` — turns run on that model), `workspaceToolsDir` (approved tools run with the
+// workspace tool set confined to that directory)). `kernel` (NULL:
 // the built-in scripted kernel) is copied. On success `*out_server` owns a new handle; free it
 // with `cc_server_free`. On failure the reason goes into `error_buf` (NULL allowed; truncated).
 //
@@ -355,6 +358,17 @@ cc_result cc_turn_new_item_id(const cc_turn *turn,
                               char *buf,
                               size_t len,
                               size_t *out_needed);
+
+// The thread's conversation before this turn as JSON (see docs/kernels.md), for a host kernel
+// that runs its own model.
+//
+// # Safety
+// `turn` the handle passed to `run_turn`, during that call; `buf` NULL or valid for `len`;
+// `out_needed` NULL or valid.
+cc_result cc_turn_history(const cc_turn *turn,
+                          char *buf,
+                          size_t len,
+                          size_t *out_needed);
 
 // The thread's `agentOptions` as JSON (`null` when none were given).
 //

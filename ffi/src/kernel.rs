@@ -130,6 +130,14 @@ impl TurnContext {
         self.with(|c| c.agent_options().to_string())
     }
 
+    /// The thread's conversation before this turn, assembled from the rollout (from the latest
+    /// compaction on; also after a restart and in a fork), as JSON — see docs/kernels.md:
+    /// `{"summary", "droppedTurns", "turns": [{"turnId", "input", "status", "entries"}]}`.
+    pub fn history_json(&self) -> Result<String, KernelError> {
+        self.with(|c| c.history().map(|h| h.to_json().to_string()))?
+            .map_err(from_core)
+    }
+
     /// A fresh item id, unique within the thread.
     pub fn new_item_id(&self) -> Result<String, KernelError> {
         self.with(|c| c.new_item_id())

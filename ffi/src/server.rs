@@ -67,6 +67,96 @@ pub struct ServerOptions {
     pub inbound_messages: Option<i32>,
     #[uniffi(default = None)]
     pub outbound_messages: Option<i32>,
+    /// Run turns on an OpenAI-compatible model (OpenAI, Ollama, vLLM, llama.cpp, LM Studio…)
+    /// instead of the scripted kernel. A host `kernel` passed to `open` still wins. Needs a
+    /// library built with the `openai` feature (the wheel and the jar are; mobile builds may not
+    /// be: `InvalidConfig` then).
+    #[uniffi(default = None)]
+    pub openai: Option<OpenAiOptions>,
+    /// Run approved tools with the workspace tool set (`read_file`, `write_file`,
+    /// `list_directory`, `run_command`) confined to this existing directory, instead of the echo
+    /// executor. A host `tools` passed to `open` still wins.
+    #[uniffi(default = None)]
+    pub workspace_tools_dir: Option<String>,
+}
+
+/// The OpenAI-compatible kernel's settings (docs/kernels.md). A thread's `agentOptions.model` and
+/// `agentOptions.instructions` override `model` and `instructions` for that thread.
+#[derive(Debug, Clone, Default, uniffi::Record)]
+pub struct OpenAiOptions {
+    /// The API root, e.g. `https://api.openai.com/v1` or `http://localhost:11434/v1`.
+    pub base_url: String,
+    pub model: String,
+    /// The API key (absent: `CC_APP_SERVER_API_KEY`, else `OPENAI_API_KEY`, else none — what local
+    /// servers want). Never recorded, logged or put in an error.
+    #[uniffi(default = None)]
+    pub api_key: Option<String>,
+    /// The system message.
+    #[uniffi(default = None)]
+    pub instructions: Option<String>,
+    #[uniffi(default = None)]
+    pub temperature: Option<f64>,
+    #[uniffi(default = None)]
+    pub max_output_tokens: Option<i32>,
+    /// Model requests per turn (default 16); exceeded → the turn fails with `maxStepsExceeded`.
+    #[uniffi(default = None)]
+    pub max_steps: Option<i32>,
+    /// Connect + first byte, and the longest silence mid-stream (default 120 s).
+    #[uniffi(default = None)]
+    pub request_timeout_ms: Option<i64>,
+}
+
+#[cfg(feature = "openai")]
+fn openai_kernel(
+    o: &OpenAiOptions,
+) -> Result<Arc<dyn cc_app_server::kernel::AgentKernel>, ServerError> {
+    use cc_app_server::openai::{OpenAiCompatibleKernel, OpenAiConfig};
+    let mut config = OpenAiConfig::new(&o.base_url, &o.model)
+        .with_api_key(o.api_key.clone())
+        .with_instructions(o.instructions.clone())
+        .with_temperature(o.temperature);
+    if o.api_key.is_none() {
+        config = config.with_api_key_from_env();
+    }
+    if let Some(n) = o.max_output_tokens {
+        let n = u32::try_from(n).ok().filter(|n| *n >= 1).ok_or_else(|| {
+            invalid(format!(
+                "openai.max_output_tokens must be at least 1 (got {n})"
+            ))
+        })?;
+        config = config.with_max_output_tokens(Some(n));
+    }
+    if let Some(n) = o.max_steps {
+        let n = u32::try_from(n)
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| invalid(format!("openai.max_steps must be at least 1 (got {n})")))?;
+        config = config.with_max_steps(n);
+    }
+    if let Some(ms) = o.request_timeout_ms {
+        let ms = u64::try_from(ms)
+            .ok()
+            .filter(|ms| *ms >= 1)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "openai.request_timeout_ms must be at least 1 (got {ms})"
+                ))
+            })?;
+        config = config.with_request_timeout(Duration::from_millis(ms));
+    }
+    // The error's text names the setting, never the key.
+    let kernel =
+        OpenAiCompatibleKernel::new(config).map_err(|e| invalid(format!("openai: {e}")))?;
+    Ok(Arc::new(kernel))
+}
+
+#[cfg(not(feature = "openai"))]
+fn openai_kernel(
+    _: &OpenAiOptions,
+) -> Result<Arc<dyn cc_app_server::kernel::AgentKernel>, ServerError> {
+    Err(invalid(
+        "this build of the library has no OpenAI-compatible kernel (cargo feature `openai`); use a build with it or pass your own kernel",
+    ))
 }
 
 fn invalid(reason: impl Into<String>) -> ServerError {
@@ -104,6 +194,14 @@ impl ServerOptions {
             let script = serde_json::from_str(script)
                 .map_err(|e| invalid(format!("script_json is not JSON: {e}")))?;
             config.kernel = Arc::new(ScriptedKernel::new(script));
+        }
+        if let Some(o) = &self.openai {
+            config.kernel = openai_kernel(o)?;
+        }
+        if let Some(dir) = &self.workspace_tools_dir {
+            let tools = cc_app_server::workspace_tools::WorkspaceTools::new(dir)
+                .map_err(|e| invalid(format!("workspace_tools_dir {dir:?}: {e}")))?;
+            config.tools = Arc::new(tools);
         }
         if let Some(k) = kernel {
             config.kernel = k;

@@ -89,6 +89,46 @@ impl HistoryTurn {
 }
 
 impl History {
+    /// The history as JSON, for hosts that run their own model through the FFI:
+    /// `{"summary", "droppedTurns", "turns": [{"turnId", "input", "status", "entries": [...]}]}`
+    /// where each entry is `{"type": "agentMessage", "itemId", "text", "complete"}`,
+    /// `{"type": "reasoning", "itemId", "text"}` or `{"type": "toolCall", "itemId", "call",
+    /// "result"}` (wire `ToolCall` / `ToolResult`; `result` null when none was recorded).
+    pub fn to_json(&self) -> Value {
+        let entry = |e: &HistoryEntry| match e {
+            HistoryEntry::AgentMessage {
+                item_id,
+                text,
+                complete,
+            } => {
+                serde_json::json!({"type": "agentMessage", "itemId": item_id, "text": text, "complete": complete})
+            }
+            HistoryEntry::Reasoning { item_id, text } => {
+                serde_json::json!({"type": "reasoning", "itemId": item_id, "text": text})
+            }
+            HistoryEntry::ToolCall {
+                item_id,
+                call,
+                result,
+            } => {
+                serde_json::json!({"type": "toolCall", "itemId": item_id, "call": call, "result": result})
+            }
+        };
+        let turns: Vec<Value> = self
+            .turns
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "turnId": t.turn_id,
+                    "input": t.input,
+                    "status": t.status,
+                    "entries": t.entries.iter().map(entry).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        serde_json::json!({"summary": self.summary, "droppedTurns": self.dropped_turns, "turns": turns})
+    }
+
     pub fn is_empty(&self) -> bool {
         self.summary.is_none() && self.turns.is_empty()
     }

@@ -403,7 +403,57 @@ fn options_from_json(text: &str) -> Outcome<ServerOptions> {
             "maxLineBytes" => o.max_line_bytes = Some(number()?),
             "inboundMessages" => o.inbound_messages = Some(small()?),
             "outboundMessages" => o.outbound_messages = Some(small()?),
+            "workspaceToolsDir" => o.workspace_tools_dir = Some(string()?),
+            "openai" => o.openai = Some(openai_from_json(v)?),
             other => return Err(bad(format!("unknown config key {other:?}"))),
+        }
+    }
+    Ok(o)
+}
+
+/// The `openai` config object: `baseUrl` and `model` (required), `apiKey`, `instructions`,
+/// `temperature`, `maxOutputTokens`, `maxSteps`, `requestTimeoutMs`.
+fn openai_from_json(v: &Value) -> Outcome<crate::server::OpenAiOptions> {
+    let bad = |t: String| fail(CC_ERR_INVALID_ARGUMENT, t);
+    let Value::Object(map) = v else {
+        return Err(bad("config.openai must be a JSON object".into()));
+    };
+    let mut o = crate::server::OpenAiOptions::default();
+    for (key, v) in map {
+        let string = || {
+            v.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| bad(format!("config.openai.{key} must be a string")))
+        };
+        let int = || {
+            v.as_i64()
+                .ok_or_else(|| bad(format!("config.openai.{key} must be an integer")))
+        };
+        match key.as_str() {
+            "baseUrl" => o.base_url = string()?,
+            "model" => o.model = string()?,
+            "apiKey" => o.api_key = Some(string()?),
+            "instructions" => o.instructions = Some(string()?),
+            "temperature" => {
+                o.temperature =
+                    Some(v.as_f64().ok_or_else(|| {
+                        bad("config.openai.temperature must be a number".to_string())
+                    })?)
+            }
+            "maxOutputTokens" => {
+                o.max_output_tokens = Some(
+                    i32::try_from(int()?)
+                        .map_err(|_| bad("config.openai.maxOutputTokens is too large".into()))?,
+                )
+            }
+            "maxSteps" => {
+                o.max_steps = Some(
+                    i32::try_from(int()?)
+                        .map_err(|_| bad("config.openai.maxSteps is too large".into()))?,
+                )
+            }
+            "requestTimeoutMs" => o.request_timeout_ms = Some(int()?),
+            other => return Err(bad(format!("unknown config key openai.{other:?}"))),
         }
     }
     Ok(o)
@@ -412,7 +462,10 @@ fn options_from_json(text: &str) -> Outcome<ServerOptions> {
 /// Opens a server from a JSON config (keys: `stateDir` (required), `store` ("jsonl"|"sqlite"),
 /// `durability` ("sync"|"buffered"|"ephemeral"), `policy` ("askEveryTime"|"autoApprove"|
 /// "denyAll"), `workspace`, `script` (a scripted-kernel script object), `approvalTimeoutMs`,
-/// `settleDeadlineMs`, `maxLineBytes`, `inboundMessages`, `outboundMessages`). `kernel` (NULL:
+/// `settleDeadlineMs`, `maxLineBytes`, `inboundMessages`, `outboundMessages`, `openai` (an object:
+/// `baseUrl`, `model`, `apiKey`, `instructions`, `temperature`, `maxOutputTokens`, `maxSteps`,
+/// `requestTimeoutMs` — turns run on that model), `workspaceToolsDir` (approved tools run with the
+/// workspace tool set confined to that directory)). `kernel` (NULL:
 /// the built-in scripted kernel) is copied. On success `*out_server` owns a new handle; free it
 /// with `cc_server_free`. On failure the reason goes into `error_buf` (NULL allowed; truncated).
 ///
@@ -1137,6 +1190,22 @@ pub unsafe extern "C" fn cc_turn_new_item_id(
     out_needed: *mut usize,
 ) -> cc_result {
     turn_text(turn, buf, len, out_needed, |ctx| ctx.new_item_id())
+}
+
+/// The thread's conversation before this turn as JSON (see docs/kernels.md), for a host kernel
+/// that runs its own model.
+///
+/// # Safety
+/// `turn` the handle passed to `run_turn`, during that call; `buf` NULL or valid for `len`;
+/// `out_needed` NULL or valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_turn_history(
+    turn: *const cc_turn,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    turn_text(turn, buf, len, out_needed, |ctx| ctx.history_json())
 }
 
 /// The thread's `agentOptions` as JSON (`null` when none were given).

@@ -581,3 +581,163 @@ fn engine_diagnostics_reach_the_c_log_callback_at_the_chosen_level() {
     );
     unsafe { cc_server_free(server) };
 }
+
+#[path = "../../../core/tests/openai_support/mod.rs"]
+mod openai_support;
+
+#[test]
+fn config_selects_the_openai_kernel_and_the_workspace_tools() {
+    let model = openai_support::MockModel::start(vec![
+        openai_support::tool_calls(&[(
+            "call_1",
+            "write_file",
+            r#"{"path":"hello.txt","content":"hi from the model"}"#,
+        )]),
+        openai_support::answer(&["Wrote ", "it."]),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let server = open(
+        &dir.path().join("state"),
+        json!({
+            "policy": "autoApprove",
+            "openai": {"baseUrl": model.base_url, "model": "test-model", "apiKey": "sk-test", "maxSteps": 4},
+            "workspaceToolsDir": workspace.to_str().unwrap(),
+        }),
+        None,
+    );
+    unsafe {
+        let mut client = null_mut();
+        assert_eq!(
+            cc_client_connect(server, None, null_mut(), 0, &mut client),
+            CC_OK
+        );
+        request(client, "thread/start", json!({"threadId": "ai"}));
+        request(
+            client,
+            "turn/start",
+            json!({"threadId": "ai", "input": [{"type": "text", "text": "write hello.txt"}]}),
+        );
+        let done = wait_notification(client, "turn/completed");
+        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+        cc_client_free(client);
+        cc_server_free(server);
+    }
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("hello.txt")).unwrap(),
+        "hi from the model",
+        "the approved tool ran in the workspace"
+    );
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2, "one request per model step");
+    assert_eq!(requests[0].body["model"], "test-model");
+    assert_eq!(requests[0].header("authorization"), Some("Bearer sk-test"));
+    let second = requests[1].body["messages"].to_string();
+    assert!(
+        second.contains("call_1"),
+        "the tool result went back: {second}"
+    );
+
+    // Bad settings are refused with the setting named (and the key never echoed).
+    for (extra, needle) in [
+        (
+            json!({"openai": {"baseUrl": "ftp://x", "model": "m", "apiKey": "sk-secret"}}),
+            "base URL",
+        ),
+        (
+            json!({"openai": {"baseUrl": "http://localhost:1/v1", "model": "m", "maxSteps": 0}}),
+            "max_steps",
+        ),
+        (
+            json!({"openai": {"baseUrl": "http://localhost:1/v1", "model": "m", "bogus": 1}}),
+            "openai.\"bogus\"",
+        ),
+        (json!({"openai": "gpt"}), "must be a JSON object"),
+        (
+            json!({"workspaceToolsDir": dir.path().join("missing").to_str().unwrap()}),
+            "workspace_tools_dir",
+        ),
+    ] {
+        let mut config = json!({"stateDir": dir.path().join("other").to_str().unwrap()});
+        for (k, v) in extra.as_object().unwrap() {
+            config[k] = v.clone();
+        }
+        let mut s = null_mut();
+        let mut err = [0 as c_char; 512];
+        let code = unsafe {
+            cc_server_open(
+                c(&config.to_string()).as_ptr(),
+                null(),
+                &mut s,
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        let text = unsafe { CStr::from_ptr(err.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        assert_eq!(code, CC_ERR_INVALID_ARGUMENT, "{config}: {text}");
+        assert!(text.contains(needle), "{config}: {text}");
+        assert!(!text.contains("sk-secret"), "{text}");
+        assert!(s.is_null());
+    }
+}
+
+/// The history a host kernel saw on its last turn.
+static SEEN_HISTORY: Mutex<String> = Mutex::new(String::new());
+
+unsafe extern "C" fn history_run_turn(
+    _user_data: *mut c_void,
+    turn: *mut cc_turn,
+    _input: *const c_char,
+) -> i32 {
+    let mut needed = 0;
+    let code = cc_turn_history(turn, null_mut(), 0, &mut needed);
+    if code != CC_ERR_BUFFER_TOO_SMALL {
+        return code as i32;
+    }
+    let mut buf = vec![0 as c_char; needed];
+    let code = cc_turn_history(turn, buf.as_mut_ptr(), buf.len(), null_mut());
+    *lock(&SEEN_HISTORY) = CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned();
+    code as i32
+}
+
+#[test]
+fn a_host_kernel_reads_the_thread_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = cc_kernel {
+        run_turn: Some(history_run_turn),
+        user_data: null_mut(),
+        release: None,
+    };
+    let server = open(dir.path(), json!({}), Some(&kernel));
+    unsafe {
+        let mut client = null_mut();
+        assert_eq!(
+            cc_client_connect(server, None, null_mut(), 0, &mut client),
+            CC_OK
+        );
+        request(client, "thread/start", json!({"threadId": "h"}));
+        for text in ["first question", "second question"] {
+            request(
+                client,
+                "turn/start",
+                json!({"threadId": "h", "input": [{"type": "text", "text": text}]}),
+            );
+            let done = wait_notification(client, "turn/completed");
+            assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+        }
+        cc_client_free(client);
+        cc_server_free(server);
+    }
+    let history: Value = serde_json::from_str(&lock(&SEEN_HISTORY)).unwrap();
+    let turns = history["turns"].as_array().unwrap();
+    assert_eq!(
+        turns.len(),
+        1,
+        "the second turn sees the first, not itself: {history}"
+    );
+    assert_eq!(turns[0]["input"][0]["text"], "first question");
+    assert_eq!(turns[0]["status"], "completed");
+}
