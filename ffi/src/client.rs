@@ -300,11 +300,11 @@ impl Client {
                     Some(client) => recv_batch(&client, MAX_BATCH, POLL),
                     None => Err(ClientError::Closed),
                 };
-                if cancelled.load(Ordering::SeqCst) {
-                    break;
-                }
                 match batch {
                     Ok(batch) if batch.is_empty() => {}
+                    // Delivered even when `cancel` came while waiting: these messages are already
+                    // taken from the client, and dropping them would lose them for the next reader.
+                    // `cancel` waits for this last call; the loop ends right after it.
                     Ok(batch) => {
                         if let Err(e) = listener.on_notifications(batch) {
                             listener_failed("notification", &e);
@@ -313,8 +313,10 @@ impl Client {
                     // The connection is gone (closed, or the server shut down): nothing more
                     // will arrive.
                     Err(_) => {
-                        if let Err(e) = listener.on_closed() {
-                            listener_failed("notification", &e);
+                        if !cancelled.load(Ordering::SeqCst) {
+                            if let Err(e) = listener.on_closed() {
+                                listener_failed("notification", &e);
+                            }
                         }
                         break;
                     }
