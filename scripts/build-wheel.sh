@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the `cc-app-server` wheel (python/pyproject.toml, maturin, bindings = "uniffi") into
-# target/wheels and prints its path on the last line. Release profile, stripped. Reuses the
+# target/wheels and prints its path on the last line. Release profile, debug info stripped. Reuses the
 # workspace target dir, so the release cdylib is the same one the benches build.
 #
 # The generated protocol types are copied from bindings/python/cc_agent_protocol into
@@ -30,6 +30,8 @@ mkdir -p "$protocol"
 cp bindings/python/cc_agent_protocol/__init__.py bindings/python/cc_agent_protocol/py.typed "$protocol/"
 
 rm -f target/wheels/cc_app_server-*.whl
-(cd python && "../$tools/bin/maturin" build --release --strip --out ../target/wheels >&2)
+# `-C strip=debuginfo` applies to the final crate only (maturin hands it to `cargo rustc`), so the
+# dependencies' release artifacts are shared with every other release build of the workspace.
+(cd python && "../$tools/bin/maturin" build --release --out ../target/wheels -- -C strip=debuginfo >&2)
 wheel=$(ls target/wheels/cc_app_server-*.whl)
 echo "$wheel"

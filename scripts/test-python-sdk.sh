@@ -16,7 +16,7 @@ python=${CC_SDK_PYTHON:-python3}
 wheel=$(bash scripts/build-wheel.sh | tail -n 1)
 echo "wheel: $wheel ($(du -h "$wheel" | cut -f1))"
 
-venv=target/python-sdk-venv
+venv=$repo/target/python-sdk-venv
 rm -rf "$venv"
 if ! "$python" -m venv "$venv" 2>/dev/null; then
   rm -rf "$venv"
@@ -26,7 +26,6 @@ if ! "$python" -m venv "$venv" 2>/dev/null; then
   "$python" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "$wheel" -r python/requirements-sdk-test.txt
-site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
 run=$(mktemp -d)
 trap 'rm -rf "$run"' EXIT
@@ -54,8 +53,8 @@ else
 fi
 
 echo "--- mypy --strict (installed SDK, examples, SDK tests)"
-if "$venv/bin/python" -m mypy --config-file "$repo/python/mypy-sdk.ini" --cache-dir "$run/.mypy_cache" \
-    "$site/cc_app_server" "$repo/examples/python" "$repo/python/sdk_tests"; then
+mypy=("$venv/bin/python" -m mypy --config-file "$repo/python/mypy-sdk.ini" --cache-dir "$run/.mypy_cache")
+if "${mypy[@]}" -p cc_app_server && "${mypy[@]}" "$repo/examples/python" "$repo/python/sdk_tests"; then
   passed=$((passed + 1))
 else
   failed=$((failed + 1)); status=1

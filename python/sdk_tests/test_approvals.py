@@ -63,7 +63,7 @@ def test_every_decision(server: cc.AppServer, decision: cc.Decision, outcome: st
             assert resolved.outcome == outcome
             assert isinstance(resolved.decision, (p.AcceptOnce, p.AcceptForTurn, p.AcceptForSession, p.Decline,
                                                   p.Cancel))
-            assert p.encode_ApprovalDecision(resolved.decision)["type"] == recorded  # type: ignore[index,call-overload]
+            assert p.encode_ApprovalDecision(resolved.decision)["decision"] == recorded  # type: ignore[index,call-overload]
             assert turn.status == status
 
     asyncio.run(main())

@@ -33,6 +33,7 @@ def test_a_typed_method_for_every_client_request_in_the_schema() -> None:
     for cls in requests:
         cls = getattr(p, cls) if isinstance(cls, str) else cls
         method = {f.name: f.default for f in dataclasses.fields(cls)}["method"]
+        assert isinstance(method, str)
         methods.append(method)
     assert "thread/start" in methods and "turn/interrupt" in methods
     for method in methods:

@@ -13,6 +13,7 @@ import pytest
 
 import cc_app_server as cc
 from cc_app_server import protocol as p
+from cc_app_server.protocol import Json
 from conftest import deaf_script, streaming_script
 
 
@@ -82,7 +83,7 @@ def test_fifty_threads_with_concurrent_turns(server: cc.AppServer) -> None:
 
     async def main() -> None:
         async with server.client(approvals=lambda r: "acceptOnce") as client:
-            script = {"steps": [{"type": "message", "text": "one two three", "chunks": 3},
+            script: Json = {"steps": [{"type": "message", "text": "one two three", "chunks": 3},
                                 {"type": "tool", "tool": "fs.write", "arguments": {"path": "x", "text": "y"}}]}
 
             async def one(i: int) -> str:
@@ -137,13 +138,14 @@ def test_a_slow_consumer_gets_everything_in_order(server: cc.AppServer) -> None:
 
 
 def test_a_consumer_that_stops_reading_is_closed_and_the_engine_goes_on(state_dir: str) -> None:
-    with cc.AppServer.open(state_dir, durability="buffered", outbound_messages=16) as server:
+    with cc.AppServer.open(state_dir, durability="buffered", outbound_messages=64) as server:
         async def main() -> None:
             async with server.client(notification_capacity=8) as deaf, server.client() as reader:
                 await deaf.thread_start(thread_id="flood", agent_options=p.AgentOptions(
-                    script=streaming_script(400)))
+                    script=streaming_script(600, sleep_ms=1)))
                 await deaf.turn_start("flood", "go")
-                # `deaf` never reads: once its bounded queues are full the server closes it.
+                # `deaf` never reads: once its bounded queues (8 + 64 messages) are full the server
+                # closes it. (`reader` is not subscribed to the thread until it asks about it.)
                 deadline = time.monotonic() + 20
                 while not deaf.closed and time.monotonic() < deadline:
                     await asyncio.sleep(0.02)
@@ -155,15 +157,22 @@ def test_a_consumer_that_stops_reading_is_closed_and_the_engine_goes_on(state_di
                     async for _ in deaf.notifications(timeout=5):
                         got += 1
                 assert got >= 1
-                # The engine kept going: the turn completed and is durable.
-                for _ in range(200):
-                    resumed = await reader.thread_resume("flood")
-                    if resumed.active_turn is None:
+                # The engine kept going: the turn completes and is durable. (`reader` is subscribed
+                # by its first question, so it reads what follows.)
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    if (await reader.thread_resume("flood", limit=1)).active_turn is None:
                         break
-                    await asyncio.sleep(0.05)
+                    try:
+                        async for note in reader.notifications(timeout=0.5):
+                            if isinstance(note, p.TurnCompletedNotification):
+                                break
+                    except cc.Timeout:
+                        pass
+                resumed = await reader.thread_resume("flood", limit=1)
                 assert resumed.active_turn is None
-                events = await reader.thread_read("flood", limit=1000)
-                assert any(isinstance(e.payload, p.TurnCompletedEvent) for e in events.events)
+                last = await reader.thread_read("flood", after_event_seq=resumed.thread.last_event_seq - 1)
+                assert [type(e.payload) for e in last.events] == [p.TurnCompletedEvent]
 
         asyncio.run(main())
 

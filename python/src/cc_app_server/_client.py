@@ -287,12 +287,12 @@ class AsyncClient(_BaseClient):
         Cancelling the iterating task (or leaving the loop) releases the native listener; what had
         arrived but was not yielded waits for the next iteration."""
         items = self._inbox.items
-        await self._start_listener()
+        self._iterators += 1
         try:
+            await self._start_listener()
             while True:
-                try:
-                    text = items.popleft()
-                except IndexError:
+                text = items.popleft() if items else None
+                if text is None:
                     await self._wait(timeout)
                     continue
                 if self._inbox.blocked and len(items) < _INBOX_LIMIT // 2:
@@ -305,12 +305,12 @@ class AsyncClient(_BaseClient):
         """`notifications`, undecoded: each a whole JSON-RPC message as text (for relays, and for
         consumers that decode only the methods they need)."""
         items = self._inbox.items
-        await self._start_listener()
+        self._iterators += 1
         try:
+            await self._start_listener()
             while True:
-                try:
-                    text = items.popleft()
-                except IndexError:
+                text = items.popleft() if items else None
+                if text is None:
                     await self._wait(timeout)
                     continue
                 if self._inbox.blocked and len(items) < _INBOX_LIMIT // 2:
@@ -345,7 +345,6 @@ class AsyncClient(_BaseClient):
                 inbox.waiters = [w for w in inbox.waiters if w[1] is not fut]
 
     async def _start_listener(self) -> None:
-        self._iterators += 1
         if self._listener is not None:
             return
         releasing = self._releasing

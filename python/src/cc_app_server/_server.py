@@ -6,6 +6,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 from types import TracebackType
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from ._approvals import ApprovalHandler
@@ -14,7 +15,6 @@ from ._errors import Closed, Error
 from ._kernel import KernelLike, NativeKernel, NativeTools, ToolsLike
 from ._logging import install_engine_logging
 from ._native import ffi
-from .protocol import Json
 
 Store = Literal["jsonl", "sqlite"]
 Durability = Literal["sync", "buffered", "ephemeral"]
@@ -62,13 +62,15 @@ class AppServer:
 
     @classmethod
     def open(cls, state_dir: str | Any, *, store: Store = "jsonl", durability: Durability = "sync",
-             policy: Policy = "ask_every_time", workspace: str | None = None, script: Json | None = None,
+             policy: Policy = "ask_every_time", workspace: str | None = None,
+             script: Mapping[str, Any] | None = None,
              kernel: KernelLike | None = None, tools: ToolsLike | None = None,
              approval_timeout: float | None = None, settle_deadline: float | None = None,
              max_line_bytes: int | None = None, inbound_messages: int | None = None,
              outbound_messages: int | None = None) -> AppServer:
         """Opens the engine on `state_dir` (created 0700; torn tails repaired, turns a previous
-        process left running closed). `script` drives the built-in scripted kernel; `kernel` and
+        process left running closed). `script` (a JSON object) drives the built-in scripted kernel;
+        `kernel` and
         `tools` replace the built-in kernel and tool executor with Python ones. Timeouts are in
         seconds. Raises `ValueError` for a bad option and `Error` when the store cannot be opened."""
         install_engine_logging()
