@@ -36,8 +36,8 @@ T = TypeVar("T")
 # How long one native wait lasts at most: the bound on how late Ctrl-C (blocking) or a cancelled
 # listener (async) is noticed.
 _SLICE_MS = 50
-# Most notifications fetched in one native call.
-_BATCH = 256
+# Most notifications a blocking client fetches in one native call.
+_TEXT_BATCH = 1024
 # Notifications held in the Python inbox before the native delivery thread waits (backpressure:
 # past this the native queue fills and the server closes a client that never reads).
 _INBOX_LIMIT = 4096
@@ -505,11 +505,12 @@ class BlockingClient(_BaseClient):
             if deadline is not None:
                 wait = max(0, min(wait, int((deadline - time.monotonic()) * 1000)))
             try:
-                batch: list[str] = native.next_notifications(_BATCH, wait)
+                # One text, one message per line: split in C rather than lifted item by item.
+                text: str = native.next_notifications_text(_TEXT_BATCH, wait)
             except ffi.ClientError.Closed:
                 raise Closed("the client is closed (by close(), a server shutdown, or a connection the "
                              "server dropped); open a new client to go on") from None
-            if batch:
-                return batch
+            if text:
+                return text.split("\n")
             if deadline is not None and time.monotonic() >= deadline:
                 raise Timeout(f"no notification within {timeout} s")
