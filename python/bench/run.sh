@@ -13,5 +13,5 @@ venv=target/python-bench-venv
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheel"
 "$venv/bin/python" -c 'import platform; print(f"# CPython {platform.python_version()}")'
 target/release/examples/roundtrip "$n"
-target/release/examples/notification_rate "$notes"
-cd /tmp && "$OLDPWD/$venv/bin/python" "$OLDPWD/python/bench/bench_sdk.py" "$n" "$notes"
+target/release/examples/notification_rate "$notes" 3
+cd /tmp && "$OLDPWD/$venv/bin/python" "$OLDPWD/python/bench/bench_sdk.py" "$n" "$notes" 3
