@@ -3,8 +3,10 @@ client (pending-request map, timeouts, approval routing all live in Rust) and ad
 typed methods returning the generated result classes, typed notifications, the SDK's errors, and
 waits that never block an event loop (async) or Ctrl-C (blocking).
 
-Notifications: each goes to exactly one reader. What the native side has handed over but nobody has
-taken yet stays in the client's inbox (bounded), so breaking out of a loop or cancelling the
+Notifications: while an iterator runs, one native listener moves whole batches (up to 256 messages
+per FFI call) into the client's inbox on its delivery thread, so the native side and the Python
+consumer work in parallel. Each notification goes to exactly one reader. What has arrived but was
+not yet yielded stays in the inbox (bounded), so breaking out of a loop, Ctrl-C or cancelling the
 iterating task loses nothing: the next iteration starts with it.
 """
 
@@ -34,11 +36,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# How long one native wait lasts at most: the bound on how late Ctrl-C (blocking) or a cancelled
-# listener (async) is noticed.
+# How long one wait lasts at most: the bound on how late Ctrl-C (blocking) is noticed.
 _SLICE_MS = 50
-# Most notifications a blocking client fetches in one native call.
-_TEXT_BATCH = 1024
 # Notifications held in the Python inbox before the native delivery thread waits (backpressure:
 # past this the native queue fills and the server closes a client that never reads).
 _INBOX_LIMIT = 4096
@@ -108,7 +107,10 @@ class _Inbox:
             self.cond.notify_all()
 
     def wake(self) -> None:
-        """Wakes every waiting iterator; call with `cond` held."""
+        """Wakes every waiting iterator (blocking ones wait on `cond`); call with `cond` held."""
+        self.cond.notify_all()
+        if not self.waiters:
+            return
         waiters, self.waiters = self.waiters, []
         for loop, fut in waiters:
             try:
@@ -196,6 +198,50 @@ class _BaseClient:
         self._server = server
         self._native = None
         self._initialize: p.InitializeResult | None = None
+        self._inbox = _Inbox()
+        self._iterators = 0
+        self._listener: _Listener | None = None
+        self._handle: Any = None
+        self._releasing: threading.Thread | None = None
+
+    def _listen(self) -> None:
+        """Starts the native listener unless one runs (it serves every iterator of this client)."""
+        if self._listener is not None:
+            return
+        releasing, self._releasing = self._releasing, None
+        if releasing is not None:
+            releasing.join()  # the previous listener's last batch lands first, so order holds
+        native = self._native
+        if native is None or self._inbox.ended:
+            return
+        listener = _Listener(self._inbox)
+        try:
+            handle = native.listen(listener)
+        except ffi.ClientError.Closed:
+            with self._inbox.cond:
+                self._inbox.ended = True
+            return
+        self._listener, self._handle = listener, handle
+
+    def _stop_listener(self) -> None:
+        """One iterator ended; the last one releases the native listener."""
+        self._iterators -= 1
+        if self._iterators > 0 or self._listener is None:
+            return
+        listener, handle = self._listener, self._handle
+        self._listener = self._handle = None
+        with self._inbox.cond:
+            listener.released = True
+            self._inbox.cond.notify_all()
+        # Joining the delivery thread takes up to one poll interval: never on the caller's thread
+        # (an event loop, or a generator being closed by the garbage collector).
+        self._releasing = threading.Thread(target=handle.cancel, name="cc-release-listener", daemon=True)
+        self._releasing.start()
+
+    def _mark_closed(self) -> None:
+        with self._inbox.cond:
+            self._inbox.ended = True
+            self._inbox.wake()
 
     def _require(self) -> Any:
         if self._native is None:
@@ -227,11 +273,6 @@ class AsyncClient(_BaseClient):
         super().__init__(server)
         self._approvals = approvals
         self._options = options
-        self._inbox = _Inbox()
-        self._iterators = 0
-        self._listener: _Listener | None = None
-        self._handle: Any = None
-        self._releasing: threading.Thread | None = None
 
     async def connect(self) -> AsyncClient:
         """Connects and performs the `initialize` handshake (done for you by `async with`)."""
@@ -255,9 +296,7 @@ class AsyncClient(_BaseClient):
         native, self._native = self._native, None
         if native is not None:
             native.close()
-        with self._inbox.cond:
-            self._inbox.ended = True
-            self._inbox.wake()
+        self._mark_closed()
 
     # -- requests --------------------------------------------------------------------------------
 
@@ -388,39 +427,11 @@ class AsyncClient(_BaseClient):
                 inbox.waiters = [w for w in inbox.waiters if w[1] is not fut]
 
     async def _start_listener(self) -> None:
-        if self._listener is not None:
-            return
         releasing = self._releasing
-        if releasing is not None:
-            # The previous listener may still be handing over its last batch: wait, so order holds.
+        if self._listener is None and releasing is not None:
+            # The previous listener may still be handing over its last batch: wait off the loop.
             await asyncio.get_running_loop().run_in_executor(None, releasing.join)
-            self._releasing = None
-        if self._listener is not None:
-            return
-        native = self._native
-        if native is None or self._inbox.ended:
-            return
-        listener = _Listener(self._inbox)
-        try:
-            handle = native.listen(listener)
-        except ffi.ClientError.Closed:
-            with self._inbox.cond:
-                self._inbox.ended = True
-            return
-        self._listener, self._handle = listener, handle
-
-    def _stop_listener(self) -> None:
-        self._iterators -= 1
-        if self._iterators > 0 or self._listener is None:
-            return
-        listener, handle = self._listener, self._handle
-        self._listener = self._handle = None
-        with self._inbox.cond:
-            listener.released = True
-            self._inbox.cond.notify_all()
-        # Joining the delivery thread takes up to one poll interval: never on the event loop.
-        self._releasing = threading.Thread(target=handle.cancel, name="cc-release-listener", daemon=True)
-        self._releasing.start()
+        self._listen()
 
 
 class BlockingClient(_BaseClient):
@@ -431,7 +442,6 @@ class BlockingClient(_BaseClient):
         super().__init__(server)
         handler = NativeApprovals(approvals, options.approval_deadline, None)
         self._native = _connect(server, handler, options)
-        self._backlog: deque[str] = deque()
         self._worker: _Worker | None = None
 
     def __enter__(self) -> BlockingClient:
@@ -446,6 +456,7 @@ class BlockingClient(_BaseClient):
         native, self._native = self._native, None
         if native is not None:
             native.close()
+        self._mark_closed()
         worker, self._worker = self._worker, None
         if worker is not None:
             worker.retire()
@@ -524,36 +535,40 @@ class BlockingClient(_BaseClient):
         """Every server notification, decoded (see `AsyncClient.notifications`). `timeout`: most
         seconds to wait for the next one, else `Timeout`; `Closed` once the client or the server is
         closed and everything before it was yielded. Ctrl-C interrupts the wait."""
-        backlog = self._backlog
-        while True:
-            while backlog:
-                yield _decode_notification(backlog.popleft())
-            backlog.extend(self._fetch(timeout))
+        for text in self.raw_notifications(timeout=timeout):
+            yield _decode_notification(text)
 
     def raw_notifications(self, *, timeout: float | None = None) -> Iterator[str]:
         """`notifications`, undecoded: each a whole JSON-RPC message as text."""
-        backlog = self._backlog
-        while True:
-            while backlog:
-                yield backlog.popleft()
-            backlog.extend(self._fetch(timeout))
+        items = self._inbox.items
+        self._iterators += 1
+        try:
+            self._listen()
+            while True:
+                text = items.popleft() if items else None
+                if text is None:
+                    self._wait(timeout)
+                    continue
+                if self._inbox.blocked and len(items) < _INBOX_LIMIT // 2:
+                    self._inbox.unblock()
+                yield text
+        finally:
+            self._stop_listener()
 
-    def _fetch(self, timeout: float | None) -> list[str]:
+    def _wait(self, timeout: float | None) -> None:
+        """Waits (in slices, so Ctrl-C gets through) until the inbox has something."""
+        inbox = self._inbox
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            native = self._native
-            if native is None:
-                raise Closed("the client is closed; open a new client to go on")
-            wait = _SLICE_MS
-            if deadline is not None:
-                wait = max(0, min(wait, int((deadline - time.monotonic()) * 1000)))
-            try:
-                # One text, one message per line: split in C rather than lifted item by item.
-                text: str = native.next_notifications_text(_TEXT_BATCH, wait)
-            except ffi.ClientError.Closed:
-                raise Closed("the client is closed (by close(), a server shutdown, or a connection the "
-                             "server dropped); open a new client to go on") from None
-            if text:
-                return text.split("\n")
-            if deadline is not None and time.monotonic() >= deadline:
-                raise Timeout(f"no notification within {timeout} s")
+        with inbox.cond:
+            while not inbox.items:
+                if inbox.ended:
+                    raise Closed("the client is closed (by close(), a server shutdown, or a connection the "
+                                 "server dropped); open a new client to go on")
+                wait = _SLICE_MS / 1000
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise Timeout(f"no notification within {timeout} s")
+                    wait = min(wait, left)
+                inbox.cond.notify_all()  # a delivery thread waiting for room
+                inbox.cond.wait(wait)
