@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import sys
 import sysconfig
@@ -217,3 +218,19 @@ def test_results_are_the_generated_classes(server: cc.AppServer) -> None:
         result = client.thread_start(thread_id="gen")
         assert dataclasses.is_dataclass(result) and type(result) is p.ThreadStartResult
         assert p.encode_ThreadStartResult(result)["thread"]["id"] == "gen"  # type: ignore[index,call-overload]
+
+
+def test_notifications_this_version_cannot_read_are_kept_not_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    # What the iterators do with each message (the engine of this version sends no such message,
+    # so the decoding step is driven directly).
+    from cc_app_server._client import _decode_notification
+
+    future = _decode_notification('{"jsonrpc":"2.0","method":"thread/renamed","params":{"threadId":"t"}}')
+    assert isinstance(future, p.UnknownCase) and future.raw["method"] == "thread/renamed"
+    item = _decode_notification('{"jsonrpc":"2.0","method":"item/started","params":{"threadId":"t","eventSeq":3,'
+                                '"turnId":"u","itemId":"i","item":{"type":"hologram","id":"i"}}}')
+    assert isinstance(item, p.ItemStartedNotification) and isinstance(item.params.item, p.UnknownCase)
+    caplog.set_level(logging.WARNING, logger="cc_app_server")
+    broken = _decode_notification('{"jsonrpc":"2.0","method":"turn/completed","params":{"threadId":"t"}}')
+    assert isinstance(broken, p.UnknownCase) and broken.raw["method"] == "turn/completed"
+    assert any("UnknownCase" in r.getMessage() for r in caplog.records)
