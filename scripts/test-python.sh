@@ -3,7 +3,7 @@
 # python/requirements-dev.txt`, skipped when .venv already matches it), runs `mypy --strict` over
 # the generated package and the replay test, then replays every fixture under schema/fixtures/ with
 # jsonschema and the generated codecs (pytest). Regenerates nothing: run
-# `cargo run -q -p cc-agent-protocol -- generate` (or `generate --check`) for that. Needs Python 3.11+.
+# `cargo run -q -p cc-agent-protocol -- generate` (or `generate --check`) for that. Needs Python 3.10+.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

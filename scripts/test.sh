@@ -28,6 +28,8 @@ step "kotlin: kotlinc -Werror, fixture replay on the JVM"
 bash scripts/test-kotlin.sh
 step "host boundary: C ABI under valgrind, uniffi from Python, header freshness"
 bash scripts/test-ffi.sh
+step "python sdk: the wheel built, installed into a fresh venv, pytest + quickstart + mypy --strict against it"
+bash scripts/test-python-sdk.sh
 
 echo
 echo "all suites passed"

@@ -406,17 +406,18 @@ impl Connection {
                                 None => break,
                             }
                         }
-                        if cancelled.load(Ordering::SeqCst) {
-                            break;
-                        }
+                        // Delivered even when `cancel` came while waiting: these messages are
+                        // already taken, and dropping them would lose them for the next reader.
                         if let Err(e) = listener.on_messages(batch) {
                             listener_failed("message", &e);
                         }
                     }
                     Err(CoreRecvError::Timeout) => {}
                     Err(CoreRecvError::Closed) => {
-                        if let Err(e) = listener.on_closed() {
-                            listener_failed("message", &e);
+                        if !cancelled.load(Ordering::SeqCst) {
+                            if let Err(e) = listener.on_closed() {
+                                listener_failed("message", &e);
+                            }
                         }
                         break;
                     }

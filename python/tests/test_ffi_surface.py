@@ -451,3 +451,32 @@ def test_batches_and_signed_arguments(state_dir: str) -> None:
         ffi.Client.connect(server, None, ffi.ClientOptions(max_pending=0))
     client.close()
     server.shutdown()
+
+
+def test_notifications_as_one_text(state_dir: str) -> None:
+    server = open_server(state_dir)
+    client = ffi.Client.connect(server)
+    assert client.next_notifications_text(10, 10) == ""  # a timeout is an empty text
+    with pytest.raises(ffi.ClientError.InvalidArgument):
+        client.next_notifications_text(0, 10)
+    with pytest.raises(ffi.ClientError.InvalidArgument):
+        client.next_notifications_text(1, -1)
+    # A text with a newline and U+2028 inside: escaped in the JSON, so lines are messages.
+    start_turn(client, "txt", {"steps": [{"type": "message", "text": "a\nb\u2028c", "chunks": 3}]})
+    wait_for(client, "turn/started")
+    messages: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 20
+    while not messages or messages[-1]["method"] != "turn/completed":
+        assert time.monotonic() < deadline
+        text = client.next_notifications_text(2, 200)  # at most 2 per call
+        lines = text.split("\n") if text else []
+        assert len(lines) <= 2
+        messages.extend(json.loads(line) for line in lines)
+    deltas = [m["params"]["delta"]["text"] for m in messages if m["method"] == "item/delta"]
+    assert "".join(deltas) == "a\nb\u2028c"
+    seqs = [m["params"]["eventSeq"] for m in messages]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    client.close()
+    with pytest.raises(ffi.ClientError.Closed):
+        client.next_notifications_text(10, 10)
+    server.shutdown()

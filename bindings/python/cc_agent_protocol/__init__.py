@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Final, Literal, TypeAlias, assert_never
+from typing import Final, Literal, NoReturn, TypeAlias
 
 Json: TypeAlias = "None | bool | int | float | str | list[Json] | dict[str, Json]"
 JsonObject: TypeAlias = "dict[str, Json]"
@@ -23,6 +23,11 @@ class Missing(enum.Enum):
 
 
 MISSING: Final = Missing.MISSING
+
+
+def _assert_never(value: NoReturn) -> NoReturn:
+    # typing.assert_never is 3.11+; a NoReturn parameter gives mypy the same exhaustiveness check.
+    raise AssertionError("unhandled value: " + repr(value))
 
 
 @dataclass(frozen=True)
@@ -698,7 +703,7 @@ def decode_UserInput(raw: Json, path: str = "$") -> UserInput:
 def encode_UserInput(value: UserInput) -> Json:
     if isinstance(value, TextInput):
         return encode_TextInput(value)
-    assert_never(value)
+    _assert_never(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -780,7 +785,7 @@ def encode_ToolResult(value: ToolResult) -> Json:
         return encode_ToolResultError(value)
     if isinstance(value, ToolResultDenied):
         return encode_ToolResultDenied(value)
-    assert_never(value)
+    _assert_never(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1523,7 +1528,7 @@ def encode_ApprovalDecision(value: ApprovalDecision) -> Json:
         return encode_Decline(value)
     if isinstance(value, Cancel):
         return encode_Cancel(value)
-    assert_never(value)
+    _assert_never(value)
 
 
 # Run this one operation.
@@ -4648,7 +4653,7 @@ def encode_ClientRequest(value: ClientRequest) -> Json:
         return encode_TurnInterruptRequest(value)
     if isinstance(value, ThreadCompactRequest):
         return encode_ThreadCompactRequest(value)
-    assert_never(value)
+    _assert_never(value)
 
 
 # A JSON-RPC response, in either direction: the server's answer to a ClientRequest or the client's answer to approval/decide. Exactly one of result and error. Its result is validated by name (e.g. ThreadStartResult) once the receiver has matched its id to the request.
@@ -4736,7 +4741,7 @@ def decode_ServerRequest(raw: Json, path: str = "$") -> ServerRequest:
 def encode_ServerRequest(value: ServerRequest) -> Json:
     if isinstance(value, ApprovalDecideRequest):
         return encode_ApprovalDecideRequest(value)
-    assert_never(value)
+    _assert_never(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -5111,7 +5116,7 @@ def encode_message(value: Message) -> Json:
         return encode_ServerRequest(value)
     if isinstance(value, (ThreadUpdatedNotification, TurnStartedNotification, TurnCompletedNotification, ItemStartedNotification, ItemDeltaNotification, ItemCompletedNotification, ToolRequestedNotification, ToolResultNotification, ApprovalRequestedNotification, ApprovalResolvedNotification, UnknownCase)):
         return encode_ServerNotification(value)
-    assert_never(value)
+    _assert_never(value)
 
 # Every definition's name, in schema order.
 DEFINITION_NAMES: Final = (

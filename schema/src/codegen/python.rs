@@ -442,7 +442,7 @@ fn def(out: &mut String, d: &Def) {
             if *keep_unknown {
                 let _ = writeln!(out, "    return value.raw\n");
             } else {
-                let _ = writeln!(out, "    assert_never(value)\n");
+                let _ = writeln!(out, "    _assert_never(value)\n");
             }
         }
     }
@@ -502,14 +502,14 @@ fn envelope(out: &mut String, model: &Model) {
             if classes.len() == 1 { "," } else { "" }
         );
     }
-    out.push_str("    assert_never(value)\n\n");
+    out.push_str("    _assert_never(value)\n\n");
 }
 
 const RUNTIME: &str = r#"from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Final, Literal, TypeAlias, assert_never
+from typing import Final, Literal, NoReturn, TypeAlias
 
 Json: TypeAlias = "None | bool | int | float | str | list[Json] | dict[str, Json]"
 JsonObject: TypeAlias = "dict[str, Json]"
@@ -525,6 +525,11 @@ class Missing(enum.Enum):
 
 
 MISSING: Final = Missing.MISSING
+
+
+def _assert_never(value: NoReturn) -> NoReturn:
+    # typing.assert_never is 3.11+; a NoReturn parameter gives mypy the same exhaustiveness check.
+    raise AssertionError("unhandled value: " + repr(value))
 
 
 @dataclass(frozen=True)

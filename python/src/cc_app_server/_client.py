@@ -1,0 +1,574 @@
+"""The two clients: `AsyncClient` (asyncio) and `BlockingClient` (scripts). Both wrap the one native
+client (pending-request map, timeouts, approval routing all live in Rust) and add what Python needs:
+typed methods returning the generated result classes, typed notifications, the SDK's errors, and
+waits that never block an event loop (async) or Ctrl-C (blocking).
+
+Notifications: while an iterator runs, one native listener moves whole batches (up to 256 messages
+per FFI call) into the client's inbox on its delivery thread, so the native side and the Python
+consumer work in parallel. Each notification goes to exactly one reader. What has arrived but was
+not yet yielded stays in the inbox (bounded), so breaking out of a loop, Ctrl-C or cancelling the
+iterating task loses nothing: the next iteration starts with it.
+"""
+
+from __future__ import annotations
+
+import _thread
+import asyncio
+import json
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from . import _params
+from . import protocol as p
+from ._approvals import ApprovalHandler, NativeApprovals
+from ._errors import Closed, ProtocolError, Timeout, from_client_error
+from ._logging import log
+from ._native import ffi
+from .protocol import JsonObject
+
+if TYPE_CHECKING:
+    from ._server import AppServer
+
+T = TypeVar("T")
+
+# How long one wait lasts at most: the bound on how late Ctrl-C (blocking) is noticed.
+_SLICE_MS = 50
+# Notifications held in the Python inbox before the native delivery thread waits (backpressure:
+# past this the native queue fills and the server closes a client that never reads).
+_INBOX_LIMIT = 4096
+_DEFAULT_APPROVAL_TIMEOUT = 30.0
+
+
+def _dump(value: p.Json) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _decode_notification(text: str) -> p.ServerNotification:
+    raw = json.loads(text)
+    try:
+        return p.decode_ServerNotification(raw)
+    except p.DecodeError as e:
+        # A known method in a shape this version cannot read: keep it rather than drop it.
+        log.warning("notification kept as UnknownCase, it does not decode: %s", e)
+        return p.UnknownCase(raw=raw if isinstance(raw, dict) else {"raw": raw})
+
+
+def _object(text: str, method: str) -> JsonObject:
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ProtocolError(-32603, f"the result of {method} is not an object")
+    return value
+
+
+def _ms(seconds: float | None, name: str) -> int | None:
+    if seconds is None:
+        return None
+    if seconds < 0:
+        raise ValueError(f"{name} must not be negative (got {seconds})")
+    return int(seconds * 1000)
+
+
+class _Options:
+    def __init__(self, request_timeout: float | None, max_pending: int | None, approval_timeout: float | None,
+                 notification_capacity: int | None) -> None:
+        self.native = ffi.ClientOptions(
+            request_timeout_ms=_ms(request_timeout, "request_timeout"), max_pending=max_pending,
+            approval_timeout_ms=_ms(approval_timeout, "approval_timeout"),
+            notification_capacity=notification_capacity)
+        self.approval_deadline = _DEFAULT_APPROVAL_TIMEOUT if approval_timeout is None else approval_timeout
+
+
+def _connect(server: AppServer, handler: NativeApprovals, options: _Options) -> Any:
+    try:
+        return ffi.Client.connect(server._require(), handler, options.native)
+    except ffi.ClientError as e:
+        raise from_client_error(e, ffi) from None
+
+
+class _Inbox:
+    """Notifications the native side handed over and nobody has taken yet."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.items: deque[str] = deque()
+        # The native stream ended: the client (or the server) is closed.
+        self.ended = False
+        self.waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        # The delivery thread is waiting for room.
+        self.blocked = False
+
+    def unblock(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+    def wake(self) -> None:
+        """Wakes every waiting iterator (blocking ones wait on `cond`); call with `cond` held."""
+        self.cond.notify_all()
+        if not self.waiters:
+            return
+        waiters, self.waiters = self.waiters, []
+        for loop, fut in waiters:
+            try:
+                loop.call_soon_threadsafe(_resolve, fut)
+            except RuntimeError:
+                pass  # that loop is closed; nobody is waiting there any more
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class _Listener(ffi.NotificationListener):  # type: ignore[misc]
+    """The native listener of an `AsyncClient`: moves batches into the inbox on the delivery thread,
+    waiting while the inbox is full, unless the listener is being released."""
+
+    def __init__(self, inbox: _Inbox) -> None:
+        self.inbox = inbox
+        self.released = False
+
+    def on_notifications(self, messages: list[str]) -> None:
+        inbox = self.inbox
+        with inbox.cond:
+            while len(inbox.items) >= _INBOX_LIMIT and not self.released:
+                inbox.blocked = True
+                inbox.cond.wait(_SLICE_MS / 1000)
+            inbox.blocked = False
+            inbox.items.extend(messages)
+            inbox.wake()
+
+    def on_closed(self) -> None:
+        inbox = self.inbox
+        with inbox.cond:
+            inbox.ended = True
+            inbox.wake()
+
+
+class _Worker:
+    """A daemon thread that runs the main thread's blocking native calls (see
+    `BlockingClient._interruptible`): a queue in, a lock per call out — lighter than an executor."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Any, list[Any]] | None] = \
+            queue.SimpleQueue()
+        self.busy = False
+        threading.Thread(target=self._run, name="cc-blocking-call", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            f, args, done, box = job
+            try:
+                box.append((True, f(*args)))
+            except BaseException as e:
+                box.append((False, e))
+            self.busy = False
+            done.release()
+
+    def call(self, f: Callable[..., T], args: tuple[Any, ...]) -> T:
+        done = _thread.allocate_lock()
+        done.acquire()
+        box: list[tuple[bool, Any]] = []
+        self.busy = True
+        self._jobs.put((f, args, done, box))
+        while not done.acquire(timeout=_SLICE_MS / 1000):
+            pass
+        ok, value = box[0]
+        if ok:
+            result: T = value
+            return result
+        raise value
+
+    def retire(self) -> None:
+        """Ends the thread once its current call (if any) is done."""
+        self._jobs.put(None)
+
+
+class _BaseClient:
+    _native: Any
+
+    def __init__(self, server: AppServer) -> None:
+        self._server = server
+        self._native = None
+        self._initialize: p.InitializeResult | None = None
+        self._inbox = _Inbox()
+        self._iterators = 0
+        self._listener: _Listener | None = None
+        self._handle: Any = None
+        self._releasing: threading.Thread | None = None
+
+    def _listen(self) -> None:
+        """Starts the native listener unless one runs (it serves every iterator of this client)."""
+        if self._listener is not None:
+            return
+        releasing, self._releasing = self._releasing, None
+        if releasing is not None:
+            releasing.join()  # the previous listener's last batch lands first, so order holds
+        native = self._native
+        if native is None or self._inbox.ended:
+            return
+        listener = _Listener(self._inbox)
+        try:
+            handle = native.listen(listener)
+        except ffi.ClientError.Closed:
+            with self._inbox.cond:
+                self._inbox.ended = True
+            return
+        self._listener, self._handle = listener, handle
+
+    def _stop_listener(self) -> None:
+        """One iterator ended; the last one releases the native listener."""
+        self._iterators -= 1
+        if self._iterators > 0 or self._listener is None:
+            return
+        listener, handle = self._listener, self._handle
+        self._listener = self._handle = None
+        with self._inbox.cond:
+            listener.released = True
+            self._inbox.cond.notify_all()
+        # Joining the delivery thread takes up to one poll interval: never on the caller's thread
+        # (an event loop, or a generator being closed by the garbage collector).
+        self._releasing = threading.Thread(target=handle.cancel, name="cc-release-listener", daemon=True)
+        self._releasing.start()
+
+    def _mark_closed(self) -> None:
+        with self._inbox.cond:
+            self._inbox.ended = True
+            self._inbox.wake()
+
+    def _require(self) -> Any:
+        if self._native is None:
+            raise Closed("the client is not connected (use `async with server.client()`) or is closed")
+        return self._native
+
+    @property
+    def initialize_result(self) -> p.InitializeResult:
+        """The server's answer to the handshake (protocol version, features, schema digest)."""
+        if self._initialize is None:
+            self._initialize = p.decode_InitializeResult(json.loads(self._require().initialize_result()))
+        return self._initialize
+
+    @property
+    def pending_requests(self) -> int:
+        """Requests now waiting for an answer."""
+        return 0 if self._native is None else int(self._native.pending_requests())
+
+    @property
+    def closed(self) -> bool:
+        """True once closed: by `close`, by a server shutdown, or because the server dropped it."""
+        return self._native is None or bool(self._native.is_closed())
+
+
+class AsyncClient(_BaseClient):
+    """An initialized connection for asyncio code. Use `async with server.client(...) as client`."""
+
+    def __init__(self, server: AppServer, approvals: ApprovalHandler | None, options: _Options) -> None:
+        super().__init__(server)
+        self._approvals = approvals
+        self._options = options
+
+    async def connect(self) -> AsyncClient:
+        """Connects and performs the `initialize` handshake (done for you by `async with`)."""
+        if self._native is not None:
+            return self
+        loop = asyncio.get_running_loop()
+        handler = NativeApprovals(self._approvals, self._options.approval_deadline, loop)
+        self._native = await loop.run_in_executor(None, _connect, self._server, handler, self._options)
+        return self
+
+    async def __aenter__(self) -> AsyncClient:
+        return await self.connect()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes now: requests in flight end with `Closed`, iterators end with `Closed` once they
+        have yielded what had already arrived. Idempotent."""
+        native, self._native = self._native, None
+        if native is not None:
+            native.close()
+        self._mark_closed()
+
+    # -- requests --------------------------------------------------------------------------------
+
+    async def _call(self, method: str, params: p.Json) -> str:
+        native = self._require()
+        try:
+            text: str = await native.request(method, _dump(params))
+            return text
+        except ffi.ClientError as e:
+            raise from_client_error(e, ffi) from None
+
+    async def request(self, method: str, params: JsonObject | None = None) -> JsonObject:
+        """Any request by wire method name, params and result as JSON objects (the escape hatch;
+        prefer the typed methods)."""
+        return _object(await self._call(method, params or {}), method)
+
+    async def thread_start(self, *, title: str | None = None, thread_id: str | None = None,
+                           metadata: JsonObject | None = None, agent_options: p.AgentOptions | None = None,
+                           idempotency_key: str | None = None) -> p.ThreadStartResult:
+        """`thread/start`: a new thread (your `thread_id`, or one the server picks)."""
+        params = _params.thread_start(title, thread_id, metadata, agent_options, idempotency_key)
+        return p.decode_ThreadStartResult(json.loads(await self._call("thread/start", params)))
+
+    async def thread_read(self, thread_id: str, *, after_event_seq: int | None = None,
+                          limit: int | None = None) -> p.ThreadReadResult:
+        """`thread/read`: the thread and its rollout events after a cursor, a bounded page."""
+        params = _params.thread_read(thread_id, after_event_seq, limit)
+        return p.decode_ThreadReadResult(json.loads(await self._call("thread/read", params)))
+
+    async def thread_resume(self, thread_id: str, *, after_event_seq: int | None = None,
+                            limit: int | None = None) -> p.ThreadResumeResult:
+        """`thread/resume`: events after a cursor plus the active turn, if any."""
+        params = _params.thread_resume(thread_id, after_event_seq, limit)
+        return p.decode_ThreadResumeResult(json.loads(await self._call("thread/resume", params)))
+
+    async def thread_fork(self, thread_id: str, *, new_thread_id: str | None = None, at_event_seq: int | None = None,
+                          title: str | None = None, idempotency_key: str | None = None) -> p.ThreadForkResult:
+        """`thread/fork`: a new, independent thread from this one's history."""
+        params = _params.thread_fork(thread_id, new_thread_id, at_event_seq, title, idempotency_key)
+        return p.decode_ThreadForkResult(json.loads(await self._call("thread/fork", params)))
+
+    async def thread_list(self, *, include_archived: bool | None = None, cursor: str | None = None,
+                          limit: int | None = None) -> p.ThreadListResult:
+        """`thread/list`: a page of threads (archived ones only when asked)."""
+        params = _params.thread_list(include_archived, cursor, limit)
+        return p.decode_ThreadListResult(json.loads(await self._call("thread/list", params)))
+
+    async def thread_archive(self, thread_id: str) -> p.ThreadArchiveResult:
+        """`thread/archive` (refused with -32009 while a turn is active)."""
+        params = _params.thread_archive(thread_id)
+        return p.decode_ThreadArchiveResult(json.loads(await self._call("thread/archive", params)))
+
+    async def turn_start(self, thread_id: str, input: str | Sequence[p.UserInput], *,
+                         idempotency_key: str | None = None) -> p.TurnStartResult:
+        """`turn/start`: returns at once; the turn runs and reports through notifications."""
+        params = _params.turn_start(thread_id, input, idempotency_key)
+        return p.decode_TurnStartResult(json.loads(await self._call("turn/start", params)))
+
+    async def turn_interrupt(self, thread_id: str, turn_id: str) -> p.TurnInterruptResult:
+        """`turn/interrupt`: answers once the kernel has physically stopped (else -32010)."""
+        params = _params.turn_interrupt(thread_id, turn_id)
+        return p.decode_TurnInterruptResult(json.loads(await self._call("turn/interrupt", params)))
+
+    # -- notifications ---------------------------------------------------------------------------
+
+    async def notifications(self, *, timeout: float | None = None) -> AsyncIterator[p.ServerNotification]:
+        """Every server notification, decoded into the generated classes (unknown methods arrive
+        as `UnknownCase`). `timeout`: most seconds to wait for the next one, else `Timeout`. Ends
+        with `Closed` once the client or the server is closed and everything before it was yielded.
+        Cancelling the iterating task (or leaving the loop) releases the native listener; what had
+        arrived but was not yielded waits for the next iteration."""
+        items = self._inbox.items
+        self._iterators += 1
+        try:
+            await self._start_listener()
+            while True:
+                text = items.popleft() if items else None
+                if text is None:
+                    await self._wait(timeout)
+                    continue
+                if self._inbox.blocked and len(items) < _INBOX_LIMIT // 2:
+                    self._inbox.unblock()
+                yield _decode_notification(text)
+        finally:
+            self._stop_listener()
+
+    async def raw_notifications(self, *, timeout: float | None = None) -> AsyncIterator[str]:
+        """`notifications`, undecoded: each a whole JSON-RPC message as text (for relays, and for
+        consumers that decode only the methods they need)."""
+        items = self._inbox.items
+        self._iterators += 1
+        try:
+            await self._start_listener()
+            while True:
+                text = items.popleft() if items else None
+                if text is None:
+                    await self._wait(timeout)
+                    continue
+                if self._inbox.blocked and len(items) < _INBOX_LIMIT // 2:
+                    self._inbox.unblock()
+                yield text
+        finally:
+            self._stop_listener()
+
+    async def _wait(self, timeout: float | None) -> None:
+        """Waits until the inbox has something; `Closed` once it never will, `Timeout` after
+        `timeout` seconds."""
+        inbox = self._inbox
+        loop = asyncio.get_running_loop()
+        with inbox.cond:
+            if inbox.items:
+                return
+            if inbox.ended:
+                raise Closed("the client is closed (by close(), a server shutdown, or a connection the "
+                             "server dropped); open a new client to go on")
+            fut: asyncio.Future[None] = loop.create_future()
+            inbox.waiters.append((loop, fut))
+            inbox.cond.notify_all()
+        try:
+            if timeout is None:
+                await fut
+            else:
+                await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            raise Timeout(f"no notification within {timeout} s") from None
+        finally:
+            with inbox.cond:
+                inbox.waiters = [w for w in inbox.waiters if w[1] is not fut]
+
+    async def _start_listener(self) -> None:
+        releasing = self._releasing
+        if self._listener is None and releasing is not None:
+            # The previous listener may still be handing over its last batch: wait off the loop.
+            await asyncio.get_running_loop().run_in_executor(None, releasing.join)
+        self._listen()
+
+
+class BlockingClient(_BaseClient):
+    """An initialized connection for plain (non-async) code. Every wait can be interrupted with
+    Ctrl-C within about 50 ms. Use `with server.blocking_client(...) as client`."""
+
+    def __init__(self, server: AppServer, approvals: ApprovalHandler | None, options: _Options) -> None:
+        super().__init__(server)
+        handler = NativeApprovals(approvals, options.approval_deadline, None)
+        self._native = _connect(server, handler, options)
+        self._worker: _Worker | None = None
+
+    def __enter__(self) -> BlockingClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes now: requests in flight end with `Closed`. Idempotent."""
+        native, self._native = self._native, None
+        if native is not None:
+            native.close()
+        self._mark_closed()
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.retire()
+
+    def _interruptible(self, f: Callable[..., T], *args: Any) -> T:
+        """Runs a blocking native call so that Ctrl-C still gets through: Python only raises
+        KeyboardInterrupt between bytecodes of the main thread, so there the call runs on a worker
+        thread and the main thread waits on a lock in short slices. (Other threads never see
+        Ctrl-C: they call directly.) An interrupted request still finishes in the background; its
+        answer is dropped and the next call gets a fresh worker."""
+        if threading.current_thread() is not threading.main_thread():
+            return f(*args)
+        worker = self._worker
+        if worker is None:
+            worker = self._worker = _Worker()
+        try:
+            return worker.call(f, args)
+        except BaseException:
+            if worker.busy:  # interrupted while the call runs: leave it that worker, then retire it
+                worker.retire()
+                self._worker = None
+            raise
+
+    def _call(self, method: str, params: p.Json) -> str:
+        native = self._require()
+        try:
+            text: str = self._interruptible(native.request_blocking, method, _dump(params))
+            return text
+        except ffi.ClientError as e:
+            raise from_client_error(e, ffi) from None
+
+    def request(self, method: str, params: JsonObject | None = None) -> JsonObject:
+        """Any request by wire method name, params and result as JSON objects (the escape hatch)."""
+        return _object(self._call(method, params or {}), method)
+
+    def thread_start(self, *, title: str | None = None, thread_id: str | None = None,
+                     metadata: JsonObject | None = None, agent_options: p.AgentOptions | None = None,
+                     idempotency_key: str | None = None) -> p.ThreadStartResult:
+        params = _params.thread_start(title, thread_id, metadata, agent_options, idempotency_key)
+        return p.decode_ThreadStartResult(json.loads(self._call("thread/start", params)))
+
+    def thread_read(self, thread_id: str, *, after_event_seq: int | None = None,
+                    limit: int | None = None) -> p.ThreadReadResult:
+        params = _params.thread_read(thread_id, after_event_seq, limit)
+        return p.decode_ThreadReadResult(json.loads(self._call("thread/read", params)))
+
+    def thread_resume(self, thread_id: str, *, after_event_seq: int | None = None,
+                      limit: int | None = None) -> p.ThreadResumeResult:
+        params = _params.thread_resume(thread_id, after_event_seq, limit)
+        return p.decode_ThreadResumeResult(json.loads(self._call("thread/resume", params)))
+
+    def thread_fork(self, thread_id: str, *, new_thread_id: str | None = None, at_event_seq: int | None = None,
+                    title: str | None = None, idempotency_key: str | None = None) -> p.ThreadForkResult:
+        params = _params.thread_fork(thread_id, new_thread_id, at_event_seq, title, idempotency_key)
+        return p.decode_ThreadForkResult(json.loads(self._call("thread/fork", params)))
+
+    def thread_list(self, *, include_archived: bool | None = None, cursor: str | None = None,
+                    limit: int | None = None) -> p.ThreadListResult:
+        params = _params.thread_list(include_archived, cursor, limit)
+        return p.decode_ThreadListResult(json.loads(self._call("thread/list", params)))
+
+    def thread_archive(self, thread_id: str) -> p.ThreadArchiveResult:
+        params = _params.thread_archive(thread_id)
+        return p.decode_ThreadArchiveResult(json.loads(self._call("thread/archive", params)))
+
+    def turn_start(self, thread_id: str, input: str | Sequence[p.UserInput], *,
+                   idempotency_key: str | None = None) -> p.TurnStartResult:
+        params = _params.turn_start(thread_id, input, idempotency_key)
+        return p.decode_TurnStartResult(json.loads(self._call("turn/start", params)))
+
+    def turn_interrupt(self, thread_id: str, turn_id: str) -> p.TurnInterruptResult:
+        params = _params.turn_interrupt(thread_id, turn_id)
+        return p.decode_TurnInterruptResult(json.loads(self._call("turn/interrupt", params)))
+
+    def notifications(self, *, timeout: float | None = None) -> Iterator[p.ServerNotification]:
+        """Every server notification, decoded (see `AsyncClient.notifications`). `timeout`: most
+        seconds to wait for the next one, else `Timeout`; `Closed` once the client or the server is
+        closed and everything before it was yielded. Ctrl-C interrupts the wait."""
+        for text in self.raw_notifications(timeout=timeout):
+            yield _decode_notification(text)
+
+    def raw_notifications(self, *, timeout: float | None = None) -> Iterator[str]:
+        """`notifications`, undecoded: each a whole JSON-RPC message as text."""
+        items = self._inbox.items
+        self._iterators += 1
+        try:
+            self._listen()
+            while True:
+                text = items.popleft() if items else None
+                if text is None:
+                    self._wait(timeout)
+                    continue
+                if self._inbox.blocked and len(items) < _INBOX_LIMIT // 2:
+                    self._inbox.unblock()
+                yield text
+        finally:
+            self._stop_listener()
+
+    def _wait(self, timeout: float | None) -> None:
+        """Waits (in slices, so Ctrl-C gets through) until the inbox has something."""
+        inbox = self._inbox
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with inbox.cond:
+            while not inbox.items:
+                if inbox.ended:
+                    raise Closed("the client is closed (by close(), a server shutdown, or a connection the "
+                                 "server dropped); open a new client to go on")
+                wait = _SLICE_MS / 1000
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise Timeout(f"no notification within {timeout} s")
+                    wait = min(wait, left)
+                inbox.cond.notify_all()  # a delivery thread waiting for room
+                inbox.cond.wait(wait)

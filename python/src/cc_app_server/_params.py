@@ -1,0 +1,60 @@
+"""Params of the typed client methods, built with the generated classes so wire names and shapes
+come from the schema, never from a second hand-written copy. Shared by the async and the blocking
+client; `None` means "not sent"."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+from . import protocol as p
+from .protocol import MISSING, JsonObject, Missing
+
+T = TypeVar("T")
+
+
+def opt(value: T | None) -> T | Missing:
+    return MISSING if value is None else value
+
+
+def thread_start(title: str | None, thread_id: str | None, metadata: JsonObject | None,
+                 agent_options: p.AgentOptions | None, idempotency_key: str | None) -> p.Json:
+    return p.encode_ThreadStartParams(p.ThreadStartParams(
+        thread_id=opt(thread_id), title=opt(title), metadata=opt(metadata), agent_options=opt(agent_options),
+        idempotency_key=opt(idempotency_key)))
+
+
+def thread_read(thread_id: str, after_event_seq: int | None, limit: int | None) -> p.Json:
+    return p.encode_ThreadReadParams(p.ThreadReadParams(
+        thread_id=thread_id, after_event_seq=opt(after_event_seq), limit=opt(limit)))
+
+
+def thread_resume(thread_id: str, after_event_seq: int | None, limit: int | None) -> p.Json:
+    return p.encode_ThreadResumeParams(p.ThreadResumeParams(
+        thread_id=thread_id, after_event_seq=opt(after_event_seq), limit=opt(limit)))
+
+
+def thread_fork(thread_id: str, new_thread_id: str | None, at_event_seq: int | None, title: str | None,
+                idempotency_key: str | None) -> p.Json:
+    return p.encode_ThreadForkParams(p.ThreadForkParams(
+        thread_id=thread_id, new_thread_id=opt(new_thread_id), at_event_seq=opt(at_event_seq), title=opt(title),
+        idempotency_key=opt(idempotency_key)))
+
+
+def thread_list(include_archived: bool | None, cursor: str | None, limit: int | None) -> p.Json:
+    return p.encode_ThreadListParams(p.ThreadListParams(
+        include_archived=opt(include_archived), cursor=opt(cursor), limit=opt(limit)))
+
+
+def thread_archive(thread_id: str) -> p.Json:
+    return p.encode_ThreadArchiveParams(p.ThreadArchiveParams(thread_id=thread_id))
+
+
+def turn_start(thread_id: str, input: str | Sequence[p.UserInput], idempotency_key: str | None) -> p.Json:
+    inputs: list[p.UserInput] = [p.TextInput(text=input)] if isinstance(input, str) else list(input)
+    return p.encode_TurnStartParams(p.TurnStartParams(
+        thread_id=thread_id, input=inputs, idempotency_key=opt(idempotency_key)))
+
+
+def turn_interrupt(thread_id: str, turn_id: str) -> p.Json:
+    return p.encode_TurnInterruptParams(p.TurnInterruptParams(thread_id=thread_id, turn_id=turn_id))

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds the `cc-app-server` wheel (python/pyproject.toml, maturin, bindings = "uniffi") into
+# target/wheels and prints its path on the last line. Release profile, debug info stripped. Reuses the
+# workspace target dir, so the release cdylib is the same one the benches build.
+#
+# The generated protocol types are copied from bindings/python/cc_agent_protocol into
+# python/src/cc_app_server/protocol/ (git-ignored) right before the build: bindings/ stays the one
+# checked-in copy (freshness-checked by `generate --check`), and the wheel carries exactly it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+tools=${CC_WHEEL_TOOLS:-target/wheel-tools}
+if [ ! -x "$tools/bin/maturin" ] || ! cmp -s python/requirements-build.txt "$tools/.requirements-build.txt"; then
+  rm -rf "$tools"
+  if ! python3 -m venv "$tools" 2>/dev/null; then
+    rm -rf "$tools"
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+    fi
+    python3 -m venv "$tools"
+  fi
+  "$tools/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-build.txt
+  cp python/requirements-build.txt "$tools/.requirements-build.txt"
+fi
+
+protocol=python/src/cc_app_server/protocol
+rm -rf "$protocol"
+mkdir -p "$protocol"
+cp bindings/python/cc_agent_protocol/__init__.py bindings/python/cc_agent_protocol/py.typed "$protocol/"
+
+rm -f target/wheels/cc_app_server-*.whl
+# `-C strip=debuginfo` applies to the final crate only (maturin hands it to `cargo rustc`), so the
+# dependencies' release artifacts are shared with every other release build of the workspace.
+(cd python && "../$tools/bin/maturin" build --release --out ../target/wheels -- -C strip=debuginfo >&2)
+wheel=$(ls target/wheels/cc_app_server-*.whl)
+echo "$wheel"
