@@ -453,10 +453,31 @@ struct Ctx<'a> {
     recording_failed: AtomicBool,
 }
 
-/// A kernel's output, checked against the schema before it is recorded: the generated types keep
-/// unknown display values (`Item::Unknown`), which a kernel must not invent.
+/// Levels of arrays and objects a kernel's item, delta or tool call, or a tool's result, may
+/// nest (the value itself being the first). Recorded values are served back at most 6 levels
+/// deeper (thread/read: envelope, result, events, event, payload, item), so every answer stays
+/// far inside the 127 levels a wire parser accepts. Stated in the schema (`JsonValue`).
+pub(crate) const MAX_OUTPUT_DEPTH: usize = 64;
+
+/// Arrays and objects nest at most `limit` levels in `v` (itself the first).
+fn within_depth(v: &Value, limit: usize) -> bool {
+    match v {
+        Value::Array(a) => limit > 0 && a.iter().all(|x| within_depth(x, limit - 1)),
+        Value::Object(o) => limit > 0 && o.values().all(|x| within_depth(x, limit - 1)),
+        _ => true,
+    }
+}
+
+/// A kernel's output, checked against the schema and the depth bound before it is recorded: the
+/// generated types keep unknown display values (`Item::Unknown`) and unknown members, which a
+/// kernel must not invent nor nest past what every reader can parse.
 fn checked<T: serde::Serialize + ?Sized>(definition: &str, value: &T) -> Result<(), KernelError> {
     let value = serde_json::to_value(value).map_err(|e| KernelError::Failed(e.to_string()))?;
+    if !within_depth(&value, MAX_OUTPUT_DEPTH) {
+        return Err(KernelError::Failed(format!(
+            "the kernel produced a {definition} nested more than {MAX_OUTPUT_DEPTH} levels deep"
+        )));
+    }
     cc_agent_protocol::validate_protocol_definition(definition, &value).map_err(|e| {
         KernelError::Failed(format!("the kernel produced an invalid {definition}: {e}"))
     })
