@@ -536,7 +536,7 @@ fn user_input(params: &Value) -> Result<Vec<UserInput>, RpcError> {
 
 /// Writes the terminal event of a turn the store refused to record (disk full) before anything
 /// else happens on the thread. No notification: `turn/completed` already went out.
-fn record_pending_terminal(inner: &Inner, thread: &ThreadState) -> Result<(), RpcError> {
+pub(crate) fn record_pending_terminal(inner: &Inner, thread: &ThreadState) -> Result<(), RpcError> {
     let guard = lock(&thread.emit_lock);
     let Some(pending) = lock(&thread.data).pending_terminal.clone() else {
         return Ok(());

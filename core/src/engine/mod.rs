@@ -441,6 +441,12 @@ impl AppServer {
         for h in runners {
             let _ = h.join();
         }
+        // Last chance for terminal events the store refused earlier (the disk may have room
+        // now); what still fails is closed by recovery at the next open.
+        let loaded: Vec<Arc<ThreadState>> = lock(&self.inner.threads).values().cloned().collect();
+        for t in loaded {
+            let _ = dispatch::record_pending_terminal(&self.inner, &t);
+        }
         let _ = self.inner.store.flush();
     }
 }
