@@ -130,7 +130,9 @@ fn soak_100k_threads_and_100k_turns_keeps_engine_memory_flat() {
         while i < to {
             let batch = (to - i).min(16);
             pump(&conn, i, i + batch, |k| {
-                vec![json!({"jsonrpc": "2.0", "id": base + k, "method": "turn/start", "params": {"threadId": format!("s{}", k % 16), "input": [{"type": "text", "text": "again"}]}})]
+                vec![
+                    json!({"jsonrpc": "2.0", "id": base + k, "method": "turn/start", "params": {"threadId": format!("s{}", k % 16), "input": [{"type": "text", "text": "again"}]}}),
+                ]
             });
             i += batch;
         }

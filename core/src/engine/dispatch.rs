@@ -470,7 +470,15 @@ fn idempotent(
         return f();
     };
     let digest = fingerprint(method, params)?;
+    let slot = (method.to_string(), key.to_string());
     let mut cache = lock(&inner.idempotency);
+    // The same key still running (a retry sent before the first was answered): wait for it.
+    while cache.in_flight.contains(&slot) {
+        cache = inner
+            .idempotency_done
+            .wait(cache)
+            .unwrap_or_else(|p| p.into_inner());
+    }
     if let Some((seen, result)) = cache.get(method, key) {
         // A thread/start or thread/fork retry that names its new thread must name the same one.
         let named = match method {
@@ -488,15 +496,23 @@ fn idempotent(
             ))
         };
     }
-    let result = f()?;
-    cache.put(
-        method,
-        key,
-        digest,
-        result.clone(),
-        inner.config.limits.idempotency_entries,
-    );
-    Ok(result)
+    cache.in_flight.insert(slot.clone());
+    drop(cache);
+    let outcome = f();
+    let mut cache = lock(&inner.idempotency);
+    cache.in_flight.remove(&slot);
+    if let Ok(result) = &outcome {
+        cache.put(
+            method,
+            key,
+            digest,
+            result.clone(),
+            inner.config.limits.idempotency_entries,
+        );
+    }
+    drop(cache);
+    inner.idempotency_done.notify_all();
+    outcome
 }
 
 fn random_id(prefix: &str) -> String {

@@ -207,11 +207,14 @@ impl ConnShared {
     }
 }
 
-/// The idempotency cache: (method, key) → (params digest, result), bounded, oldest evicted first.
+/// The idempotency cache: (method, key) → (params fingerprint, result), bounded, oldest evicted
+/// first, plus the keys whose first request is still running (a retry waits for it rather than
+/// running twice; the cache's lock is never held while a request runs).
 #[derive(Default)]
 pub(crate) struct IdempotencyCache {
     entries: HashMap<(String, String), (String, Value)>,
     order: VecDeque<(String, String)>,
+    pub in_flight: std::collections::HashSet<(String, String)>,
 }
 
 impl IdempotencyCache {
@@ -243,6 +246,8 @@ pub(crate) struct Inner {
     /// Ticks for `ThreadState::last_used`.
     pub clock: AtomicU64,
     pub idempotency: Mutex<IdempotencyCache>,
+    /// Signalled when a key leaves `IdempotencyCache::in_flight`.
+    pub idempotency_done: std::sync::Condvar,
     /// The policy and workspace in force now (hosts may change them; grants then lapse).
     pub policy: Mutex<(ApprovalPolicy, String)>,
     pub used_nonces: Mutex<UsedNonces>,
@@ -295,6 +300,7 @@ impl AppServer {
             threads: Mutex::new(HashMap::new()),
             clock: AtomicU64::new(0),
             idempotency: Mutex::new(IdempotencyCache::default()),
+            idempotency_done: std::sync::Condvar::new(),
             policy: Mutex::new(policy),
             used_nonces: Mutex::new(UsedNonces::new(limits.max_used_nonces)),
             next_conn: AtomicU64::new(1),

@@ -174,6 +174,7 @@ impl TurnPool {
                         break Some(job);
                     }
                     if s.shutdown {
+                        s.workers -= 1;
                         break None;
                     }
                     s.idle += 1;
@@ -184,12 +185,14 @@ impl TurnPool {
                     s = g;
                     s.idle -= 1;
                     if timeout.timed_out() && s.queue.is_empty() {
+                        // Retire in the same critical section that saw the queue empty, so a
+                        // `submit` never counts on a runner that is leaving.
+                        s.workers -= 1;
                         break None;
                     }
                 }
             };
             let Some(job) = job else {
-                self.lock().workers -= 1;
                 return;
             };
             // `run` catches kernel panics itself; this keeps the pool's books right even if the
