@@ -1,9 +1,10 @@
-//! Diagnostics on stderr, never stdout (stdout carries only the protocol in `serve`). A tiny
-//! leveled logger: the level comes from `--log-level`, else `CC_APP_SERVER_LOG`, else `warn`.
+//! Diagnostics on stderr, never stdout (stdout carries only the protocol in `serve`), through
+//! `tracing-subscriber`: the core logs through the `tracing` facade, so the engine's own
+//! diagnostics and the CLI's land in the same stream. The level comes from `--log-level`, else
+//! `CC_APP_SERVER_LOG`, else `warn`.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::OnceLock;
-use std::time::Instant;
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::fmt::time::Uptime;
 
 /// How much to say, from quiet to chatty.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -17,17 +18,6 @@ pub enum Level {
 }
 
 impl Level {
-    fn label(self) -> &'static str {
-        match self {
-            Level::Off => "OFF",
-            Level::Error => "ERROR",
-            Level::Warn => "WARN",
-            Level::Info => "INFO",
-            Level::Debug => "DEBUG",
-            Level::Trace => "TRACE",
-        }
-    }
-
     fn parse(text: &str) -> Option<Level> {
         Some(match text.trim().to_ascii_lowercase().as_str() {
             "off" | "none" => Level::Off,
@@ -39,68 +29,70 @@ impl Level {
             _ => return None,
         })
     }
+
+    fn filter(self) -> LevelFilter {
+        match self {
+            Level::Off => LevelFilter::OFF,
+            Level::Error => LevelFilter::ERROR,
+            Level::Warn => LevelFilter::WARN,
+            Level::Info => LevelFilter::INFO,
+            Level::Debug => LevelFilter::DEBUG,
+            Level::Trace => LevelFilter::TRACE,
+        }
+    }
 }
 
 /// The environment variable that sets the level when `--log-level` is absent.
 pub const ENV: &str = "CC_APP_SERVER_LOG";
 
-static LEVEL: AtomicU8 = AtomicU8::new(Level::Warn as u8);
-static START: OnceLock<Instant> = OnceLock::new();
+/// The level in force: the flag wins, then the environment, then `warn`. An unreadable
+/// environment value is reported (once, on stderr) rather than silently ignored.
+fn level(flag: Option<Level>, from_env: Option<&str>) -> (Level, Option<String>) {
+    match (flag, from_env) {
+        (Some(level), _) => (level, None),
+        (None, Some(text)) => match Level::parse(text) {
+            Some(level) => (level, None),
+            None => (
+                Level::Warn,
+                Some(format!(
+                    "ignoring {ENV}={text:?}; use off, error, warn, info, debug or trace"
+                )),
+            ),
+        },
+        (None, None) => (Level::Warn, None),
+    }
+}
 
-/// Sets the level: the flag wins, then the environment, then `warn`. An unreadable environment
-/// value is reported (once) rather than silently ignored.
+/// Installs the stderr subscriber. Each line reads `   0.012s  INFO cc_app_server::stdio: …`
+/// (time since start, level, where, message).
 pub fn init(flag: Option<Level>) {
-    START.get_or_init(Instant::now);
     let from_env = std::env::var(ENV).ok();
-    let level = match (flag, from_env.as_deref()) {
-        (Some(level), _) => level,
-        (None, Some(text)) => Level::parse(text).unwrap_or_else(|| {
-            eprintln!(
-                "cc-app-server: ignoring {ENV}={text:?}; use off, error, warn, info, debug or trace"
-            );
-            Level::Warn
-        }),
-        (None, None) => Level::Warn,
-    };
-    LEVEL.store(level as u8, Ordering::Relaxed);
-}
-
-pub fn enabled(level: Level) -> bool {
-    level != Level::Off && level as u8 <= LEVEL.load(Ordering::Relaxed)
-}
-
-/// Writes one diagnostic line; use the macros.
-pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
-    let elapsed = START.get_or_init(Instant::now).elapsed();
-    eprintln!(
-        "[{:>9.3}s {:<5} cc-app-server] {args}",
-        elapsed.as_secs_f64(),
-        level.label()
-    );
-}
-
-macro_rules! log_at {
-    ($level:expr, $($arg:tt)+) => {
-        if $crate::log::enabled($level) {
-            $crate::log::write($level, format_args!($($arg)+));
-        }
-    };
+    let (level, complaint) = level(flag, from_env.as_deref());
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(level.filter())
+        .with_ansi(false)
+        .with_timer(Uptime::default())
+        .try_init();
+    if let Some(c) = complaint {
+        eprintln!("cc-app-server: {c}");
+    }
 }
 
 macro_rules! error {
-    ($($arg:tt)+) => { log_at!($crate::log::Level::Error, $($arg)+) };
+    ($($arg:tt)+) => { tracing::error!($($arg)+) };
 }
 
 macro_rules! warn {
-    ($($arg:tt)+) => { log_at!($crate::log::Level::Warn, $($arg)+) };
+    ($($arg:tt)+) => { tracing::warn!($($arg)+) };
 }
 
 macro_rules! info {
-    ($($arg:tt)+) => { log_at!($crate::log::Level::Info, $($arg)+) };
+    ($($arg:tt)+) => { tracing::info!($($arg)+) };
 }
 
 macro_rules! debug {
-    ($($arg:tt)+) => { log_at!($crate::log::Level::Debug, $($arg)+) };
+    ($($arg:tt)+) => { tracing::debug!($($arg)+) };
 }
 
 #[cfg(test)]
@@ -113,5 +105,15 @@ mod tests {
         assert_eq!(Level::parse("trace"), Some(Level::Trace));
         assert_eq!(Level::parse("loud"), None);
         assert!(Level::Error < Level::Debug);
+    }
+
+    #[test]
+    fn the_flag_wins_then_the_environment_then_warn() {
+        assert_eq!(level(Some(Level::Debug), Some("error")).0, Level::Debug);
+        assert_eq!(level(None, Some("error")).0, Level::Error);
+        assert_eq!(level(None, None).0, Level::Warn);
+        let (l, complaint) = level(None, Some("loud"));
+        assert_eq!(l, Level::Warn);
+        assert!(complaint.unwrap().contains("CC_APP_SERVER_LOG"));
     }
 }

@@ -46,8 +46,9 @@ stdin; responses, notifications and approval/decide requests on stdout (and noth
 Diagnostics go to stderr.\n\n\
 Bounds: a line over --max-line-bytes (1 MiB) is answered with -32600 and skipped; invalid UTF-8 \
 with -32700. When the engine's inbound queue (--queue-cap) is full, stdin is simply read more \
-slowly (backpressure). A client that stops reading stdout until --outbound-cap messages or 8 MiB \
-are waiting loses the transport: the server says so on stderr and exits 3.\n\n\
+slowly (backpressure); so is it when the client reads stdout slowly. A client that stops reading \
+stdout for --stall-timeout-ms while --outbound-cap messages or 8 MiB are waiting loses the \
+transport: the server says so on stderr and exits 3.\n\n\
 EOF on stdin: in-flight requests and turns get up to --drain-timeout-ms to finish, then the \
 server shuts down with everything durable and exits 0."
     )]
@@ -118,9 +119,21 @@ pub struct ServeArgs {
     /// Engine inbound queue, in messages; when full, stdin is read more slowly (backpressure).
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub queue_cap: u32,
-    /// Outbound queue, in messages (also capped at 8 MiB); exceeded = the client stopped reading.
+    /// Outbound queue, in messages (also capped at 8 MiB). When it is full the engine waits for
+    /// the client to read (and reads stdin more slowly meanwhile).
     #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
     pub outbound_cap: u32,
+    /// How long the outbound queue may stay full without the client reading a single message
+    /// before the transport is closed (exit 3). A client that keeps reading, however slowly, is
+    /// never cut off.
+    #[arg(long, value_name = "MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub stall_timeout_ms: u64,
+    /// Turns whose kernel runs at once (one thread each).
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_running_turns: u32,
+    /// Turns waiting for a runner (status queued); one more is refused with -32001.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub max_queued_turns: u32,
     /// Longest input line in bytes, not counting the newline.
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 20, value_parser = clap::value_parser!(u32).range(64..))]
     pub max_line_bytes: u32,

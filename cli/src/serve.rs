@@ -105,6 +105,9 @@ fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
         // A queue must hold at least one line of the largest size.
         inbound_bytes: defaults.inbound_bytes.max(args.max_line_bytes as usize),
         outbound_messages: args.outbound_cap as usize,
+        outbound_stall: Duration::from_millis(args.stall_timeout_ms),
+        max_running_turns: args.max_running_turns as usize,
+        max_queued_turns: args.max_queued_turns as usize,
         ..defaults
     };
     config.kernel = match args.kernel {

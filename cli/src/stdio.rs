@@ -1,9 +1,10 @@
 //! The stdio transport: one in-process `Connection` between a reader thread (stdin → engine) and a
 //! writer thread (engine → stdout), in the style of rust-analyzer's lsp-server `stdio.rs`. It adds
 //! what a pipe needs and the engine cannot see: the line cap enforced while reading (never
-//! buffering more than one cap), UTF-8 checking, backpressure onto the pipe when the engine's
-//! inbound queue is full, and an orderly end (drain on EOF, a diagnostic when the client stops
-//! reading stdout).
+//! buffering more than one cap), UTF-8 checking, backpressure both ways (a full inbound queue
+//! stops reading stdin; a slow stdout slows the engine, which stops taking lines, which stops
+//! reading stdin), and an orderly end (drain on EOF, a diagnostic when the client stops reading
+//! stdout).
 
 use crate::framing::{Frame, LineFramer};
 use cc_app_server::engine::{AppServer, Connection, RecvError, SendError};
@@ -64,13 +65,10 @@ impl Outcome {
     }
 }
 
-/// Counters shared by the two threads and the supervisor. They decide when a drain is done.
+/// Counters shared by the two threads and the supervisor. With the engine's own count of
+/// unanswered lines (`Connection::unanswered`), they decide when a drain is done.
 #[derive(Default)]
 struct Flow {
-    /// Lines handed to the engine that it will answer (everything but the client's responses).
-    expected_replies: AtomicU64,
-    /// Responses the engine wrote.
-    replies: AtomicU64,
     /// turn/started seen minus turn/completed seen.
     active_turns: AtomicI64,
     /// approval/requested seen minus approval/resolved seen.
@@ -171,9 +169,9 @@ fn supervise(
 ) -> Outcome {
     let closed_by_bound = || {
         error!(
-            "the client stopped reading stdout: more than the outbound bound of messages were \
-             waiting, so the transport was closed (the engine finished its durable work). Read \
-             stdout continuously, or raise --outbound-cap"
+            "the client stopped reading stdout: the outbound queue stayed full and the client \
+             read nothing for the stall deadline, so the transport was closed (the engine \
+             finished its durable work). Keep reading stdout, or raise --stall-timeout-ms"
         );
         Outcome::ReaderStopped
     };
@@ -220,10 +218,9 @@ fn drain(shared: &Shared, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     let flow = &shared.flow;
     loop {
-        let pending = flow
-            .expected_replies
-            .load(Ordering::SeqCst)
-            .saturating_sub(flow.replies.load(Ordering::SeqCst));
+        // The engine counts what it accepted and answered itself: no guessing from the text
+        // which lines it will answer (a response-shaped line it cannot parse gets -32700 too).
+        let pending = shared.conn.unanswered();
         let turns = flow.active_turns.load(Ordering::SeqCst);
         let approvals = flow.waiting_approvals.load(Ordering::SeqCst);
         // A turn has at most one approval outstanding, so `turns - approvals` are the turns
@@ -300,15 +297,6 @@ fn read_loop(shared: &Shared, input: impl Read, tx: &Sender<Event>) {
 /// waits `retry_after_ms` and tries again, so the pressure reaches the client as a pipe that
 /// accepts no more bytes. False once the connection is closed.
 fn forward(shared: &Shared, text: String) -> bool {
-    let expects_reply = expects_reply(&text);
-    if expects_reply {
-        shared.flow.expected_replies.fetch_add(1, Ordering::SeqCst);
-    }
-    let undo = || {
-        if expects_reply {
-            shared.flow.expected_replies.fetch_sub(1, Ordering::SeqCst);
-        }
-    };
     let mut waited = 0u64;
     loop {
         match shared.conn.send(&text) {
@@ -324,16 +312,12 @@ fn forward(shared: &Shared, text: String) -> bool {
                 waited += pause;
             }
             Err(SendError::LineTooLarge { max, .. }) => {
-                undo();
                 let message = format!(
                     "invalid request: the line exceeds the {max}-byte limit; it was not parsed or run"
                 );
                 return transport_error(shared, -32600, &message).is_ok();
             }
-            Err(SendError::Closed) => {
-                undo();
-                return false;
-            }
+            Err(SendError::Closed) => return false,
         }
     }
 }
@@ -396,9 +380,6 @@ fn account(flow: &Flow, message: &str) {
         counter.fetch_add(d, Ordering::SeqCst);
     };
     match peek.method.as_deref() {
-        None if !peek.has_method => {
-            flow.replies.fetch_add(1, Ordering::SeqCst);
-        }
         Some("turn/started") => delta(&flow.active_turns, 1),
         Some("turn/completed") => delta(&flow.active_turns, -1),
         Some("approval/requested") => delta(&flow.waiting_approvals, 1),
@@ -407,23 +388,10 @@ fn account(flow: &Flow, message: &str) {
     }
 }
 
-/// Whether the engine will answer this line: everything but a client's response (no `method`,
-/// and a `result` or `error`) gets exactly one reply, including lines it cannot parse.
-fn expects_reply(line: &str) -> bool {
-    match serde_json::from_str::<Peek>(line) {
-        Ok(p) => p.has_method || !(p.has_result || p.has_error),
-        Err(_) => true,
-    }
-}
-
-/// The envelope members the transport looks at, read without building the message. Duplicate
-/// keys are tolerated (the engine's parser keeps the last one; presence is all we need).
+/// The `method` of an outbound message, read without building it (the engine's own output).
 #[derive(Default)]
 struct Peek {
     method: Option<String>,
-    has_method: bool,
-    has_result: bool,
-    has_error: bool,
 }
 
 impl<'de> serde::Deserialize<'de> for Peek {
@@ -439,19 +407,10 @@ impl<'de> serde::Deserialize<'de> for Peek {
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "method" => {
-                            peek.has_method = true;
                             peek.method = match map.next_value::<Value>()? {
                                 Value::String(s) => Some(s),
                                 _ => None,
                             };
-                        }
-                        "result" => {
-                            peek.has_result = true;
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                        "error" => {
-                            peek.has_error = true;
-                            map.next_value::<IgnoredAny>()?;
                         }
                         _ => {
                             map.next_value::<IgnoredAny>()?;
@@ -470,22 +429,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn replies_are_expected_for_everything_but_client_responses() {
-        assert!(expects_reply(
-            r#"{"jsonrpc":"2.0","id":1,"method":"thread/list"}"#
-        ));
-        assert!(expects_reply(
-            r#"{"jsonrpc":"2.0","method":null,"result":1}"#
-        ));
-        assert!(expects_reply("not json"));
-        assert!(expects_reply("[1,2]"));
-        assert!(expects_reply("{}"));
-        assert!(!expects_reply(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#));
-        assert!(!expects_reply(r#"{"id":1,"error":{},"error":{}}"#));
-    }
-
-    #[test]
-    fn outbound_accounting_tracks_replies_turns_and_approvals() {
+    fn outbound_accounting_tracks_turns_and_approvals() {
         let flow = Flow::default();
         account(&flow, r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
         account(
@@ -500,7 +444,6 @@ mod tests {
             &flow,
             r#"{"jsonrpc":"2.0","id":1,"method":"approval/decide","params":{}}"#,
         );
-        assert_eq!(flow.replies.load(Ordering::SeqCst), 1);
         assert_eq!(flow.active_turns.load(Ordering::SeqCst), 1);
         assert_eq!(flow.waiting_approvals.load(Ordering::SeqCst), 1);
         account(

@@ -462,10 +462,11 @@ fn reap_with_peak_rss(pid: i32, timeout: Duration) -> (i32, i64) {
 #[test]
 fn a_client_that_stops_reading_stdout_loses_the_transport_not_memory() {
     let dir = state_dir();
-    let mut p = Proc::serve_unread(dir.path(), &[]);
+    let mut p = Proc::serve_unread(dir.path(), &["--stall-timeout-ms", "1000"]);
     let pid = p.pid();
     let mut stdin = p.take_stdin();
-    // Never read a byte of stdout: the pipe fills, then the 512-message bound trips.
+    // Never read a byte of stdout: the pipe fills, the 512-message queue fills, and nothing is
+    // taken from it for the 1 s stall deadline.
     std::thread::spawn(move || {
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": initialize_params(ALL_FEATURES)});
         let _ = writeln!(stdin, "{init}");

@@ -4,7 +4,7 @@
 use crate::protocol::ToolCall;
 use cc_agent_protocol::{jcs, sha256_hex};
 use serde_json::Value;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 
 /// When a tool needs a human decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -82,6 +82,66 @@ impl Grants {
     }
 }
 
+/// Nonces already answered, remembered only as long as they matter: until their binding's
+/// expiry plus the grace (after that no request waits for them, so a replay matches nothing and
+/// is ignored), and never more than `cap` of them (the oldest go first). Forgetting one only
+/// changes how a late replay is classified (`bindingMismatch` instead of `nonceReused`); both
+/// fail closed.
+#[derive(Debug)]
+pub struct UsedNonces {
+    forget_at: HashMap<String, i64>,
+    order: VecDeque<(i64, String)>,
+    cap: usize,
+}
+
+impl UsedNonces {
+    pub fn new(cap: usize) -> Self {
+        UsedNonces {
+            forget_at: HashMap::new(),
+            order: VecDeque::new(),
+            cap: cap.max(1),
+        }
+    }
+
+    /// Records `nonce` as used until `forget_at_ms`; false if it was already recorded.
+    pub fn insert(&mut self, nonce: &str, forget_at_ms: i64, now_ms: i64) -> bool {
+        self.expire(now_ms);
+        if self.forget_at.contains_key(nonce) {
+            return false;
+        }
+        self.forget_at.insert(nonce.to_string(), forget_at_ms);
+        self.order.push_back((forget_at_ms, nonce.to_string()));
+        while self.order.len() > self.cap {
+            if let Some((_, old)) = self.order.pop_front() {
+                self.forget_at.remove(&old);
+            }
+        }
+        true
+    }
+
+    pub fn contains(&self, nonce: &str) -> bool {
+        self.forget_at.contains_key(nonce)
+    }
+
+    pub fn len(&self) -> usize {
+        self.forget_at.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.forget_at.is_empty()
+    }
+
+    fn expire(&mut self, now_ms: i64) {
+        // Bindings share one timeout, so the queue is (almost) in expiry order; an entry behind a
+        // later one waits for it, which only keeps it a little longer.
+        while self.order.front().is_some_and(|(at, _)| *at < now_ms) {
+            if let Some((_, old)) = self.order.pop_front() {
+                self.forget_at.remove(&old);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +178,24 @@ mod tests {
         assert!(!g.holds("op", "p2", "w1"));
         assert!(!g.holds("op", "p1", "w2"));
         assert!(!g.holds("other", "p1", "w1"));
+    }
+
+    #[test]
+    fn used_nonces_expire_with_their_binding_and_stay_under_the_cap() {
+        let mut used = UsedNonces::new(3);
+        assert!(used.insert("a", 100, 0));
+        assert!(!used.insert("a", 100, 50), "a second use is refused");
+        assert!(used.insert("b", 200, 60));
+        // At t=150 the first binding is over: its nonce is forgotten.
+        assert!(used.insert("c", 300, 150));
+        assert!(!used.contains("a"));
+        assert!(used.contains("b") && used.contains("c"));
+        // The cap holds even when nothing has expired: the oldest goes first.
+        assert!(used.insert("d", 400, 160));
+        assert!(used.insert("e", 500, 170));
+        assert_eq!(used.len(), 3);
+        assert!(!used.contains("b"));
+        assert!(used.contains("e"));
     }
 
     #[test]

@@ -8,13 +8,14 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Decides approval/decide requests for the host. Absent, failing or too slow: the client
-/// declines, so the server fails closed.
+/// declines, so the server fails closed. Runs on the client's approval threads (at most
+/// `ClientConfig::approval_workers`), never on the thread that delivers notifications.
 pub trait ApprovalHandler: Send + Sync {
     fn decide(&self, params: &ApprovalDecideParams) -> Result<ApprovalDecision, String>;
 }
@@ -31,6 +32,11 @@ pub struct ClientConfig {
     /// Notifications buffered for the host; when full the pump waits, and the server closes the
     /// connection if the host never reads.
     pub notification_capacity: usize,
+    /// Threads that run the approval handler (created on first need); a handler that hangs holds
+    /// one until it returns, and the approval it was deciding is declined at its deadline.
+    pub approval_workers: usize,
+    /// Approvals waiting for a free handler thread; one more is declined at once.
+    pub approval_queue: usize,
 }
 
 impl Default for ClientConfig {
@@ -40,6 +46,8 @@ impl Default for ClientConfig {
             max_pending: 256,
             approval_timeout: Duration::from_secs(30),
             notification_capacity: 4096,
+            approval_workers: 2,
+            approval_queue: 64,
         }
     }
 }
@@ -109,9 +117,10 @@ impl Client {
         let (tx, rx) = sync_channel(config.notification_capacity);
         let pump = {
             let (conn, pending) = (Arc::clone(&conn), Arc::clone(&pending));
+            let approvals = Approvals::new(Arc::clone(&conn), handler, config);
             std::thread::Builder::new()
                 .name("cc-client-pump".into())
-                .spawn(move || pump(&conn, &pending, &tx, handler, config.approval_timeout))
+                .spawn(move || pump(&conn, &pending, &tx, approvals))
                 .map_err(|_| ClientError::Closed)?
         };
         let mut client = Client {
@@ -224,11 +233,18 @@ fn pump(
     conn: &Connection,
     pending: &Pending,
     notifications: &SyncSender<Value>,
-    handler: Option<Arc<dyn ApprovalHandler>>,
-    approval_timeout: Duration,
+    mut approvals: Approvals,
 ) {
     loop {
-        let text = match conn.recv(Some(Duration::from_millis(200))) {
+        // Wake for the next approval deadline too, so a slow handler is declined on time.
+        let wait = approvals
+            .next_deadline()
+            .map(|d| d.saturating_duration_since(Instant::now()))
+            .unwrap_or(Duration::from_millis(200))
+            .min(Duration::from_millis(200));
+        let received = conn.recv(Some(wait));
+        approvals.decline_expired();
+        let text = match received {
             Ok(t) => t,
             Err(RecvError::Timeout) => continue,
             Err(RecvError::Closed) => break,
@@ -237,13 +253,7 @@ fn pump(
             continue;
         };
         match (message.get("method"), message.get("id")) {
-            (Some(_), Some(id)) => answer_approval(
-                conn,
-                id.clone(),
-                &message["params"],
-                handler.clone(),
-                approval_timeout,
-            ),
+            (Some(_), Some(id)) => approvals.route(id.clone(), &message["params"]),
             (Some(_), None) => {
                 if notifications.send(message).is_err() {
                     break;
@@ -269,35 +279,142 @@ fn pump(
     lock(pending).clear();
 }
 
-/// Runs the handler off the pump thread with a deadline; anything but a decision in time is a decline.
-fn answer_approval(
-    conn: &Connection,
+/// One approval/decide request on its way to an answer: whoever flips `answered` first (the
+/// handler thread with a decision, the pump at the deadline with a decline) sends it.
+struct Asked {
     id: Value,
-    params: &Value,
+    nonce: Value,
+    deadline: Instant,
+    answered: AtomicBool,
+}
+
+impl Asked {
+    fn answer(&self, conn: &Connection, decision: ApprovalDecision) {
+        if self.answered.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let response = json!({"jsonrpc": "2.0", "id": self.id, "result": {"nonce": self.nonce, "decision": decision}});
+        let _ = conn.send(&response.to_string());
+    }
+}
+
+fn decline() -> ApprovalDecision {
+    ApprovalDecision::Decline(Decline { reason: None })
+}
+
+type ApprovalJob = (Arc<Asked>, ApprovalDecideParams);
+
+/// Routes approval/decide to the host's handler on a small, bounded set of threads (created on
+/// first need), off the pump so notifications keep flowing while a handler thinks. Anything but
+/// a decision in time — no handler, a full queue, an error, a panic, the deadline — declines.
+struct Approvals {
+    conn: Arc<Connection>,
     handler: Option<Arc<dyn ApprovalHandler>>,
     timeout: Duration,
-) {
-    let decline = || ApprovalDecision::Decline(Decline { reason: None });
-    let nonce = params["binding"]["nonce"].clone();
-    let decision = match (
-        handler,
-        serde_json::from_value::<ApprovalDecideParams>(params.clone()),
-    ) {
-        (Some(handler), Ok(params)) => {
-            let (tx, rx) = sync_channel(1);
-            std::thread::spawn(move || {
-                let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(
-                    || handler.decide(&params),
-                )));
-            });
-            match rx.recv_timeout(timeout) {
-                Ok(Ok(Ok(decision))) => decision,
-                _ => decline(),
+    max_workers: usize,
+    jobs: Option<SyncSender<ApprovalJob>>,
+    queue: Arc<Mutex<Receiver<ApprovalJob>>>,
+    workers: usize,
+    outstanding: Vec<Arc<Asked>>,
+}
+
+impl Approvals {
+    fn new(
+        conn: Arc<Connection>,
+        handler: Option<Arc<dyn ApprovalHandler>>,
+        config: ClientConfig,
+    ) -> Approvals {
+        let (tx, rx) = sync_channel(config.approval_queue.max(1));
+        Approvals {
+            conn,
+            handler,
+            timeout: config.approval_timeout,
+            max_workers: config.approval_workers.max(1),
+            jobs: Some(tx),
+            queue: Arc::new(Mutex::new(rx)),
+            workers: 0,
+            outstanding: Vec::new(),
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.outstanding.iter().map(|a| a.deadline).min()
+    }
+
+    fn decline_expired(&mut self) {
+        let now = Instant::now();
+        for a in &self.outstanding {
+            if a.deadline <= now {
+                a.answer(&self.conn, decline());
             }
         }
-        _ => decline(),
-    };
-    let response =
-        json!({"jsonrpc": "2.0", "id": id, "result": {"nonce": nonce, "decision": decision}});
-    let _ = conn.send(&response.to_string());
+        self.outstanding
+            .retain(|a| !a.answered.load(Ordering::SeqCst));
+    }
+
+    fn route(&mut self, id: Value, params: &Value) {
+        let asked = Arc::new(Asked {
+            id,
+            nonce: params["binding"]["nonce"].clone(),
+            deadline: Instant::now() + self.timeout,
+            answered: AtomicBool::new(false),
+        });
+        let (Some(handler), Ok(params)) = (
+            self.handler.clone(),
+            serde_json::from_value::<ApprovalDecideParams>(params.clone()),
+        ) else {
+            return asked.answer(&self.conn, decline());
+        };
+        if self.workers < self.max_workers {
+            let (queue, conn) = (Arc::clone(&self.queue), Arc::clone(&self.conn));
+            let handler = Arc::clone(&handler);
+            let spawned = std::thread::Builder::new()
+                .name("cc-client-approval".into())
+                .spawn(move || approval_worker(&queue, &conn, &*handler));
+            if spawned.is_ok() {
+                self.workers += 1;
+            }
+        }
+        let queued = self
+            .jobs
+            .as_ref()
+            .is_some_and(|jobs| jobs.try_send((Arc::clone(&asked), params)).is_ok());
+        if self.workers == 0 || !queued {
+            // No thread to run the handler, or every one busy and the queue full: fail closed now.
+            return asked.answer(&self.conn, decline());
+        }
+        self.outstanding.push(asked);
+    }
+}
+
+impl Drop for Approvals {
+    fn drop(&mut self) {
+        // Workers see the queue close and end (one stuck in a handler ends when it returns).
+        self.jobs.take();
+        for a in &self.outstanding {
+            a.answered.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+fn approval_worker(
+    queue: &Mutex<Receiver<ApprovalJob>>,
+    conn: &Connection,
+    handler: &dyn ApprovalHandler,
+) {
+    loop {
+        let job = lock(queue).recv();
+        let Ok((asked, params)) = job else { return };
+        if asked.answered.load(Ordering::SeqCst) || Instant::now() >= asked.deadline {
+            continue; // declined while it waited
+        }
+        let decision =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.decide(&params)));
+        if Instant::now() < asked.deadline {
+            match decision {
+                Ok(Ok(d)) => asked.answer(conn, d),
+                _ => asked.answer(conn, decline()),
+            }
+        }
+    }
 }

@@ -169,10 +169,18 @@ fn malformed_input_gets_the_right_codes_and_loses_nothing() {
     let r = raw.req("thread/start", json!({"threadId": "../etc"}));
     assert_eq!(code(&r), -32602);
     assert_eq!(r["error"]["data"]["pointer"], "/params/threadId");
+    // A string id is a JSON-RPC 2.0 id (echoed); one past 128 characters is refused, id null.
     raw.conn
         .send(&json!({"jsonrpc": "2.0", "id": "s", "method": "thread/list"}).to_string())
         .unwrap();
-    assert_eq!(code(&raw.recv()), -32600);
+    assert_eq!(raw.recv()["id"], "s");
+    raw.conn
+        .send(
+            &json!({"jsonrpc": "2.0", "id": "s".repeat(129), "method": "thread/list"}).to_string(),
+        )
+        .unwrap();
+    let r = raw.recv();
+    assert_eq!((code(&r), r["id"].clone()), (-32600, Value::Null));
     let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
     raw.conn.send(&deep).unwrap();
     assert_eq!(code(&raw.recv()), -32700);
@@ -678,6 +686,7 @@ fn a_host_that_stops_reading_loses_its_connection_not_the_server() {
     let server = server_with(dir.path(), |c| {
         c.limits = Limits {
             outbound_messages: 8,
+            outbound_stall: Duration::from_millis(300),
             ..Limits::default()
         };
     });

@@ -53,7 +53,25 @@ def _anchor_end(pattern: str) -> str:
     return "".join(out)
 
 
-Validator = validators.extend(Draft202012Validator, {"pattern": _ecma_pattern})  # type: ignore[no-untyped-call]
+def _nesting(value: Any) -> int:
+    """Levels of arrays and objects, the value itself being the first (a scalar is 0)."""
+    if isinstance(value, dict):
+        return 1 + max((_nesting(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_nesting(v) for v in value), default=0)
+    return 0
+
+
+def _max_depth(validator: Any, limit: int, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    """Our `x-max-depth` keyword (on ClientRequest): arrays and objects nest at most `limit`
+    levels, the instance itself counting as the first."""
+    if _nesting(instance) > limit:
+        yield ValidationError(f"nested more than {limit} levels deep")
+
+
+Validator = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator, {"pattern": _ecma_pattern, "x-max-depth": _max_depth}
+)
 Draft202012Validator.check_schema(SCHEMA)
 MESSAGE_VALIDATOR = Validator(SCHEMA)
 
@@ -250,6 +268,14 @@ def test_envelope_dispatch() -> None:
 def test_integral_float_id_is_an_integer() -> None:
     request = p.decode_message({"jsonrpc": "2.0", "id": 3.0, "method": "thread/list"})
     assert isinstance(request, p.ThreadListRequest) and request.id == 3 and isinstance(request.id, int)
+
+
+def test_string_ids_decode_and_encode_as_written() -> None:
+    request = p.decode_message({"jsonrpc": "2.0", "id": "req-1", "method": "thread/list"})
+    assert isinstance(request, p.ThreadListRequest) and request.id == "req-1"
+    assert p.encode_message(request) == {"jsonrpc": "2.0", "id": "req-1", "method": "thread/list"}
+    with pytest.raises(p.DecodeError):
+        p.decode_message({"jsonrpc": "2.0", "id": 1.5, "method": "thread/list"})
 
 
 def test_generated_module_carries_the_digest() -> None:

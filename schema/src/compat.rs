@@ -59,6 +59,8 @@ pub const RULES: &[Rule] = &[
     Rule { id: "required-added", verdict: Verdict::IfClientSent, summary: "a new required property, or an optional one made required" },
     Rule { id: "required-removed", verdict: Verdict::IfServerSent, summary: "a required property relaxed to optional" },
     Rule { id: "type-changed", verdict: Verdict::Breaking, summary: "the JSON type changed" },
+    Rule { id: "type-widened", verdict: Verdict::IfServerSent, summary: "the JSON type now admits more types (integer -> [integer, string])" },
+    Rule { id: "type-narrowed", verdict: Verdict::IfClientSent, summary: "the JSON type now admits fewer types" },
     Rule { id: "ref-changed", verdict: Verdict::Breaking, summary: "a $ref points to another definition" },
     Rule { id: "ref-inlined", verdict: Verdict::Allowed, summary: "a $ref was inlined or an inline schema extracted to a $def; the contents are compared" },
     Rule { id: "nullable-added", verdict: Verdict::IfServerSent, summary: "X became oneOf [X, null]" },
@@ -116,6 +118,36 @@ const BOUNDS: &[(&str, bool, f64)] = &[
     ("maxLength", false, f64::INFINITY),
     ("maxItems", false, f64::INFINITY),
     ("maxProperties", false, f64::INFINITY),
+    // Our own keyword: arrays and objects nest at most this many levels (the validator enforces it).
+    ("x-max-depth", false, f64::INFINITY),
+];
+
+/// Which JSON type a bound constrains: a bound added together with a type the old schema did not
+/// admit constrains only new values, so it tightens nothing.
+fn bound_applies_to(key: &str) -> &'static [&'static str] {
+    match key {
+        "minimum" | "exclusiveMinimum" | "maximum" | "exclusiveMaximum" => &["integer", "number"],
+        "minLength" | "maxLength" => &["string"],
+        "minItems" | "maxItems" => &["array"],
+        "minProperties" | "maxProperties" => &["object"],
+        _ => &[],
+    }
+}
+
+/// Breaking findings accepted into v1 on purpose, each exactly (pointer, rule) with the reason.
+/// The list is closed: an entry here is a decision recorded in docs/compat.md ("v1 errata"), and
+/// the gate's tests fail if an entry stops matching a finding.
+pub const ERRATA: &[(&str, &str, &str)] = &[
+    (
+        "/$defs/RequestId/type",
+        "type-widened",
+        "string ids (JSON-RPC 2.0): new for what clients send; a server only ever echoes a client's own id back to it, and sends integers in its own requests, so no old peer receives a string it did not send",
+    ),
+    (
+        "/$defs/ClientRequest/x-max-depth",
+        "bound-tightened",
+        "a request nesting past 64 levels was accepted but could never be served back: thread/list, thread/read and thread/fork answers then nested past the 127 levels every wire parser accepts, for every client (issue 10)",
+    ),
 ];
 
 /// Keywords `compare_node` handles itself; any other keyword that differs is `keyword-changed`.
@@ -127,6 +159,7 @@ const HANDLED: &[&str] = &[
     "pattern",
     "x-tag",
     "x-unknown",
+    "x-max-depth",
     "oneOf",
     "properties",
     "required",
@@ -392,15 +425,26 @@ impl Comparer<'_> {
     fn emit(&mut self, site: Option<&Site>, pointer: &str, id: &str, detail: String) {
         let r = rule(id);
         let dir = site.map_or(Direction::BOTH, |s| s.dir);
-        let breaking = match r.verdict {
+        let mut breaking = match r.verdict {
             Verdict::Allowed => false,
             Verdict::Breaking => true,
             Verdict::IfClientSent => dir.client_sent,
             Verdict::IfServerSent => dir.server_sent,
         };
+        let erratum = ERRATA
+            .iter()
+            .find(|(p, rule, _)| *p == pointer && *rule == id)
+            .map(|(_, _, why)| *why);
         let detail = match (r.verdict, site) {
             (Verdict::IfClientSent | Verdict::IfServerSent, Some(s)) => {
                 format!("{detail} ({} is {})", s.def, dir.describe())
+            }
+            _ => detail,
+        };
+        let detail = match erratum {
+            Some(why) if breaking => {
+                breaking = false;
+                format!("{detail}; accepted v1 erratum: {why}")
             }
             _ => detail,
         };
@@ -645,11 +689,20 @@ impl Comparer<'_> {
             _ => {}
         }
 
-        if type_set(&om) != type_set(&nm) {
+        let (ot, nt) = (type_set(&om), type_set(&nm));
+        if ot != nt {
+            // An absent `type` admits everything.
+            let id = if !ot.is_empty() && (nt.is_empty() || nt.is_superset(&ot)) {
+                "type-widened"
+            } else if !nt.is_empty() && (ot.is_empty() || ot.is_superset(&nt)) {
+                "type-narrowed"
+            } else {
+                "type-changed"
+            };
             self.emit(
                 Some(site),
                 &format!("{ptr}/type"),
-                "type-changed",
+                id,
                 format!("{} -> {}", show(om.get("type")), show(nm.get("type"))),
             );
         }
@@ -764,10 +817,19 @@ impl Comparer<'_> {
         ptr: &str,
         site: &Site,
     ) {
+        let old_types = type_set(om);
         for (key, larger_is_tighter, absent) in BOUNDS {
             let (o, n) = (om.get(*key), nm.get(*key));
             if o == n {
                 continue;
+            }
+            let applies = bound_applies_to(key);
+            let newly_admitted = !old_types.is_empty()
+                && !applies.is_empty()
+                && !applies.iter().any(|t| old_types.contains(*t))
+                && o.is_none();
+            if newly_admitted {
+                continue; // bounds only values of a type the old schema refused outright
             }
             let num = |v: Option<&Value>| v.and_then(Value::as_f64).unwrap_or(*absent);
             let (a, b) = (num(o), num(n));

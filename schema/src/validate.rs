@@ -287,7 +287,7 @@ impl Registry {
                         out.push(ValidationIssue {
                             pointer,
                             branch: branch.map(str::to_string),
-                            message: "a response carries exactly one of \"result\" (with an integer id) and \"error\"".into(),
+                            message: "a response carries exactly one of \"result\" (with a non-null id) and \"error\"".into(),
                         });
                         continue;
                     }
@@ -351,6 +351,14 @@ impl Registry {
         }
     }
 
+    /// The definition's `x-max-depth`, if it has one.
+    fn max_depth(&self, def: &str) -> Option<usize> {
+        self.root["$defs"][def]
+            .get("x-max-depth")
+            .and_then(Value::as_u64)
+            .map(|n| n as usize)
+    }
+
     fn validate_def(
         &self,
         def: &str,
@@ -358,6 +366,9 @@ impl Registry {
         class: ErrorClass,
     ) -> Result<(), ValidationError> {
         let mut issues = Vec::new();
+        if let Some(limit) = self.max_depth(def) {
+            check_depth(def, instance, limit, &mut issues);
+        }
         self.check(def, instance, "", None, &mut issues);
         if issues.is_empty() {
             return Ok(());
@@ -375,6 +386,44 @@ impl Registry {
             class,
             issues,
         })
+    }
+}
+
+/// `x-max-depth`: arrays and objects nest at most `limit` levels, the instance itself counting as
+/// the first. A refusal points at the first container one level too deep.
+fn check_depth(def: &str, instance: &Value, limit: usize, out: &mut Vec<ValidationIssue>) {
+    fn walk(v: &Value, level: usize, limit: usize, at: &mut String) -> bool {
+        let children: Box<dyn Iterator<Item = (String, &Value)>> = match v {
+            Value::Array(a) => Box::new(a.iter().enumerate().map(|(i, x)| (i.to_string(), x))),
+            Value::Object(o) => Box::new(
+                o.iter()
+                    .map(|(k, x)| (k.replace('~', "~0").replace('/', "~1"), x)),
+            ),
+            _ => return true,
+        };
+        if level > limit {
+            return false;
+        }
+        for (seg, child) in children {
+            let len = at.len();
+            at.push('/');
+            at.push_str(&seg);
+            if !walk(child, level + 1, limit, at) {
+                return false;
+            }
+            at.truncate(len);
+        }
+        true
+    }
+    let mut at = String::new();
+    if !walk(instance, 1, limit, &mut at) {
+        out.push(ValidationIssue {
+            pointer: at,
+            branch: None,
+            message: format!(
+                "nested more than {limit} levels of arrays and objects deep (the {def} bound, x-max-depth)"
+            ),
+        });
     }
 }
 
@@ -459,7 +508,7 @@ pub fn validate_protocol_message(message: &Value) -> Result<MessageKind, Validat
             "message",
             ErrorClass::InvalidRequest,
             "",
-            format!("{method} is a request and needs an integer id"),
+            format!("{method} is a request and needs an id"),
         ));
     } else {
         return Err(ValidationError::single(
@@ -472,6 +521,26 @@ pub fn validate_protocol_message(message: &Value) -> Result<MessageKind, Validat
             ),
         ));
     };
+    // A client request's depth bound lives on the ClientRequest union, which dispatch by method
+    // skips: apply it here.
+    if reg.client_methods.contains_key(method) {
+        if let Some(limit) = reg.max_depth("ClientRequest") {
+            let mut issues = Vec::new();
+            check_depth("ClientRequest", message, limit, &mut issues);
+            if !issues.is_empty() {
+                let class = if issues.iter().all(|i| i.pointer.starts_with("/params")) {
+                    ErrorClass::InvalidParams
+                } else {
+                    ErrorClass::InvalidRequest
+                };
+                return Err(ValidationError {
+                    definition,
+                    class,
+                    issues,
+                });
+            }
+        }
+    }
     reg.validate_def(&definition, message, ErrorClass::InvalidRequest)?;
     Ok(kind(method.to_string(), definition))
 }
@@ -629,6 +698,57 @@ mod tests {
             validate_approval_decision(&json!({"decision": "acceptOnce", "scope": "all"})).is_err()
         );
         assert!(validate_approval_decision(&json!("acceptOnce")).is_err());
+    }
+
+    #[test]
+    fn client_requests_nest_at_most_64_levels() {
+        fn nested(levels: usize) -> Value {
+            let mut v = json!(1);
+            for _ in 0..levels {
+                v = json!([v]);
+            }
+            v
+        }
+        // envelope (1) > params (2) > metadata (3) > 61 arrays = 64 levels.
+        let msg = |levels: usize| {
+            json!({"jsonrpc": "2.0", "id": 1, "method": "thread/start",
+                   "params": {"metadata": {"k": nested(levels)}}})
+        };
+        assert!(validate_protocol_message(&msg(61)).is_ok());
+        let err = validate_protocol_message(&msg(62)).unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidParams, "{err}");
+        assert_eq!(
+            err.pointer(),
+            format!("/params/metadata/k{}", "/0".repeat(61))
+        );
+        assert!(err.to_string().contains("64 levels"), "{err}");
+        // The same bound through the union's own definition.
+        assert!(validate_protocol_definition("ClientRequest", &msg(61)).is_ok());
+        assert!(validate_protocol_definition("ClientRequest", &msg(62)).is_err());
+        // Server messages are not bound by it (thread/read answers nest deeper by design).
+        let deep_note = json!({"jsonrpc": "2.0", "id": 1, "result": {"x": nested(100)}});
+        assert!(validate_protocol_message(&deep_note).is_ok());
+    }
+
+    #[test]
+    fn string_ids_are_request_ids_up_to_128_characters() {
+        let req = |id: Value| json!({"jsonrpc": "2.0", "id": id, "method": "thread/list"});
+        assert!(validate_protocol_message(&req(json!("1"))).is_ok());
+        assert!(validate_protocol_message(&req(json!(""))).is_ok());
+        assert!(validate_protocol_message(&req(json!("é".repeat(128)))).is_ok());
+        let err = validate_protocol_message(&req(json!("x".repeat(129)))).unwrap_err();
+        assert_eq!(
+            (err.class, err.pointer()),
+            (ErrorClass::InvalidRequest, "/id")
+        );
+        for bad in [json!(-1), json!(1.5), json!(null), json!(true), json!([1])] {
+            assert!(
+                validate_protocol_message(&req(bad.clone())).is_err(),
+                "{bad}"
+            );
+        }
+        let answer = json!({"jsonrpc": "2.0", "id": "abc", "result": {}});
+        assert!(validate_protocol_message(&answer).is_ok());
     }
 
     #[test]

@@ -173,6 +173,29 @@ fn canonical_schema_does_not_break_v1_baseline() {
     );
 }
 
+/// Every erratum still matches a finding of the canonical schema against the baseline (a stale one
+/// would silently cover a future change at the same place), and is reported as allowed.
+#[test]
+fn every_erratum_matches_a_finding_and_nothing_else_is_excused() {
+    let baseline = read_json(&crate_dir().join("baselines/v1.json"));
+    let findings = compat::compare(&baseline, cc_agent_protocol::schema());
+    for (pointer, rule, _) in compat::ERRATA {
+        let f = find(&findings, pointer, rule);
+        assert!(!f.breaking, "{f:?}");
+        assert!(f.detail.contains("accepted v1 erratum"), "{f:?}");
+    }
+    let excused = findings
+        .iter()
+        .filter(|f| f.detail.contains("accepted v1 erratum"))
+        .count();
+    assert_eq!(excused, compat::ERRATA.len(), "{}", render(&findings));
+    // The same change anywhere else is still caught.
+    let mut mutated = cc_agent_protocol::schema().clone();
+    mutated["$defs"]["Identifier"]["type"] = json!(["string", "integer"]);
+    let f = compat::compare(&baseline, &mutated);
+    assert!(find(&f, "/$defs/Identifier/type", "type-widened").breaking);
+}
+
 #[test]
 fn baseline_compared_with_itself_has_no_findings() {
     let baseline = read_json(&crate_dir().join("baselines/v1.json"));

@@ -283,8 +283,12 @@ fn unknown_methods_are_method_not_found_and_params_errors_are_invalid_params() {
         ErrorClass::InvalidRequest
     );
     assert_eq!(
-        class_of("invalid/envelope-id-string.json"),
+        class_of("invalid/envelope-id-string-129-chars.json"),
         ErrorClass::InvalidRequest
+    );
+    assert_eq!(
+        class_of("invalid/thread-start-request-metadata-nesting-depth-65-past-request-bound.json"),
+        ErrorClass::InvalidParams
     );
     assert_eq!(
         class_of("invalid/envelope-top-level-array-batch.json"),

@@ -33,6 +33,21 @@ const schema = JSON.parse(fs.readFileSync(path.join(ROOT, "schema", "cc-agent-pr
 // `const` without `type` and `required` inside `oneOf`, both plain 2020-12.
 const ajv = new Ajv2020({ strict: false, allErrors: false });
 ajv.addVocabulary(["x-tag", "x-unknown", "x-wire-version"]);
+// Our `x-max-depth` (on ClientRequest): arrays and objects nest at most N levels, the instance
+// itself being the first.
+function nesting(v: unknown): number {
+  if (Array.isArray(v)) return 1 + v.reduce((m: number, x: unknown) => Math.max(m, nesting(x)), 0);
+  if (v !== null && typeof v === "object") {
+    return 1 + Object.values(v as { [k: string]: unknown }).reduce((m: number, x: unknown) => Math.max(m, nesting(x)), 0);
+  }
+  return 0;
+}
+ajv.addKeyword({
+  keyword: "x-max-depth",
+  schemaType: "number",
+  validate: (limit: number, data: unknown) => nesting(data) <= limit,
+  errors: false,
+});
 ajv.addSchema(schema);
 const validateMessage = ajv.getSchema(schema.$id) as ValidateFunction;
 const definitionValidators = new Map<string, ValidateFunction>();
@@ -254,6 +269,12 @@ unit("the envelope dispatches by method, id, result and error", () => {
   assert.equal(p.decodeMessage({ jsonrpc: "2.0", method: "future/thing", params: {} }).kind, "ServerNotification");
   assert.equal(p.decodeMessage({ jsonrpc: "2.0", id: 1, result: {} }).kind, "ClientResponse");
   assert.throws(() => p.decodeMessage({ jsonrpc: "2.0", id: 1, method: "future/thing" }), p.DecodeError);
+});
+
+unit("string request ids decode and encode as written", () => {
+  const request = p.decodeMessage({ jsonrpc: "2.0", id: "req-1", method: "thread/list" });
+  assert.deepEqual(p.encodeMessage(request), { jsonrpc: "2.0", id: "req-1", method: "thread/list" });
+  assert.throws(() => p.decodeMessage({ jsonrpc: "2.0", id: 1.5, method: "thread/list" }));
 });
 
 unit("the generated module carries the schema digest", () => {

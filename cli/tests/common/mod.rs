@@ -54,12 +54,32 @@ impl Proc {
         Self::spawn(dir, extra, false)
     }
 
+    /// As `serve`, with extra environment variables for the server.
+    pub fn serve_with_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Proc {
+        let mut cmd = Self::command(dir, extra);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Self::start(cmd, true)
+    }
+
+    /// A server started from `cmd` (which names the binary, `serve` and its flags), stdout read.
+    pub fn from_command(cmd: Command) -> Proc {
+        Self::start(cmd, true)
+    }
+
+    fn command(dir: &Path, extra: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve").arg("--state-dir").arg(dir).args(extra);
+        cmd
+    }
+
     fn spawn(dir: &Path, extra: &[&str], read_stdout: bool) -> Proc {
-        let mut child = Command::new(BIN)
-            .arg("serve")
-            .arg("--state-dir")
-            .arg(dir)
-            .args(extra)
+        Self::start(Self::command(dir, extra), read_stdout)
+    }
+
+    fn start(mut cmd: Command, read_stdout: bool) -> Proc {
+        let mut child = cmd
             .env("CC_APP_SERVER_LOG", "info")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -3,63 +3,16 @@
 //! can write summaries (the OpenAI-compatible one) the model writes it off the connection's
 //! thread, so a slow model never stalls the connection; otherwise the caller supplies it.
 
-use super::turn::rpc;
-use super::{deliver, lock, ConnShared, Inner, ThreadState};
-use crate::protocol::{
-    ServerNotification, Thread, ThreadCompactResult, ThreadStatus, ThreadUpdatedNotification,
-    ThreadUpdatedParams,
+use super::dispatch::{
+    announce_thread_update, reply, result, wire_thread, RawId, RpcError, RpcResult,
 };
-use crate::rollout::StoreError;
-use serde_json::{json, Map, Value};
+use super::{lock, ConnShared, Inner, ThreadState};
+use crate::protocol::ThreadCompactResult;
+use serde_json::{Map, Value};
 use std::sync::Arc;
 
 /// The feature a connection must negotiate before it may call thread/compact.
 pub(crate) const FEATURE: &str = "thread_compact";
-
-struct Refusal {
-    code: i64,
-    message: String,
-}
-
-fn refuse(code: i64, message: impl Into<String>) -> Refusal {
-    Refusal {
-        code,
-        message: message.into(),
-    }
-}
-
-impl From<StoreError> for Refusal {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::NotFound(id) => refuse(-32004, format!("thread {id:?} not found")),
-            e @ StoreError::InvalidArgument(_) => refuse(-32602, cap(&e.to_string())),
-            other => {
-                tracing::error!(target: "cc_app_server::compact", "compaction failed: {other}");
-                refuse(
-                    -32603,
-                    "internal error: the rollout store failed; see the server's diagnostics",
-                )
-            }
-        }
-    }
-}
-
-fn cap(text: &str) -> String {
-    let mut end = text.len().min(500);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
-}
-
-fn reply(inner: &Inner, conn: &ConnShared, id: Value, result: Result<Value, Refusal>) {
-    let message = match result {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Err(r) => json!({"jsonrpc": "2.0", "id": id,
-            "error": {"code": r.code, "message": cap(&r.message)}}),
-    };
-    deliver(inner, conn, message.to_string());
-}
 
 /// Releases the thread's compaction slot however the compaction ends (also when its thread
 /// could not be started and the work was dropped unrun).
@@ -79,15 +32,15 @@ pub(crate) fn thread_compact(
     inner: &Arc<Inner>,
     conn: &Arc<ConnShared>,
     thread: Arc<ThreadState>,
-    id: Value,
+    id: RawId,
     params: &Value,
 ) {
     if !conn.has_feature(FEATURE) {
         return reply(
             inner,
             conn,
-            id,
-            Err(refuse(
+            &id,
+            Err(RpcError::new(
                 -32601,
                 "thread/compact needs the thread_compact feature: ask for it in initialize",
             )),
@@ -97,8 +50,8 @@ pub(crate) fn thread_compact(
         return reply(
             inner,
             conn,
-            id,
-            Err(refuse(
+            &id,
+            Err(RpcError::new(
                 -32009,
                 "the thread has an active turn; interrupt it or wait for it to end, then compact",
             )),
@@ -108,8 +61,8 @@ pub(crate) fn thread_compact(
         return reply(
             inner,
             conn,
-            id,
-            Err(refuse(
+            &id,
+            Err(RpcError::new(
                 -32009,
                 "a compaction of this thread is already running; wait for its answer",
             )),
@@ -127,7 +80,7 @@ pub(crate) fn thread_compact(
     let work = move || {
         let result = compact(&slot.inner, &thread, summary);
         drop(slot);
-        reply(&inner2, &conn2, id2, result);
+        reply(&inner2, &conn2, &id2, result);
     };
     if params.get("summary").is_some() {
         work();
@@ -139,8 +92,8 @@ pub(crate) fn thread_compact(
         reply(
             inner,
             conn,
-            id,
-            Err(refuse(
+            &id,
+            Err(RpcError::new(
                 -32603,
                 "internal error: could not start the compaction",
             )),
@@ -148,12 +101,12 @@ pub(crate) fn thread_compact(
     }
 }
 
-fn compact(inner: &Inner, thread: &ThreadState, summary: Option<String>) -> Result<Value, Refusal> {
+fn compact(inner: &Inner, thread: &ThreadState, summary: Option<String>) -> RpcResult {
     let head = inner.store.summary(&thread.id)?;
     let through = head.last_seq;
     // The newest event being a compaction means nothing happened since.
     if through <= head.compacted_through || head.last_compaction_seq == Some(through) {
-        return Err(refuse(
+        return Err(RpcError::new(
             -32602,
             "nothing to compact: no event since the last compaction",
         ));
@@ -163,7 +116,7 @@ fn compact(inner: &Inner, thread: &ThreadState, summary: Option<String>) -> Resu
         None => {
             let history = super::history::assemble(&*inner.store, &thread.id, None)?;
             if history.turns.is_empty() {
-                return Err(refuse(
+                return Err(RpcError::new(
                     -32602,
                     "nothing to compact: no turn since the last compaction",
                 ));
@@ -176,13 +129,13 @@ fn compact(inner: &Inner, thread: &ThreadState, summary: Option<String>) -> Resu
             {
                 Ok(Some(s)) if !s.trim().is_empty() => s,
                 Ok(Some(_)) => {
-                    return Err(refuse(
+                    return Err(RpcError::new(
                         -32603,
                         "the kernel wrote an empty summary; try again or pass params.summary",
                     ))
                 }
                 Ok(None) => {
-                    return Err(refuse(
+                    return Err(RpcError::new(
                         -32602,
                         "this server's kernel cannot write summaries: pass params.summary",
                     ))
@@ -192,7 +145,7 @@ fn compact(inner: &Inner, thread: &ThreadState, summary: Option<String>) -> Resu
                         crate::kernel::KernelError::Cancelled => "it was cancelled".to_string(),
                         crate::kernel::KernelError::Failed(m) => m,
                     };
-                    return Err(refuse(
+                    return Err(RpcError::new(
                         -32603,
                         format!("the kernel could not write the summary: {why}"),
                     ));
@@ -202,51 +155,15 @@ fn compact(inner: &Inner, thread: &ThreadState, summary: Option<String>) -> Resu
     };
     let _guard = lock(&thread.emit_lock);
     let event = inner.store.compact(&thread.id, &summary, through)?;
-    let (wire, subscribers) = {
+    let wire = {
         let mut data = lock(&thread.data);
         data.last_seq = event.seq;
         data.updated_at = event.time.clone();
-        let status = if data.archived {
-            ThreadStatus::Archived
-        } else if data.active.is_some() {
-            ThreadStatus::Active
-        } else {
-            ThreadStatus::Idle
-        };
-        let wire = Thread {
-            id: thread.id.clone(),
-            title: data.title.clone(),
-            status,
-            archived: data.archived,
-            created_at: data.created_at.clone(),
-            updated_at: data.updated_at.clone(),
-            last_event_seq: data.last_seq,
-            forked_from: data.forked_from.clone(),
-            metadata: data.metadata.clone(),
-            extra: Map::new(),
-        };
-        let subscribers: Vec<_> = data
-            .subscribers
-            .iter()
-            .filter_map(|w| w.upgrade())
-            .collect();
-        (wire, subscribers)
+        wire_thread(&thread.id, &data)
     };
-    let note = ServerNotification::ThreadUpdated(ThreadUpdatedNotification {
-        jsonrpc: rpc(),
-        params: ThreadUpdatedParams {
-            thread_id: thread.id.clone(),
-            event_seq: event.seq,
-            thread: wire.clone(),
-            extra: Map::new(),
-        },
-    });
-    let note = serde_json::to_string(&note).expect("a notification is JSON");
-    for c in subscribers {
-        deliver(inner, &c, note.clone());
-    }
+    announce_thread_update(inner, &thread.id, event.seq, &wire);
     let from_seq = event.payload["fromSeq"].as_u64().unwrap_or(1);
-    serde_json::to_value(ThreadCompactResult {
+    result(ThreadCompactResult {
         thread: wire,
         event_seq: event.seq,
         from_seq,
@@ -254,5 +171,4 @@ fn compact(inner: &Inner, thread: &ThreadState, summary: Option<String>) -> Resu
         summary,
         extra: Map::new(),
     })
-    .map_err(|_| refuse(-32603, "internal error: unencodable result"))
 }

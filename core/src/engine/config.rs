@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The bounds of DESIGN.md §3, all configurable.
+/// The bounds of DESIGN.md §3 and docs/engine.md, all configurable. Every one is enforced and
+/// counted (`AppServer::stats_snapshot`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Largest inbound message (one line on stdio), in bytes.
@@ -17,11 +18,36 @@ pub struct Limits {
     /// Inbound (host → server) queue: messages and bytes; full → -32001 with retry_after_ms.
     pub inbound_messages: usize,
     pub inbound_bytes: usize,
-    /// Outbound (server → host) queue: messages and bytes; exceeded → the connection is closed.
+    /// Outbound (server → host) queue: messages and bytes. When full, the engine waits for the
+    /// host to take messages; only a host that takes none for `outbound_stall` loses the
+    /// connection.
     pub outbound_messages: usize,
     pub outbound_bytes: usize,
+    /// How long a full outbound queue may go without the host taking a message before the
+    /// connection is closed as a slow consumer.
+    pub outbound_stall: Duration,
     /// Entries kept in the idempotency result cache.
     pub idempotency_entries: usize,
+    /// Turns whose kernel runs at once (one OS thread each, from a pool).
+    pub max_running_turns: usize,
+    /// Turns admitted but waiting for a runner (`queued`); one more is -32001.
+    pub max_queued_turns: usize,
+    /// Open connections (one worker thread each); one more is refused as overloaded.
+    pub max_connections: usize,
+    /// turn/interrupt requests one connection may have waiting for a kernel to settle; one more
+    /// is -32001.
+    pub max_pending_interrupts: usize,
+    /// Threads kept loaded in memory; idle ones beyond this are unloaded (least recently used
+    /// first) and reloaded from the rollout on next use.
+    pub max_loaded_threads: usize,
+    /// Threads one connection follows (gets notifications for); following one more forgets the
+    /// least recently used (`thread/resume` follows it again).
+    pub max_followed_threads: usize,
+    /// Finished turns each loaded thread remembers in memory (older ones are looked up in the
+    /// rollout).
+    pub recent_turns: usize,
+    /// Approval nonces remembered after use (they also expire with their binding).
+    pub max_used_nonces: usize,
 }
 
 impl Default for Limits {
@@ -32,7 +58,16 @@ impl Default for Limits {
             inbound_bytes: 4 << 20,
             outbound_messages: 512,
             outbound_bytes: 8 << 20,
+            outbound_stall: Duration::from_secs(30),
             idempotency_entries: 1024,
+            max_running_turns: 64,
+            max_queued_turns: 256,
+            max_connections: 256,
+            max_pending_interrupts: 256,
+            max_loaded_threads: 1024,
+            max_followed_threads: 4096,
+            recent_turns: 64,
+            max_used_nonces: 65_536,
         }
     }
 }

@@ -1,34 +1,47 @@
 //! Reading a connection's inbound queue: parse, validate against the schema, enforce the
-//! handshake, then run the method. Also thread loading and restart recovery, which every method
-//! that touches a thread goes through.
+//! handshake, then run the method. Request ids are echoed byte for byte as the host wrote them.
 
-use super::turn::{self, rpc, turn_error, wire_turn, TurnShared};
+use super::pool::{Job, SubmitError};
+use super::threads::{data_from_summary, finished_turn, insert_thread, load_thread, new_state};
+use super::turn::{self, event, rpc, Unstarted};
 use super::{
-    deliver, emit, lock, ConnShared, Inner, ThreadData, ThreadState, IMPLEMENTED_FEATURES,
+    emit_locked, lock, ConnShared, Inner, Stats, ThreadData, ThreadState, IMPLEMENTED_FEATURES,
 };
 use crate::approval::digest_json;
 use crate::protocol::{
     EventPayload, InitializeResult, ServerInfo, ServerNotification, Thread, ThreadArchiveResult,
     ThreadForkResult, ThreadListResult, ThreadStartResult, ThreadStatus, ThreadUpdatedNotification,
-    ThreadUpdatedParams, Turn, TurnCompletedEvent, TurnInterruptResult, TurnStartResult,
-    TurnStartedEvent, TurnStartedNotification, TurnStartedParams, TurnStatus, UserInput,
+    ThreadUpdatedParams, Turn, TurnInterruptResult, TurnStartResult, TurnStartedEvent,
+    TurnStartedNotification, TurnStartedParams, UserInput,
 };
-use crate::rollout::{ListQuery, StoreError, ThreadStart, ThreadSummary};
+use crate::rollout::{HeaderExtra, ListQuery, StoreError, ThreadStart};
 use cc_agent_protocol::{validate_protocol_message, MessageKind};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A request id exactly as the host wrote it (JSON text), or `null` when it had none or an
+/// unusable one.
+pub(crate) type RawId = Arc<str>;
+
+/// Longest string id, in characters (the schema's `RequestId`).
+pub const MAX_STRING_ID_CHARS: usize = 128;
+/// Largest integer id (2^53 - 1: every language holds it exactly).
+const MAX_INTEGER_ID: u64 = 9_007_199_254_740_991;
 
 /// A JSON-RPC error on its way to the host.
 pub(crate) struct RpcError {
     code: i64,
-    message: String,
+    pub message: String,
     data: Option<Value>,
 }
 
 impl RpcError {
-    fn new(code: i64, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: i64, message: impl Into<String>) -> Self {
         RpcError {
             code,
             message: message.into(),
@@ -39,6 +52,14 @@ impl RpcError {
     fn with_reason(mut self, reason: impl Into<String>) -> Self {
         self.data = Some(json!({"reason": cap(&reason.into(), 1024)}));
         self
+    }
+
+    fn overloaded(message: impl Into<String>, retry_after_ms: u64) -> Self {
+        RpcError {
+            code: -32001,
+            message: message.into(),
+            data: Some(json!({"retry_after_ms": retry_after_ms.min(3_600_000)})),
+        }
     }
 }
 
@@ -77,46 +98,164 @@ impl From<StoreError> for RpcError {
     }
 }
 
-type RpcResult = Result<Value, RpcError>;
+pub(crate) type RpcResult = Result<Value, RpcError>;
 
 /// A typed result on its way to the wire.
-fn result(value: impl Serialize) -> RpcResult {
+pub(crate) fn result(value: impl Serialize) -> RpcResult {
     serde_json::to_value(value)
         .map_err(|_| RpcError::new(-32603, "internal error: unencodable result"))
 }
 
-fn reply(inner: &Inner, conn: &ConnShared, id: Value, result: RpcResult) {
-    let message = match result {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+/// Sends the one answer a request gets, echoing its id as written.
+pub(crate) fn reply(inner: &Inner, conn: &ConnShared, id: &str, result: RpcResult) {
+    let body = match result {
+        Ok(result) => format!("\"result\":{result}"),
         Err(e) => {
             let mut error = json!({"code": e.code, "message": cap(&e.message, 512)});
             if let Some(data) = e.data {
                 error["data"] = data;
             }
-            json!({"jsonrpc": "2.0", "id": id, "error": error})
+            format!("\"error\":{error}")
         }
     };
-    deliver(inner, conn, message.to_string());
+    super::deliver(
+        inner,
+        conn,
+        format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},{body}}}"),
+    );
+    // Counted once the answer is queued (or dropped with a closed connection), so a drain that
+    // sees nothing unanswered never shuts down ahead of an answer still being delivered.
+    conn.answered
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// turn/interrupt's answer: only ever given once the kernel has returned.
+pub(crate) fn reply_settled(inner: &Inner, conn: &ConnShared, id: &str, turn: Turn) {
+    reply(inner, conn, id, settled(turn));
 }
 
 /// The connection's worker: one message at a time, in arrival order, until the queue closes.
+/// Between messages it answers the turn/interrupt requests whose settle deadline has passed, so
+/// waiting for a kernel costs no thread.
 pub(crate) fn connection_loop(inner: &Arc<Inner>, conn: &Arc<ConnShared>) {
-    while let Ok(line) = conn.inbound.recv(None) {
-        handle(inner, conn, &line);
+    loop {
+        let next = lock(&conn.interrupts).iter().map(|(d, _)| *d).min();
+        let timeout = next.map(|d| d.saturating_duration_since(Instant::now()));
+        match conn.inbound.recv(timeout) {
+            Ok(line) => handle(inner, conn, &line),
+            Err(super::RecvError::Timeout) => {}
+            Err(super::RecvError::Closed) => break,
+        }
+        expire_interrupts(inner, conn);
     }
-    lock(&conn.pending).clear();
+    conn.close_all(false);
 }
 
-/// A RequestId's value: an integer 0..=2^53-1, written with or without a zero fraction.
-fn request_id(id: &Value) -> Option<u64> {
-    const MAX: u64 = 9_007_199_254_740_991;
-    match id.as_u64() {
-        Some(n) => (n <= MAX).then_some(n),
-        None => id
-            .as_f64()
-            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= MAX as f64)
-            .map(|f| f as u64),
+fn expire_interrupts(inner: &Inner, conn: &ConnShared) {
+    let now = Instant::now();
+    let mut due = Vec::new();
+    lock(&conn.interrupts).retain(|(deadline, turn)| {
+        if *deadline <= now {
+            due.push(Arc::clone(turn));
+            false
+        } else {
+            // A settled turn answered its waiters itself.
+            !turn.is_done()
+        }
+    });
+    for turn in due {
+        for w in turn.take_expired(conn.id, now) {
+            let e = RpcError::new(-32010, "the kernel has not stopped yet").with_reason(
+                "the turn stays live and ends as interrupted once the kernel stops; ask again or wait for turn/completed",
+            );
+            reply(inner, conn, &w.request_id, Err(e));
+        }
     }
+}
+
+/// The envelope's `id`, as written (the last one if repeated, as the parser keeps the last).
+struct IdPeek<'a>(Option<&'a RawValue>);
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for IdPeek<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = IdPeek<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON-RPC object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<IdPeek<'de>, A::Error> {
+                let mut id = None;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    if key == "id" {
+                        id = Some(map.next_value::<&'de RawValue>()?);
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(IdPeek(id))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A usable id: a string of at most 128 characters, or a number whose exact value is an
+/// integer in 0..=2^53-1 however it is spelled (`7`, `7.0`, `7e0`, `-0`). Decided on the text:
+/// a float parser would read `1e-400` as 0.
+pub(crate) fn id_is_usable(raw: &str) -> bool {
+    match raw.as_bytes().first() {
+        Some(b'"') => serde_json::from_str::<String>(raw)
+            .is_ok_and(|s| s.chars().count() <= MAX_STRING_ID_CHARS),
+        Some(b'-' | b'0'..=b'9') => integer_value(raw).is_some(),
+        _ => false,
+    }
+}
+
+/// The exact integer a JSON number's text denotes, if it is one in 0..=2^53-1.
+pub(crate) fn integer_value(text: &str) -> Option<u64> {
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, text),
+    };
+    let (mantissa, exponent) = match rest.find(['e', 'E']) {
+        Some(i) => (&rest[..i], rest[i + 1..].parse::<i64>().ok()?),
+        None => (rest, 0),
+    };
+    let (int_part, frac_part) = match mantissa.find('.') {
+        Some(i) => (&mantissa[..i], &mantissa[i + 1..]),
+        None => (mantissa, ""),
+    };
+    if int_part.is_empty()
+        || !int_part
+            .bytes()
+            .chain(frac_part.bytes())
+            .all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let digits: String = format!("{int_part}{frac_part}");
+    let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Some(0); // 0, -0, 0.000, 0e-999
+    }
+    if negative {
+        return None;
+    }
+    // value = digits × 10^(exponent - frac_len); strip trailing zeros into the exponent.
+    let trimmed = digits.trim_end_matches('0');
+    let mut exp = exponent
+        .checked_sub(frac_part.len() as i64)?
+        .checked_add((digits.len() - trimmed.len()) as i64)?;
+    if exp < 0 || trimmed.len() as i64 + exp > 16 {
+        return None; // not an integer, or more than 16 digits (past 2^53)
+    }
+    let mut value: u64 = trimmed.parse().ok()?;
+    while exp > 0 {
+        value = value.checked_mul(10)?;
+        exp -= 1;
+    }
+    (value <= MAX_INTEGER_ID).then_some(value)
 }
 
 fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
@@ -126,7 +265,7 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
             return reply(
                 inner,
                 conn,
-                Value::Null,
+                "null",
                 Err(RpcError::new(
                     -32700,
                     cap(&format!("parse error: {e}"), 512),
@@ -134,33 +273,39 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
             )
         }
     };
-    // The id is echoed exactly as sent when it is a wire v1 RequestId (`3.0` included: JSON
-    // Schema reads it as the integer 3); otherwise the answer carries `id: null`.
-    let id = value
-        .get("id")
-        .filter(|id| request_id(id).is_some())
-        .cloned()
-        .unwrap_or(Value::Null);
+    let raw_id = serde_json::from_str::<IdPeek>(line).ok().and_then(|p| p.0);
     // A host's answer to approval/decide goes to the waiting turn, which checks it and fails
     // closed on anything malformed; answers nobody waits for (late, duplicate, unknown id) are
     // counted and dropped — a response is never answered.
     if value.get("method").is_none()
         && (value.get("result").is_some() || value.get("error").is_some())
     {
-        let waiting = request_id(&id).and_then(|n| lock(&conn.pending).remove(&n));
-        match waiting {
-            Some(tx) => {
-                let _ = tx.try_send(value);
-            }
-            None => {
-                inner
-                    .stats
-                    .ignored_responses
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
+        conn.unanswered_by_design
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let waiting = raw_id
+            .filter(|r| !r.get().starts_with('"'))
+            .and_then(|r| integer_value(r.get()))
+            .and_then(|n| lock(&conn.pending).remove(&n).map(|t| (n, t)));
+        let delivered = waiting.is_some_and(|(n, turn)| turn.answer(n, value));
+        if !delivered {
+            Stats::bump(&inner.stats.ignored_responses);
         }
         return;
     }
+    // The id is echoed exactly as written when it is usable; otherwise the answer carries
+    // `id: null` and, when an id was there, says why it was refused.
+    let id: &str = match raw_id {
+        Some(r) if id_is_usable(r.get()) => r.get(),
+        Some(_) => {
+            let e = RpcError::new(
+                -32600,
+                format!("invalid request: the id must be a string of at most {MAX_STRING_ID_CHARS} characters or an integer from 0 to 2^53-1"),
+            )
+            .with_reason("the id was refused, so this answer carries id null");
+            return reply(inner, conn, "null", Err(e));
+        }
+        None => "null",
+    };
     let method = match validate_protocol_message(&value) {
         Err(e) => {
             let message = cap(&e.to_string(), 512);
@@ -207,6 +352,7 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
         ("thread/start", true) => idempotent(inner, "thread/start", &params, || {
             thread_start(inner, conn, &params)
         }),
+
         ("thread/read", true) => thread_read(inner, conn, &params, false),
         ("thread/resume", true) => thread_read(inner, conn, &params, true),
         ("thread/fork", true) => idempotent(inner, "thread/fork", &params, || {
@@ -217,11 +363,11 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
         ("turn/start", true) => idempotent(inner, "turn/start", &params, || {
             turn_start(inner, conn, &params)
         }),
-        ("turn/interrupt", true) => return turn_interrupt(inner, conn, id, &params),
+        ("turn/interrupt", true) => return turn_interrupt(inner, conn, id.into(), &params),
         ("thread/compact", true) => {
             match load_thread(inner, str_param(&params, "threadId").unwrap_or_default()) {
                 Ok(thread) => {
-                    return super::compact::thread_compact(inner, conn, thread, id, &params)
+                    return super::compact::thread_compact(inner, conn, thread, id.into(), &params)
                 }
                 Err(e) => Err(e),
             }
@@ -278,8 +424,50 @@ fn initialize(inner: &Inner, conn: &ConnShared, params: &Value) -> RpcResult {
     })
 }
 
+/// What a thread/start retry must repeat to count as the same request: the members the header
+/// records (so the check survives a restart).
+pub(crate) fn thread_start_fingerprint(
+    title: Option<&str>,
+    metadata: &Map<String, Value>,
+    agent_options: &Value,
+) -> String {
+    digest_json(&json!({"title": title, "metadata": metadata, "agentOptions": agent_options}))
+}
+
+/// What a turn/start retry must repeat: the thread and the input, as `turnStarted` records them.
+pub(crate) fn turn_start_fingerprint(thread_id: &str, input: &[UserInput]) -> String {
+    digest_json(&json!({"threadId": thread_id, "input": input}))
+}
+
+/// The fingerprint of a request's params for its idempotency entry.
+fn fingerprint(method: &str, params: &Value) -> Result<String, RpcError> {
+    Ok(match method {
+        "thread/start" => thread_start_fingerprint(
+            str_param(params, "title"),
+            &params
+                .get("metadata")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
+            params.get("agentOptions").unwrap_or(&Value::Null),
+        ),
+        "turn/start" => turn_start_fingerprint(
+            str_param(params, "threadId").unwrap_or_default(),
+            &user_input(params)?,
+        ),
+        _ => {
+            let mut p = params.clone();
+            if let Some(o) = p.as_object_mut() {
+                o.remove("idempotencyKey");
+            }
+            digest_json(&p)
+        }
+    })
+}
+
 /// Runs `f` once per (method, idempotencyKey); a retry returns the first result, a reuse of the
-/// key with other params is a conflict.
+/// key with other params is a conflict. Entries are rebuilt from the rollout at open, so a retry
+/// after a restart gets the same answer too (thread/start and turn/start; see docs/engine.md).
 fn idempotent(
     inner: &Inner,
     method: &str,
@@ -289,10 +477,25 @@ fn idempotent(
     let Some(key) = params.get("idempotencyKey").and_then(Value::as_str) else {
         return f();
     };
-    let digest = digest_json(params);
+    let digest = fingerprint(method, params)?;
+    let slot = (method.to_string(), key.to_string());
     let mut cache = lock(&inner.idempotency);
+    // The same key still running (a retry sent before the first was answered): wait for it.
+    while cache.in_flight.contains(&slot) {
+        cache = inner
+            .idempotency_done
+            .wait(cache)
+            .unwrap_or_else(|p| p.into_inner());
+    }
     if let Some((seen, result)) = cache.get(method, key) {
-        return if *seen == digest {
+        // A thread/start or thread/fork retry that names its new thread must name the same one.
+        let named = match method {
+            "thread/start" => str_param(params, "threadId"),
+            "thread/fork" => str_param(params, "newThreadId"),
+            _ => None,
+        };
+        let same_thread = named.is_none_or(|n| result["thread"]["id"] == n);
+        return if *seen == digest && same_thread {
             Ok(result.clone())
         } else {
             Err(RpcError::new(
@@ -301,22 +504,30 @@ fn idempotent(
             ))
         };
     }
-    let result = f()?;
-    cache.put(
-        method,
-        key,
-        digest,
-        result.clone(),
-        inner.config.limits.idempotency_entries,
-    );
-    Ok(result)
+    cache.in_flight.insert(slot.clone());
+    drop(cache);
+    let outcome = f();
+    let mut cache = lock(&inner.idempotency);
+    cache.in_flight.remove(&slot);
+    if let Ok(result) = &outcome {
+        cache.put(
+            method,
+            key,
+            digest,
+            result.clone(),
+            inner.config.limits.idempotency_entries,
+        );
+    }
+    drop(cache);
+    inner.idempotency_done.notify_all();
+    outcome
 }
 
 fn random_id(prefix: &str) -> String {
     format!("{prefix}-{}", &crate::approval::new_nonce()[..20])
 }
 
-fn wire_thread(id: &str, data: &ThreadData) -> Thread {
+pub(crate) fn wire_thread(id: &str, data: &ThreadData) -> Thread {
     let status = if data.archived {
         ThreadStatus::Archived
     } else if data.active.is_some() {
@@ -338,147 +549,35 @@ fn wire_thread(id: &str, data: &ThreadData) -> Thread {
     }
 }
 
-fn data_from_summary(summary: &ThreadSummary) -> ThreadData {
-    ThreadData {
-        title: summary.title.clone(),
-        metadata: summary.metadata.clone(),
-        created_at: summary.created_at.clone(),
-        updated_at: summary.updated_at.clone(),
-        archived: summary.archived,
-        last_seq: summary.last_seq,
-        forked_from: summary.forked_from.clone(),
-        agent_options: Value::Null,
-        active: None,
-        turns: HashMap::new(),
-        subscribers: Vec::new(),
-    }
-}
-
-/// The thread's live state, loading it (and closing any turn a dead process left running) on
-/// first use.
-pub(crate) fn load_thread(inner: &Inner, id: &str) -> Result<Arc<ThreadState>, RpcError> {
-    if let Some(t) = lock(&inner.threads).get(id) {
-        return Ok(Arc::clone(t));
-    }
-    let summary = inner.store.summary(id)?;
-    let state = Arc::new(ThreadState {
-        id: id.to_string(),
-        data: Mutex::new(data_from_summary(&summary)),
-        emit_lock: Mutex::new(()),
-    });
-    recover_turns(inner, &state)?;
-    let mut threads = lock(&inner.threads);
-    Ok(Arc::clone(threads.entry(id.to_string()).or_insert(state)))
-}
-
-/// Rebuilds the thread's turns from its rollout; a turn with no terminal event was cut off by a
-/// crash or a drop, and is closed now as failed, with that evidence recorded.
-fn recover_turns(inner: &Inner, thread: &ThreadState) -> Result<(), RpcError> {
-    let mut turns: Vec<Turn> = Vec::new();
-    let mut agent_options = None;
-    let mut after = 0;
-    loop {
-        let page = inner.store.read(&thread.id, after, 1000)?;
-        for e in &page.events {
-            // The store holds what the engine wrote; a payload it cannot decode is left alone
-            // here and reported by verification, never guessed at.
-            match serde_json::from_value::<EventPayload>(e.payload.clone()) {
-                Ok(EventPayload::TurnStarted(p)) => turns.push(wire_turn(
-                    &p.turn_id,
-                    &thread.id,
-                    TurnStatus::Queued,
-                    &e.time,
-                    None,
-                    None,
-                )),
-                Ok(EventPayload::TurnStatusChanged(p)) => {
-                    if let Some(t) = turns.iter_mut().rev().find(|t| t.id == p.turn_id) {
-                        t.status = p.status;
-                    }
-                }
-                Ok(EventPayload::TurnCompleted(p)) => {
-                    if let Some(t) = turns.iter_mut().rev().find(|t| t.id == p.turn_id) {
-                        t.status = p.status;
-                        t.completed_at = Some(e.time.clone());
-                        t.error = p.error;
-                    }
-                }
-                Ok(EventPayload::AgentOptionsSet(p)) => {
-                    agent_options = serde_json::to_value(p.agent_options).ok()
-                }
-                _ => {}
-            }
-            after = e.seq;
-        }
-        if !page.has_more {
-            break;
-        }
-    }
-    for turn in turns.iter_mut().filter(|t| t.completed_at.is_none()) {
-        let error = turn_error(
-            "serverRestarted",
-            "the server stopped while this turn was running; it was closed when the thread was next opened",
-        );
-        let payload = EventPayload::TurnCompleted(TurnCompletedEvent {
-            turn_id: turn.id.clone(),
-            status: TurnStatus::Failed,
-            error: Some(error.clone()),
-            physically_settled: true,
-            extra: Map::new(),
-        });
-        let events = emit(inner, thread, vec![payload], |_| vec![])?;
-        turn.status = TurnStatus::Failed;
-        turn.completed_at = Some(events[0].time.clone());
-        turn.error = Some(error);
-    }
-    lock(&thread.data).turns = turns.into_iter().map(|t| (t.id.clone(), t)).collect();
-    if let Some(options) = agent_options {
-        lock(&thread.data).agent_options = options;
-    }
-    Ok(())
-}
-
-/// Restart: every thread is loaded once so no turn stays dangling on disk.
-pub(crate) fn recover_all(inner: &Inner) -> Result<(), StoreError> {
-    let mut cursor = None;
-    loop {
-        let page = inner.store.list(&ListQuery {
-            include_archived: true,
-            cursor,
-            limit: 1000,
-        })?;
-        for (id, reason) in &page.unreadable {
-            tracing::warn!(target: "cc_app_server::recovery", "thread {id} cannot be read and was not recovered: {reason}");
-        }
-        for summary in &page.threads {
-            if let Err(e) = load_thread(inner, &summary.thread_id) {
-                tracing::warn!(
-                    target: "cc_app_server::recovery",
-                    "could not recover thread {}: {}",
-                    summary.thread_id, e.message
-                );
-            }
-        }
-        match page.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => return Ok(()),
-        }
-    }
-}
-
-fn subscribe(thread: &ThreadState, conn: &Arc<ConnShared>) {
-    let mut data = lock(&thread.data);
-    if !data
-        .subscribers
-        .iter()
-        .any(|w| w.upgrade().is_some_and(|c| c.id == conn.id))
-    {
-        data.subscribers.push(Arc::downgrade(conn));
-    }
-}
-
 fn str_param<'a>(params: &'a Value, name: &str) -> Option<&'a str> {
     params.get(name).and_then(Value::as_str)
+}
+
+fn user_input(params: &Value) -> Result<Vec<UserInput>, RpcError> {
+    serde_json::from_value(params["input"].clone())
+        .map_err(|e| RpcError::new(-32602, cap(&format!("input: {e}"), 512)))
+}
+
+/// Writes the terminal event of a turn the store refused to record (disk full) before anything
+/// else happens on the thread. No notification: `turn/completed` already went out.
+pub(crate) fn record_pending_terminal(inner: &Inner, thread: &ThreadState) -> Result<(), RpcError> {
+    let guard = lock(&thread.emit_lock);
+    let Some(pending) = lock(&thread.data).pending_terminal.clone() else {
+        return Ok(());
+    };
+    match emit_locked(inner, thread, &guard, vec![event(&pending)], |_| vec![]) {
+        Ok(_) => {
+            lock(&thread.data).pending_terminal = None;
+            Ok(())
+        }
+        Err(e) => {
+            tracing::error!(target: "cc_app_server::turn", "thread {}: the end of the last turn still cannot be recorded: {e}", thread.id);
+            Err(RpcError::new(
+                -32603,
+                "internal error: the rollout store refuses writes (disk full?), so the previous turn's end is not recorded yet; free space and retry",
+            ))
+        }
+    }
 }
 
 fn thread_start(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcResult {
@@ -495,19 +594,17 @@ fn thread_start(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcRes
             .unwrap_or_default(),
         forked_from: None,
     };
-    let (summary, _) = inner.store.start(start)?;
+    let agent_options = params.get("agentOptions").cloned();
+    let recorded = HeaderExtra {
+        agent_options: agent_options.clone(),
+        idempotency_key: str_param(params, "idempotencyKey").map(str::to_string),
+    };
+    let (summary, _) = inner.store.start_recorded(start, recorded)?;
     let mut data = data_from_summary(&summary);
-    data.agent_options = params.get("agentOptions").cloned().unwrap_or(Value::Null);
-    let state = Arc::new(ThreadState {
-        id: thread_id.clone(),
-        data: Mutex::new(data),
-        emit_lock: Mutex::new(()),
-    });
-    let options = lock(&state.data).agent_options.clone();
-    super::history::record_agent_options(inner, &state, &options)?;
-    subscribe(&state, conn);
-    let thread = wire_thread(&thread_id, &lock(&state.data));
-    lock(&inner.threads).insert(thread_id, state);
+    data.agent_options = agent_options.unwrap_or(Value::Null);
+    let thread = wire_thread(&thread_id, &data);
+    insert_thread(inner, new_state(inner, &thread_id, data));
+    conn.follow(&thread_id);
     result(ThreadStartResult {
         thread,
         extra: Map::new(),
@@ -522,7 +619,7 @@ fn thread_read(inner: &Inner, conn: &Arc<ConnShared>, params: &Value, resume: bo
         .unwrap_or(0);
     let limit = params.get("limit").and_then(Value::as_u64).unwrap_or(100) as usize;
     let page = inner.store.read(&thread.id, after, limit)?;
-    subscribe(&thread, conn);
+    conn.follow(&thread.id);
     let events: Vec<Value> = page.events.iter().map(|e| e.to_json()).collect();
     let data = lock(&thread.data);
     // Events go out as the store's `RolloutEvent` JSON (checked against the schema by the
@@ -534,33 +631,44 @@ fn thread_read(inner: &Inner, conn: &Arc<ConnShared>, params: &Value, resume: bo
     Ok(answer)
 }
 
+/// Forks only settled history: while a turn is live, everything up to the last event before it
+/// (`base_seq`); an `atEventSeq` inside the live turn is a conflict.
 fn thread_fork(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcResult {
     let source = load_thread(inner, str_param(params, "threadId").unwrap_or_default())?;
+    record_pending_terminal(inner, &source)?;
     let new_id = str_param(params, "newThreadId")
         .map(str::to_string)
         .unwrap_or_else(|| random_id("th"));
-    let at = params.get("atEventSeq").and_then(Value::as_u64);
+    let requested = params.get("atEventSeq").and_then(Value::as_u64);
+    let (settled, live) = {
+        let _emitting = lock(&source.emit_lock);
+        let data = lock(&source.data);
+        match &data.active {
+            Some(t) => (t.base_seq, Some(t.id.clone())),
+            None => (data.last_seq, None),
+        }
+    };
+    let at = match (requested, &live) {
+        (Some(at), Some(turn)) if at > settled => {
+            return Err(RpcError::new(
+                -32009,
+                format!("atEventSeq {at} is inside turn {turn}, which is still running; fork at {settled} or earlier, or after the turn ends"),
+            ))
+        }
+        (Some(at), _) => at,
+        (None, _) => settled,
+    };
     let (summary, _) = inner.store.fork(
         &source.id,
-        at,
+        Some(at),
         &new_id,
         str_param(params, "title").map(str::to_string),
     )?;
     let mut data = data_from_summary(&summary);
     data.agent_options = lock(&source.data).agent_options.clone();
-    let state = Arc::new(ThreadState {
-        id: new_id.clone(),
-        data: Mutex::new(data),
-        emit_lock: Mutex::new(()),
-    });
-    recover_turns(inner, &state)?;
-    // The fork keeps the source's options even when cut before they were recorded.
-    let options = lock(&source.data).agent_options.clone();
-    super::history::record_agent_options(inner, &state, &options)?;
-    lock(&state.data).agent_options = options;
-    subscribe(&state, conn);
-    let thread = wire_thread(&new_id, &lock(&state.data));
-    lock(&inner.threads).insert(new_id, state);
+    let thread = wire_thread(&new_id, &data);
+    insert_thread(inner, new_state(inner, &new_id, data));
+    conn.follow(&new_id);
     result(ThreadForkResult {
         thread,
         extra: Map::new(),
@@ -595,7 +703,8 @@ fn thread_list(inner: &Inner, params: &Value) -> RpcResult {
 
 fn thread_archive(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcResult {
     let thread = load_thread(inner, str_param(params, "threadId").unwrap_or_default())?;
-    subscribe(&thread, conn);
+    conn.follow(&thread.id);
+    record_pending_terminal(inner, &thread)?;
     let _guard = lock(&thread.emit_lock);
     {
         let data = lock(&thread.data);
@@ -613,137 +722,201 @@ fn thread_archive(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcR
         }
     }
     let event = inner.store.set_archived(&thread.id, true)?;
-    let (wire, subscribers) = {
+    let wire = {
         let mut data = lock(&thread.data);
         data.archived = true;
         data.last_seq = event.seq;
         data.updated_at = event.time.clone();
-        (
-            wire_thread(&thread.id, &data),
-            data.subscribers
-                .iter()
-                .filter_map(|w| w.upgrade())
-                .collect::<Vec<_>>(),
-        )
+        wire_thread(&thread.id, &data)
     };
-    let note = ServerNotification::ThreadUpdated(ThreadUpdatedNotification {
-        jsonrpc: rpc(),
-        params: ThreadUpdatedParams {
-            thread_id: thread.id.clone(),
-            event_seq: event.seq,
-            thread: wire.clone(),
-            extra: Map::new(),
-        },
-    });
-    let note = serde_json::to_string(&note).expect("a notification is JSON");
-    for c in subscribers {
-        deliver(inner, &c, note.clone());
-    }
+    announce_thread_update(inner, &thread.id, event.seq, &wire);
     result(ThreadArchiveResult {
         thread: wire,
         extra: Map::new(),
     })
 }
 
+/// Tells every connection that follows the thread that it changed (archive, compaction): the
+/// event at `event_seq` is already durable.
+pub(crate) fn announce_thread_update(
+    inner: &Inner,
+    thread_id: &str,
+    event_seq: u64,
+    wire: &Thread,
+) {
+    let note = ServerNotification::ThreadUpdated(ThreadUpdatedNotification {
+        jsonrpc: rpc(),
+        params: ThreadUpdatedParams {
+            thread_id: thread_id.to_string(),
+            event_seq,
+            thread: wire.clone(),
+            extra: Map::new(),
+        },
+    });
+    let note = serde_json::to_string(&note).expect("a notification is JSON");
+    for c in super::followers(inner, thread_id) {
+        super::deliver(inner, &c, note.clone());
+    }
+}
+
+/// Admits the turn (bounded: -32001 beyond the running and queued bounds), records
+/// `turnStarted`, answers at once with the turn `queued`, and hands it to the runner pool.
 fn turn_start(inner: &Arc<Inner>, conn: &Arc<ConnShared>, params: &Value) -> RpcResult {
     let thread = load_thread(inner, str_param(params, "threadId").unwrap_or_default())?;
-    let input: Vec<UserInput> = serde_json::from_value(params["input"].clone())
-        .map_err(|e| RpcError::new(-32602, cap(&format!("input: {e}"), 512)))?;
-    subscribe(&thread, conn);
-    let turn = {
+    let input = user_input(params)?;
+    conn.follow(&thread.id);
+    record_pending_terminal(inner, &thread)?;
+    if let Err(retry_after_ms) = inner.pool.admit() {
+        Stats::bump(&inner.stats.turns_refused_overloaded);
+        return Err(RpcError::overloaded(
+            format!(
+                "overloaded: {} turns are running and {} waiting, the most this server takes; retry later",
+                inner.config.limits.max_running_turns, inner.config.limits.max_queued_turns
+            ),
+            retry_after_ms,
+        ));
+    }
+    // Held while admitting so that an archive or an in-flight append on this thread finishes
+    // first: `base_seq` is then exactly the settled history.
+    let guard = lock(&thread.emit_lock);
+    let admitted = {
         let mut data = lock(&thread.data);
         if data.archived {
-            return Err(RpcError::new(
+            Err(RpcError::new(
                 -32009,
                 "the thread is archived; fork it to continue",
-            ));
-        }
-        if let Some(active) = &data.active {
-            return Err(RpcError::new(
+            ))
+        } else if let Some(active) = &data.active {
+            Err(RpcError::new(
                 -32009,
                 format!(
                     "turn {} is still active on this thread; one turn at a time",
                     active.id
                 ),
-            ));
+            ))
+        } else {
+            let turn = turn::TurnShared::new(
+                random_id("tu"),
+                thread.id.clone(),
+                Arc::downgrade(conn),
+                data.last_seq,
+            );
+            data.active = Some(Arc::clone(&turn));
+            Ok(turn)
         }
-        let turn = TurnShared::new(random_id("tu"), thread.id.clone(), Arc::downgrade(conn));
-        data.active = Some(Arc::clone(&turn));
-        turn
     };
-    let wire = turn.to_wire();
-    let started = EventPayload::TurnStarted(TurnStartedEvent {
+    let turn = match admitted {
+        Ok(t) => t,
+        Err(e) => {
+            inner.pool.release();
+            return Err(e);
+        }
+    };
+    let mut started = event(&EventPayload::TurnStarted(TurnStartedEvent {
         turn_id: turn.id.clone(),
         input: input.clone(),
         extra: Map::new(),
-    });
-    let recorded = emit(inner, &thread, vec![started], |events| {
+    }));
+    started.idempotency_key = str_param(params, "idempotencyKey").map(str::to_string);
+    let recorded = emit_locked(inner, &thread, &guard, vec![started], |events| {
+        turn.set_started_at(&events[0].time);
         vec![ServerNotification::TurnStarted(TurnStartedNotification {
             jsonrpc: rpc(),
             params: TurnStartedParams {
                 thread_id: thread.id.clone(),
                 event_seq: events[0].seq,
-                turn: wire.clone(),
+                turn: turn.to_wire(),
                 extra: Map::new(),
             },
         })]
     });
+    drop(guard);
     if let Err(e) = recorded {
         lock(&thread.data).active = None;
+        inner.pool.release();
         return Err(e.into());
     }
-    lock(&thread.data)
-        .turns
-        .insert(turn.id.clone(), wire.clone());
-    let (inner2, thread2, turn2) = (Arc::clone(inner), Arc::clone(&thread), Arc::clone(&turn));
-    let handle = std::thread::Builder::new()
-        .name(format!("cc-turn-{}", turn.id))
-        .spawn(move || turn::run(inner2, thread2, turn2, input))
-        .map_err(|_| RpcError::new(-32603, "internal error: could not start the turn"))?;
-    let mut handles = lock(&inner.turn_threads);
-    handles.retain(|h| !h.is_finished());
-    handles.push(handle);
+    let wire = turn.to_wire();
+    let job = Job {
+        inner: Arc::clone(inner),
+        thread: Arc::clone(&thread),
+        turn,
+        input,
+    };
+    match inner.pool.submit(job) {
+        Ok(()) => {}
+        // The turn is recorded: it ends in exactly one terminal state, recorded, and the thread
+        // is free for the next turn/start.
+        Err(SubmitError::NoRunner(job)) => turn::close_unstarted(job, Unstarted::NoRunner),
+        Err(SubmitError::ShuttingDown(job)) => turn::close_unstarted(job, Unstarted::Interrupted),
+    }
     result(TurnStartResult {
         turn: wire,
         extra: Map::new(),
     })
 }
 
-/// Answers from a helper thread: waiting for the kernel to settle must not stall the connection.
-fn turn_interrupt(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: Value, params: &Value) {
+/// Cancels the turn and answers once its kernel has stopped, or -32010 at the settle deadline.
+/// Waiting costs no thread: the runner answers when the turn settles, the connection's worker at
+/// the deadline.
+fn turn_interrupt(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: RawId, params: &Value) {
     let thread = match load_thread(inner, str_param(params, "threadId").unwrap_or_default()) {
         Ok(t) => t,
-        Err(e) => return reply(inner, conn, id, Err(e)),
+        Err(e) => return reply(inner, conn, &id, Err(e)),
     };
     let turn_id = str_param(params, "turnId").unwrap_or_default().to_string();
-    let (active, known) = {
-        let data = lock(&thread.data);
-        (
-            data.active.clone().filter(|t| t.id == turn_id),
-            data.turns.get(&turn_id).cloned(),
-        )
-    };
+    let active = lock(&thread.data)
+        .active
+        .clone()
+        .filter(|t| t.id == turn_id);
     let Some(turn) = active else {
-        let result = match known {
-            Some(turn) => settled(turn),
-            None => Err(RpcError::new(
+        let result = match finished_turn(inner, &thread, &turn_id) {
+            Ok(Some(turn)) => settled(turn),
+            Ok(None) => Err(RpcError::new(
                 -32004,
                 format!("turn {turn_id:?} not found in this thread"),
             )),
+            Err(e) => Err(e),
         };
-        return reply(inner, conn, id, result);
+        return reply(inner, conn, &id, result);
     };
     turn.cancel();
-    let (inner, conn) = (Arc::clone(inner), Arc::clone(conn));
-    let deadline = inner.config.settle_deadline;
-    std::thread::spawn(move || {
-        let result = match turn.wait_settled(deadline) {
-            Some(turn) => settled(turn),
-            None => Err(RpcError::new(-32010, "the kernel has not stopped yet")
-                .with_reason("the turn stays live and ends as interrupted once the kernel stops; ask again or wait for turn/completed")),
-        };
-        reply(&inner, &conn, id, result);
-    });
+    if let Some(job) = inner.pool.remove_queued(&turn.id) {
+        // It never reached a runner: closed here, as interrupted.
+        turn::close_unstarted(job, Unstarted::Interrupted);
+    }
+    if turn.is_done() {
+        return reply_settled(inner, conn, &id, turn.to_wire());
+    }
+    {
+        let mut waiting = lock(&conn.interrupts);
+        waiting.retain(|(_, t)| !t.is_done());
+        if waiting.len() >= inner.config.limits.max_pending_interrupts {
+            drop(waiting);
+            Stats::bump(&inner.stats.interrupts_refused_overloaded);
+            let retry = inner.config.settle_deadline.as_millis() as u64;
+            return reply(
+                inner,
+                conn,
+                &id,
+                Err(RpcError::overloaded(
+                    "overloaded: too many turn/interrupt requests on this connection are waiting for kernels to stop; the turn is cancelled, retry later to learn when it settled",
+                    retry,
+                )),
+            );
+        }
+    }
+    let deadline = Instant::now() + inner.config.settle_deadline;
+    let waiter = turn::InterruptWaiter {
+        conn: Arc::downgrade(conn),
+        conn_id: conn.id,
+        request_id: id.clone(),
+        deadline,
+    };
+    match turn.settled_or_wait(waiter) {
+        Ok(t) => reply_settled(inner, conn, &id, t),
+        Err(()) => lock(&conn.interrupts).push((deadline, turn)),
+    }
 }
 
 /// turn/interrupt's answer: only ever given once the kernel has returned.

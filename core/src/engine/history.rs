@@ -1,15 +1,11 @@
 //! A thread's conversation as a kernel needs it — user inputs, assistant messages, tool calls with
 //! their results, in order — assembled from the rollout rather than kept in memory, so it is the
-//! same after a restart and in a fork (whose log holds copies up to the fork point). Also the
-//! thread's `agentOptions` record, which lives in the rollout for the same reason.
+//! same after a restart and in a fork (whose log holds copies up to the fork point). The thread's
+//! `agentOptions` live in its header for the same reason (see threads.rs).
 
-use super::{emit, Inner, ThreadState};
-use crate::protocol::{
-    AgentOptionsSetEvent, EventPayload, Item, ItemDelta, ToolCall, ToolResult, TurnStatus,
-    UserInput,
-};
+use crate::protocol::{EventPayload, Item, ItemDelta, ToolCall, ToolResult, TurnStatus, UserInput};
 use crate::rollout::{RolloutStore, StoreError, MAX_READ_LIMIT};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 
 /// The conversation before the running turn, oldest first.
@@ -280,23 +276,4 @@ pub(crate) fn assemble(
         }
     }
     Ok(history)
-}
-
-/// Records the thread's agentOptions in its rollout (no notification: thread/start's and
-/// thread/fork's answers carry the thread). `Null` records nothing.
-pub(crate) fn record_agent_options(
-    inner: &Inner,
-    thread: &ThreadState,
-    options: &Value,
-) -> Result<(), StoreError> {
-    if options.is_null() {
-        return Ok(());
-    }
-    let agent_options = serde_json::from_value(options.clone())
-        .map_err(|e| StoreError::InvalidArgument(format!("agentOptions: {e}")))?;
-    let payload = EventPayload::AgentOptionsSet(AgentOptionsSetEvent {
-        agent_options,
-        extra: Map::new(),
-    });
-    emit(inner, thread, vec![payload], |_| vec![]).map(|_| ())
 }

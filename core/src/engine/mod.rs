@@ -7,23 +7,27 @@ mod compact;
 mod config;
 mod dispatch;
 pub mod history;
+mod pool;
 pub mod queue;
+mod stats;
+mod threads;
 mod turn;
 
 pub use config::{Limits, ServerConfig};
 pub use history::{History, HistoryEntry, HistoryTurn};
 pub use queue::{PushError, RecvError, RecvFuture};
+pub use stats::{FailedClosedCounts, Stats, StatsSnapshot};
 
-use crate::approval::{ApprovalPolicy, Grants};
-use crate::protocol::{EventPayload, ServerNotification};
+use crate::approval::{ApprovalPolicy, Grants, UsedNonces};
+use crate::protocol::{EventPayload, ServerNotification, Turn};
 use crate::rollout::{open_store, NewEvent, RolloutStore, StoreError, StoredEvent};
+use pool::TurnPool;
 use queue::BoundedQueue;
 use serde_json::{Map, Value};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use turn::TurnShared;
 
 /// Features this server implements (and so may advertise), in negotiation order.
@@ -43,7 +47,7 @@ pub enum OpenError {
     Config(String),
 }
 
-/// Why `Connection::send` refused a message. Nothing was queued.
+/// Why `Connection::send` (or `AppServer::connect`) refused. Nothing was queued.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SendError {
     #[error("server queue full; retry after {retry_after_ms} ms")]
@@ -52,17 +56,6 @@ pub enum SendError {
     LineTooLarge { size: usize, max: usize },
     #[error("connection closed")]
     Closed,
-}
-
-/// Counters a host or test can read; they never go down.
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Responses from a host that matched no pending server request (late, duplicate, unknown).
-    pub ignored_responses: AtomicU64,
-    /// Connections closed because their host stopped reading.
-    pub closed_slow_consumers: AtomicU64,
-    /// Tools actually executed.
-    pub tools_executed: AtomicU64,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -75,6 +68,8 @@ pub(crate) struct ThreadState {
     pub data: Mutex<ThreadData>,
     /// Serialises append-then-notify so hosts see events in seq order.
     pub emit_lock: Mutex<()>,
+    /// When it was last used (a tick of `Inner::clock`), for unloading the least recent.
+    pub last_used: AtomicU64,
 }
 
 pub(crate) struct ThreadData {
@@ -87,14 +82,82 @@ pub(crate) struct ThreadData {
     pub forked_from: Option<crate::protocol::ForkOrigin>,
     pub agent_options: Value,
     pub active: Option<Arc<TurnShared>>,
-    /// Turns seen in this thread: id → last known wire Turn.
-    pub turns: HashMap<String, crate::protocol::Turn>,
-    pub subscribers: Vec<Weak<ConnShared>>,
+    /// The most recent finished turns, oldest first (bounded by `Limits::recent_turns`; older
+    /// ones are looked up in the rollout).
+    pub recent: VecDeque<Turn>,
+    /// A terminal event the store refused (disk full): written before anything else on this
+    /// thread once the store accepts writes again.
+    pub pending_terminal: Option<EventPayload>,
+}
+
+impl ThreadData {
+    pub fn remember_turn(&mut self, turn: Turn, cap: usize) {
+        if let Some(t) = self.recent.iter_mut().find(|t| t.id == turn.id) {
+            *t = turn;
+            return;
+        }
+        self.recent.push_back(turn);
+        while self.recent.len() > cap.max(1) {
+            self.recent.pop_front();
+        }
+    }
+
+    pub fn recent_turn(&self, id: &str) -> Option<&Turn> {
+        self.recent.iter().rev().find(|t| t.id == id)
+    }
+
+    /// Whether unloading would lose something the rollout does not hold.
+    pub fn is_busy(&self) -> bool {
+        self.active.is_some() || self.pending_terminal.is_some()
+    }
 }
 
 pub(crate) struct ConnState {
     pub initialized: bool,
     pub features: Vec<String>,
+}
+
+/// The threads one connection follows, bounded: following one more forgets the least recently
+/// used.
+pub(crate) struct Follows {
+    ticks: HashMap<String, u64>,
+    next: u64,
+    cap: usize,
+}
+
+impl Follows {
+    fn new(cap: usize) -> Self {
+        Follows {
+            ticks: HashMap::new(),
+            next: 0,
+            cap: cap.max(1),
+        }
+    }
+
+    pub fn follow(&mut self, thread_id: &str) {
+        self.next += 1;
+        let tick = self.next;
+        match self.ticks.get_mut(thread_id) {
+            Some(t) => *t = tick,
+            None => {
+                self.ticks.insert(thread_id.to_string(), tick);
+            }
+        }
+        if self.ticks.len() > self.cap {
+            // Forget the oldest eighth at once, so the sort is paid once per cap/8 follows.
+            let mut by_age: Vec<(u64, String)> =
+                self.ticks.iter().map(|(k, t)| (*t, k.clone())).collect();
+            by_age.sort_unstable();
+            let excess = self.ticks.len() - self.cap + self.cap / 8;
+            for (_, k) in by_age.into_iter().take(excess) {
+                self.ticks.remove(&k);
+            }
+        }
+    }
+
+    pub fn contains(&self, thread_id: &str) -> bool {
+        self.ticks.contains_key(thread_id)
+    }
 }
 
 /// The server side of one connection.
@@ -103,11 +166,20 @@ pub(crate) struct ConnShared {
     pub inbound: Arc<BoundedQueue>,
     pub outbound: Arc<BoundedQueue>,
     pub state: Mutex<ConnState>,
-    /// Server requests awaiting the host's answer: id → where the answer goes.
-    pub pending: Mutex<HashMap<u64, SyncSender<Value>>>,
+    /// Server requests awaiting the host's answer: id → the turn waiting for it.
+    pub pending: Mutex<HashMap<u64, Arc<TurnShared>>>,
     pub next_request_id: AtomicU64,
     pub session_grants: Mutex<Grants>,
     pub max_line_bytes: usize,
+    pub outbound_stall: Duration,
+    pub follows: Mutex<Follows>,
+    /// turn/interrupt requests waiting for a kernel to settle: (deadline, turn).
+    pub interrupts: Mutex<Vec<(Instant, Arc<TurnShared>)>>,
+    /// Lines `send` accepted, lines answered, and lines that get no answer (the host's own
+    /// responses): the transport's drain counts on these instead of guessing from the text.
+    pub accepted: AtomicU64,
+    pub answered: AtomicU64,
+    pub unanswered_by_design: AtomicU64,
 }
 
 impl ConnShared {
@@ -118,13 +190,35 @@ impl ConnShared {
     pub fn has_feature(&self, feature: &str) -> bool {
         lock(&self.state).features.iter().any(|f| f == feature)
     }
+
+    pub fn follow(&self, thread_id: &str) {
+        lock(&self.follows).follow(thread_id);
+    }
+
+    /// Closes both queues and wakes every turn waiting on this connection's answers (their
+    /// approvals fail closed as `transportClosed`).
+    pub fn close_all(&self, drop_outbound: bool) {
+        if drop_outbound {
+            self.outbound.close_and_clear();
+        } else {
+            self.outbound.close();
+        }
+        self.inbound.close();
+        let waiting: Vec<Arc<TurnShared>> = lock(&self.pending).drain().map(|(_, t)| t).collect();
+        for t in waiting {
+            t.wake();
+        }
+    }
 }
 
-/// The idempotency cache: (method, key) → (params digest, result), bounded, oldest evicted first.
+/// The idempotency cache: (method, key) → (params fingerprint, result), bounded, oldest evicted
+/// first, plus the keys whose first request is still running (a retry waits for it rather than
+/// running twice; the cache's lock is never held while a request runs).
 #[derive(Default)]
 pub(crate) struct IdempotencyCache {
     entries: HashMap<(String, String), (String, Value)>,
     order: VecDeque<(String, String)>,
+    pub in_flight: std::collections::HashSet<(String, String)>,
 }
 
 impl IdempotencyCache {
@@ -153,14 +247,18 @@ pub(crate) struct Inner {
     pub config: ServerConfig,
     pub store: Arc<dyn RolloutStore>,
     pub threads: Mutex<HashMap<String, Arc<ThreadState>>>,
+    /// Ticks for `ThreadState::last_used`.
+    pub clock: AtomicU64,
     pub idempotency: Mutex<IdempotencyCache>,
+    /// Signalled when a key leaves `IdempotencyCache::in_flight`.
+    pub idempotency_done: std::sync::Condvar,
     /// The policy and workspace in force now (hosts may change them; grants then lapse).
     pub policy: Mutex<(ApprovalPolicy, String)>,
-    pub used_nonces: Mutex<std::collections::HashSet<String>>,
+    pub used_nonces: Mutex<UsedNonces>,
     pub next_conn: AtomicU64,
     pub shut_down: AtomicBool,
     pub connections: Mutex<Vec<Weak<ConnShared>>>,
-    pub turn_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    pub pool: Arc<TurnPool>,
     pub stats: Stats,
     /// Threads with a thread/compact in progress (one at a time per thread).
     pub compacting: Mutex<std::collections::HashSet<String>>,
@@ -181,13 +279,20 @@ pub struct Connection {
 
 impl AppServer {
     /// Opens the store (repairing torn tails), closes every turn a previous process left running
-    /// with failure evidence, and is ready for connections.
+    /// with failure evidence, rebuilds the idempotency cache from the keys recorded in the
+    /// rollout, and is ready for connections.
     pub fn open(config: ServerConfig) -> Result<AppServer, OpenError> {
         let (lo, hi) = config.protocol_versions;
         if lo == 0 || lo > hi {
             return Err(OpenError::Config(format!(
                 "protocol_versions ({lo}, {hi}) is not a range"
             )));
+        }
+        let limits = config.limits;
+        if limits.max_running_turns == 0 || limits.max_connections == 0 {
+            return Err(OpenError::Config(
+                "max_running_turns and max_connections must be at least 1".into(),
+            ));
         }
         let store = open_store(
             config.store,
@@ -199,26 +304,40 @@ impl AppServer {
             config,
             store,
             threads: Mutex::new(HashMap::new()),
+            clock: AtomicU64::new(0),
             idempotency: Mutex::new(IdempotencyCache::default()),
+            idempotency_done: std::sync::Condvar::new(),
             policy: Mutex::new(policy),
-            used_nonces: Mutex::new(Default::default()),
+            used_nonces: Mutex::new(UsedNonces::new(limits.max_used_nonces)),
             next_conn: AtomicU64::new(1),
             shut_down: AtomicBool::new(false),
             connections: Mutex::new(Vec::new()),
-            turn_threads: Mutex::new(Vec::new()),
+            pool: TurnPool::new(limits.max_running_turns, limits.max_queued_turns),
             stats: Stats::default(),
             compacting: Mutex::new(Default::default()),
         });
-        dispatch::recover_all(&inner)?;
+        threads::recover_all(&inner)?;
         Ok(AppServer { inner })
     }
 
-    /// A new connection with its own handshake state.
+    /// A new connection with its own handshake state. Refused as `Overloaded` when
+    /// `max_connections` are open or the OS will not start its worker thread.
     pub fn connect(&self) -> Result<Connection, SendError> {
         if self.inner.shut_down.load(Ordering::SeqCst) {
             return Err(SendError::Closed);
         }
         let limits = self.inner.config.limits;
+        let refuse = || {
+            Stats::bump(&self.inner.stats.connections_refused);
+            SendError::Overloaded {
+                retry_after_ms: 1000,
+            }
+        };
+        let mut connections = lock(&self.inner.connections);
+        connections.retain(|w| w.upgrade().is_some_and(|c| c.is_open()));
+        if connections.len() >= limits.max_connections {
+            return Err(refuse());
+        }
         let shared = Arc::new(ConnShared {
             id: self.inner.next_conn.fetch_add(1, Ordering::SeqCst),
             inbound: BoundedQueue::new(limits.inbound_messages, limits.inbound_bytes),
@@ -231,14 +350,27 @@ impl AppServer {
             next_request_id: AtomicU64::new(1),
             session_grants: Mutex::new(Grants::default()),
             max_line_bytes: limits.max_line_bytes,
+            outbound_stall: limits.outbound_stall,
+            follows: Mutex::new(Follows::new(limits.max_followed_threads)),
+            interrupts: Mutex::new(Vec::new()),
+            accepted: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
+            unanswered_by_design: AtomicU64::new(0),
         });
-        lock(&self.inner.connections).push(Arc::downgrade(&shared));
         let inner = Arc::clone(&self.inner);
         let conn = Arc::clone(&shared);
         let worker = std::thread::Builder::new()
             .name(format!("cc-conn-{}", shared.id))
-            .spawn(move || dispatch::connection_loop(&inner, &conn))
-            .map_err(|_| SendError::Closed)?;
+            .spawn(move || dispatch::connection_loop(&inner, &conn));
+        let worker = match worker {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::error!(target: "cc_app_server::engine", "could not start a connection worker thread: {e}");
+                return Err(refuse());
+            }
+        };
+        connections.push(Arc::downgrade(&shared));
+        Stats::bump(&self.inner.stats.connections_opened);
         Ok(Connection {
             shared,
             worker: Mutex::new(Some(worker)),
@@ -255,8 +387,35 @@ impl AppServer {
         lock(&self.inner.policy).1 = workspace.to_string();
     }
 
+    /// The counters themselves (cheap atomics; see `stats_snapshot` for gauges as well).
     pub fn stats(&self) -> &Stats {
         &self.inner.stats
+    }
+
+    /// Every counter and gauge at once: connections, turns running and queued, runner threads,
+    /// queue depths, slow-consumer closes, ignored responses, failed-closed approvals by
+    /// reason… Cheap enough to poll (a few locks, no I/O); meant for hosts' diagnostics.
+    pub fn stats_snapshot(&self) -> StatsSnapshot {
+        let inner = &self.inner;
+        let mut s = inner.stats.counters();
+        for c in lock(&inner.connections).iter().filter_map(Weak::upgrade) {
+            if !c.is_open() {
+                continue;
+            }
+            s.connections_open += 1;
+            s.inbound_queued += c.inbound.usage().0 as u64;
+            s.outbound_queued += c.outbound.usage().0 as u64;
+            s.interrupts_waiting += lock(&c.interrupts).len() as u64;
+        }
+        let pool = inner.pool.usage();
+        s.turns_running = pool.running as u64;
+        s.turns_queued = pool.queued as u64;
+        s.runner_threads = pool.workers as u64;
+        s.runner_spawn_failures = inner.pool.spawn_failures.load(Ordering::Relaxed);
+        s.threads_loaded = lock(&inner.threads).len() as u64;
+        s.idempotency_entries = lock(&inner.idempotency).len() as u64;
+        s.used_nonces = lock(&inner.used_nonces).len() as u64;
+        s
     }
 
     /// The rollout store this server writes (for verification and tools).
@@ -269,8 +428,8 @@ impl AppServer {
         lock(&self.inner.idempotency).len()
     }
 
-    /// Stops accepting work, interrupts live turns (waiting up to the settle deadline for each),
-    /// closes every connection and flushes the store. Idempotent.
+    /// Stops accepting work, interrupts live and queued turns (recording each as interrupted),
+    /// waits for every runner to stop, closes every connection and flushes the store. Idempotent.
     pub fn shutdown(&self) {
         if self.inner.shut_down.swap(true, Ordering::SeqCst) {
             return;
@@ -279,8 +438,7 @@ impl AppServer {
             .drain(..)
             .filter_map(|w| w.upgrade())
         {
-            conn.inbound.close();
-            conn.outbound.close();
+            conn.close_all(false);
         }
         let live: Vec<Arc<TurnShared>> = lock(&self.inner.threads)
             .values()
@@ -289,9 +447,18 @@ impl AppServer {
         for t in &live {
             t.cancel();
         }
-        let handles: Vec<_> = lock(&self.inner.turn_threads).drain(..).collect();
-        for h in handles {
+        let (queued, runners) = self.inner.pool.shutdown();
+        for job in queued {
+            turn::close_unstarted(job, turn::Unstarted::Interrupted);
+        }
+        for h in runners {
             let _ = h.join();
+        }
+        // Last chance for terminal events the store refused earlier (the disk may have room
+        // now); what still fails is closed by recovery at the next open.
+        let loaded: Vec<Arc<ThreadState>> = lock(&self.inner.threads).values().cloned().collect();
+        for t in loaded {
+            let _ = dispatch::record_pending_terminal(&self.inner, &t);
         }
         let _ = self.inner.store.flush();
     }
@@ -313,12 +480,19 @@ impl Connection {
                 max,
             });
         }
+        // Counted before the push so the worker can never answer a line before it is counted.
+        self.shared.accepted.fetch_add(1, Ordering::SeqCst);
         match self.shared.inbound.try_push(message.to_string()) {
             Ok(()) => Ok(()),
-            Err(PushError::Closed) => Err(SendError::Closed),
-            Err(PushError::Full) => Err(SendError::Overloaded {
-                retry_after_ms: retry_after_ms(&self.shared),
-            }),
+            Err(e) => {
+                self.shared.accepted.fetch_sub(1, Ordering::SeqCst);
+                Err(match e {
+                    PushError::Closed => SendError::Closed,
+                    PushError::Full => SendError::Overloaded {
+                        retry_after_ms: retry_after_ms(&self.shared),
+                    },
+                })
+            }
         }
     }
 
@@ -342,11 +516,21 @@ impl Connection {
         self.shared.is_open()
     }
 
+    /// Lines this connection accepted that the server has not answered yet. Every line gets
+    /// exactly one answer — including lines that are not JSON at all (-32700) — except the
+    /// host's own responses to server requests, so zero means everything sent was answered.
+    /// (The answer may still be waiting in the outbound queue.)
+    pub fn unanswered(&self) -> u64 {
+        let s = &self.shared;
+        let accepted = s.accepted.load(Ordering::SeqCst);
+        let done =
+            s.answered.load(Ordering::SeqCst) + s.unanswered_by_design.load(Ordering::SeqCst);
+        accepted.saturating_sub(done)
+    }
+
     /// Closes the connection: pending approvals fail closed, queued replies are dropped. Idempotent.
     pub fn close(&self) {
-        self.shared.inbound.close();
-        self.shared.outbound.close_and_clear();
-        lock(&self.shared.pending).clear();
+        self.shared.close_all(true);
         let worker = lock(&self.worker).take();
         if let Some(worker) = worker {
             if worker.thread().id() != std::thread::current().id() {
@@ -368,30 +552,44 @@ fn retry_after_ms(conn: &ConnShared) -> u64 {
     (messages as u64 / 16).clamp(1, 1000)
 }
 
+/// The open connections that follow `thread_id`.
+pub(crate) fn followers(inner: &Inner, thread_id: &str) -> Vec<Arc<ConnShared>> {
+    lock(&inner.connections)
+        .iter()
+        .filter_map(Weak::upgrade)
+        .filter(|c| c.is_open() && lock(&c.follows).contains(thread_id))
+        .collect()
+}
+
 /// Appends events to a thread and then delivers the notifications built from them, under the
 /// thread's emit lock so hosts see notifications in seq order.
 pub(crate) fn emit(
     inner: &Inner,
     thread: &ThreadState,
-    payloads: Vec<EventPayload>,
+    events: Vec<NewEvent>,
     notify: impl FnOnce(&[StoredEvent]) -> Vec<ServerNotification>,
 ) -> Result<Vec<StoredEvent>, StoreError> {
-    let _guard = lock(&thread.emit_lock);
-    let payloads = payloads
-        .iter()
-        .map(|p| NewEvent::new(serde_json::to_value(p).expect("an event payload is JSON")))
-        .collect();
-    let events = inner.store.append(&thread.id, payloads)?;
-    let subscribers: Vec<Arc<ConnShared>> = {
+    let guard = lock(&thread.emit_lock);
+    emit_locked(inner, thread, &guard, events, notify)
+}
+
+/// `emit` for a caller that already holds the thread's emit lock (`_held` is the proof).
+pub(crate) fn emit_locked(
+    inner: &Inner,
+    thread: &ThreadState,
+    _held: &MutexGuard<'_, ()>,
+    events: Vec<NewEvent>,
+    notify: impl FnOnce(&[StoredEvent]) -> Vec<ServerNotification>,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    let events = inner.store.append(&thread.id, events)?;
+    {
         let mut data = lock(&thread.data);
         if let Some(last) = events.last() {
             data.last_seq = last.seq;
             data.updated_at = last.time.clone();
         }
-        data.subscribers
-            .retain(|w| w.upgrade().is_some_and(|c| c.is_open()));
-        data.subscribers.iter().filter_map(Weak::upgrade).collect()
-    };
+    }
+    let subscribers = followers(inner, &thread.id);
     for message in notify(&events) {
         let text = serde_json::to_string(&message).expect("a notification is JSON");
         for conn in &subscribers {
@@ -401,23 +599,35 @@ pub(crate) fn emit(
     Ok(events)
 }
 
-/// Puts one message on a connection's outbound queue; a host that stopped reading (queue over
-/// its cap) has its connection closed — the engine and every other connection keep running.
+/// Puts one message on a connection's outbound queue, waiting while the host takes messages
+/// (backpressure: a slow reader slows the engine's work for it down, it does not lose its
+/// connection). A host that takes nothing for `outbound_stall` has its connection closed — the
+/// engine and every other connection keep running.
 pub(crate) fn deliver(inner: &Inner, conn: &ConnShared, text: String) {
     #[cfg(debug_assertions)]
-    if let Ok(value) = serde_json::from_str::<Value>(&text) {
-        if let Err(e) = cc_agent_protocol::validate_protocol_message(&value) {
-            panic!("engine produced an invalid message: {e}\n{text}");
-        }
+    check_outbound(&text);
+    if conn.outbound.push_waiting(text, conn.outbound_stall) == Err(PushError::Full) {
+        Stats::bump(&inner.stats.closed_slow_consumers);
+        tracing::warn!(
+            target: "cc_app_server::engine",
+            "connection {} took no message for {:?} with its outbound queue full; closed as a slow consumer",
+            conn.id, conn.outbound_stall
+        );
+        conn.close_all(true);
     }
-    if conn.outbound.try_push(text) == Err(PushError::Full) {
-        inner
-            .stats
-            .closed_slow_consumers
-            .fetch_add(1, Ordering::Relaxed);
-        conn.outbound.close_and_clear();
-        conn.inbound.close();
-        lock(&conn.pending).clear();
+}
+
+/// Debug builds check every message the engine sends: against the schema, and that our own
+/// parser (and so every client) can read it back.
+#[cfg(debug_assertions)]
+fn check_outbound(text: &str) {
+    match serde_json::from_str::<Value>(text) {
+        Ok(value) => {
+            if let Err(e) = cc_agent_protocol::validate_protocol_message(&value) {
+                panic!("engine produced an invalid message: {e}\n{text}");
+            }
+        }
+        Err(e) => panic!("engine produced a message its own parser refuses: {e}"),
     }
 }
 

@@ -1,6 +1,7 @@
 //! A bounded queue of serialised messages, capped by count and by bytes, with blocking, timed and
 //! async receive. It is the only buffer between the engine and a host, so nothing in it can grow
-//! without limit: a full inbound queue refuses (the host retries), a full outbound queue closes.
+//! without limit: a full inbound queue refuses (the host retries); a full outbound queue makes the
+//! engine wait for the host, and closes only when the host takes nothing for a stall deadline.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -32,12 +33,17 @@ struct State {
     bytes: usize,
     closed: bool,
     wakers: Vec<Waker>,
+    /// When the consumer last took a message: a producer waiting for space measures the
+    /// consumer's stall from here (or from when it started waiting, if later).
+    last_pop: Instant,
 }
 
 /// Caps: at most `max_messages` messages and `max_bytes` bytes queued at once.
 pub struct BoundedQueue {
     state: Mutex<State>,
     ready: Condvar,
+    /// Signalled when a message is taken or the queue closes (producers waiting for space).
+    space: Condvar,
     max_messages: usize,
     max_bytes: usize,
 }
@@ -50,8 +56,10 @@ impl BoundedQueue {
                 bytes: 0,
                 closed: false,
                 wakers: Vec::new(),
+                last_pop: Instant::now(),
             }),
             ready: Condvar::new(),
+            space: Condvar::new(),
             max_messages,
             max_bytes,
         })
@@ -61,22 +69,67 @@ impl BoundedQueue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds a message without blocking, or refuses it.
-    pub fn try_push(&self, message: String) -> Result<(), PushError> {
-        let mut s = self.lock();
-        if s.closed {
-            return Err(PushError::Closed);
-        }
-        if s.items.len() >= self.max_messages || s.bytes + message.len() > self.max_bytes {
-            return Err(PushError::Full);
-        }
+    fn fits(&self, s: &State, len: usize) -> bool {
+        // An empty queue takes any one message, so a message larger than the byte cap cannot
+        // wedge a producer that waits for space.
+        s.items.is_empty() || (s.items.len() < self.max_messages && s.bytes + len <= self.max_bytes)
+    }
+
+    fn push_locked(&self, mut s: std::sync::MutexGuard<'_, State>, message: String) {
         s.bytes += message.len();
         s.items.push_back(message);
         let wakers = std::mem::take(&mut s.wakers);
         drop(s);
         self.ready.notify_one();
         wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// Adds a message without blocking, or refuses it.
+    pub fn try_push(&self, message: String) -> Result<(), PushError> {
+        let s = self.lock();
+        if s.closed {
+            return Err(PushError::Closed);
+        }
+        if s.items.len() >= self.max_messages || s.bytes + message.len() > self.max_bytes {
+            return Err(PushError::Full);
+        }
+        self.push_locked(s, message);
         Ok(())
+    }
+
+    /// Adds a message, waiting for space while the consumer keeps taking messages. `Full` only
+    /// when the queue stayed full and the consumer took nothing for `stall` (measured from the
+    /// later of its last take and the start of this wait): a slow reader is waited for, a reader
+    /// that stopped is not.
+    pub fn push_waiting(&self, message: String, stall: Duration) -> Result<(), PushError> {
+        let started = Instant::now();
+        let mut s = self.lock();
+        loop {
+            if s.closed {
+                return Err(PushError::Closed);
+            }
+            if self.fits(&s, message.len()) {
+                self.push_locked(s, message);
+                return Ok(());
+            }
+            let since = s.last_pop.max(started);
+            let now = Instant::now();
+            let deadline = since + stall;
+            if now >= deadline {
+                return Err(PushError::Full);
+            }
+            s = self
+                .space
+                .wait_timeout(s, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    fn popped(&self, s: &mut State, item: &str) {
+        s.bytes -= item.len();
+        s.last_pop = Instant::now();
+        self.space.notify_all();
     }
 
     /// Takes the next message, waiting up to `timeout` (`None`: wait until one arrives or close).
@@ -85,7 +138,7 @@ impl BoundedQueue {
         let mut s = self.lock();
         loop {
             if let Some(item) = s.items.pop_front() {
-                s.bytes -= item.len();
+                self.popped(&mut s, &item);
                 return Ok(item);
             }
             if s.closed {
@@ -111,7 +164,7 @@ impl BoundedQueue {
     pub fn try_recv(&self) -> Option<String> {
         let mut s = self.lock();
         let item = s.items.pop_front()?;
-        s.bytes -= item.len();
+        self.popped(&mut s, &item);
         Some(item)
     }
 
@@ -129,6 +182,7 @@ impl BoundedQueue {
         let wakers = std::mem::take(&mut s.wakers);
         drop(s);
         self.ready.notify_all();
+        self.space.notify_all();
         wakers.into_iter().for_each(Waker::wake);
     }
 
@@ -163,7 +217,7 @@ impl Future for RecvFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut s = self.queue.lock();
         if let Some(item) = s.items.pop_front() {
-            s.bytes -= item.len();
+            self.queue.popped(&mut s, &item);
             return Poll::Ready(Ok(item));
         }
         if s.closed {
@@ -233,6 +287,44 @@ mod tests {
         assert_eq!(
             (limits.outbound_messages, limits.outbound_bytes),
             (512, 8 << 20)
+        );
+    }
+
+    #[test]
+    fn a_waiting_push_waits_for_a_slow_consumer_and_gives_up_on_a_stopped_one() {
+        let q = BoundedQueue::new(2, 1000);
+        q.try_push("a".into()).unwrap();
+        q.try_push("b".into()).unwrap();
+        // A consumer taking one message every 20 ms keeps a producer with a 200 ms stall
+        // deadline going for far longer than that deadline.
+        let q2 = Arc::clone(&q);
+        let consumer = std::thread::spawn(move || {
+            let mut got = 0;
+            while got < 30 {
+                std::thread::sleep(Duration::from_millis(20));
+                if q2.recv(Some(Duration::from_secs(5))).is_ok() {
+                    got += 1;
+                }
+            }
+        });
+        for i in 0..28 {
+            q.push_waiting(format!("m{i}"), Duration::from_millis(200))
+                .unwrap_or_else(|e| panic!("message {i}: {e:?}"));
+        }
+        consumer.join().unwrap();
+        // Nobody takes anything now: the wait ends after the stall deadline with Full.
+        q.try_push("x".into()).unwrap();
+        q.try_push("y".into()).unwrap();
+        let t = Instant::now();
+        assert_eq!(
+            q.push_waiting("z".into(), Duration::from_millis(100)),
+            Err(PushError::Full)
+        );
+        assert!(t.elapsed() >= Duration::from_millis(100));
+        q.close();
+        assert_eq!(
+            q.push_waiting("z".into(), Duration::from_secs(10)),
+            Err(PushError::Closed)
         );
     }
 

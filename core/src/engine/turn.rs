@@ -1,8 +1,11 @@
-//! One turn's life: the runner thread that drives the kernel, the `TurnContext` it is given, and
-//! the approval gate every tool request passes through. The terminal event is appended (durably)
-//! before `turn/completed` is sent, and exactly once per turn.
+//! One turn's life: what the runner does with the kernel, the `TurnContext` it is given, and the
+//! approval gate every tool request passes through. The terminal event is appended (durably)
+//! before `turn/completed` is sent, and exactly once per turn; the one exception, a store that
+//! refuses writes, is spelled out at `unrecorded_end`.
 
-use super::{deliver, emit, lock, ConnShared, Inner, ThreadState};
+use super::dispatch::{reply_settled, RawId};
+use super::pool::Job;
+use super::{deliver, emit, followers, lock, ConnShared, Inner, Stats, ThreadState};
 use crate::approval::{self, ApprovalPolicy};
 use crate::kernel::{KernelError, TurnContext};
 use crate::protocol::{
@@ -15,87 +18,172 @@ use crate::protocol::{
     ServerRequest, ToolCall, ToolRequestedEvent, ToolRequestedNotification, ToolRequestedParams,
     ToolResult, ToolResultDenied, ToolResultError, ToolResultEvent, ToolResultNotification,
     ToolResultParams, Turn, TurnCompletedEvent, TurnCompletedNotification, TurnCompletedParams,
-    TurnError, TurnStatus, TurnStatusChangedEvent, UserInput,
+    TurnError, TurnStatus, TurnStatusChangedEvent,
 };
+use crate::rollout::{NewEvent, StoreError};
 use crate::time::{format_unix_millis, now_rfc3339, now_unix_millis};
 use serde_json::{Map, Value};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
+
+/// A `turn/interrupt` waiting for the kernel to stop: answered by the runner when the turn
+/// settles, or by its connection's worker at the deadline (whichever removes it first).
+pub(crate) struct InterruptWaiter {
+    pub conn: Weak<ConnShared>,
+    pub conn_id: u64,
+    /// The request id exactly as the host wrote it.
+    pub request_id: RawId,
+    pub deadline: Instant,
+}
+
+/// What the approval wait and the tool gate decide under one lock, so that "cancelled" and
+/// "an answer arrived" are never read apart.
+#[derive(Default)]
+struct Control {
+    /// The approval/decide request id the runner is waiting on, and the answer once it came.
+    awaiting: Option<u64>,
+    answer: Option<Value>,
+}
+
+struct Done {
+    /// The terminal Turn once the runner has physically stopped.
+    terminal: Option<Turn>,
+    waiters: Vec<InterruptWaiter>,
+}
 
 /// A live turn, shared by its runner, the thread state and turn/interrupt.
 pub(crate) struct TurnShared {
     pub id: String,
     pub thread_id: String,
-    pub started_at: String,
+    /// The `turnStarted` event's time once recorded (the wire Turn's `startedAt`).
+    started_at: Mutex<String>,
+    /// The thread's last seq when the turn was admitted: everything up to it is settled
+    /// history, which is all `thread/fork` copies while the turn is live.
+    pub base_seq: u64,
     status: Mutex<TurnStatus>,
+    /// Written only while holding `ctl`, so a check made under `ctl` is atomic with `cancel`.
     cancelled: AtomicBool,
-    wake: (Mutex<()>, Condvar),
-    /// The terminal Turn once the runner has physically stopped.
-    done: Mutex<Option<Turn>>,
-    done_cv: Condvar,
+    ctl: Mutex<Control>,
+    /// Wakes the approval wait and cancellable sleeps: on cancel, on an answer, on a closed
+    /// connection.
+    wake: Condvar,
+    done: Mutex<Done>,
     pub conn: Weak<ConnShared>,
     grants: Mutex<approval::Grants>,
     next_item: AtomicU64,
 }
 
 impl TurnShared {
-    pub fn new(id: String, thread_id: String, conn: Weak<ConnShared>) -> Arc<Self> {
+    pub fn new(id: String, thread_id: String, conn: Weak<ConnShared>, base_seq: u64) -> Arc<Self> {
         Arc::new(TurnShared {
             id,
             thread_id,
-            started_at: now_rfc3339(),
+            started_at: Mutex::new(now_rfc3339()),
+            base_seq,
             status: Mutex::new(TurnStatus::Queued),
             cancelled: AtomicBool::new(false),
-            wake: (Mutex::new(()), Condvar::new()),
-            done: Mutex::new(None),
-            done_cv: Condvar::new(),
+            ctl: Mutex::new(Control::default()),
+            wake: Condvar::new(),
+            done: Mutex::new(Done {
+                terminal: None,
+                waiters: Vec::new(),
+            }),
             conn,
             grants: Mutex::new(Default::default()),
             next_item: AtomicU64::new(1),
         })
     }
 
+    pub fn set_started_at(&self, time: &str) {
+        *lock(&self.started_at) = time.to_string();
+    }
+
     /// The wire Turn as it stands now.
     pub fn to_wire(&self) -> Turn {
-        if let Some(done) = lock(&self.done).clone() {
+        if let Some(done) = lock(&self.done).terminal.clone() {
             return done;
         }
         wire_turn(
             &self.id,
             &self.thread_id,
             *lock(&self.status),
-            &self.started_at,
+            &lock(&self.started_at),
             None,
             None,
         )
     }
 
-    /// Asks the kernel to stop; wakes any cancellable sleep or approval wait.
+    /// Asks the kernel to stop and wakes the approval wait and any cancellable sleep. Once this
+    /// returns, no tool of this turn starts (see `may_start_tool`).
     pub fn cancel(&self) {
+        let _ctl = lock(&self.ctl);
         self.cancelled.store(true, Ordering::SeqCst);
-        let _g = lock(&self.wake.0);
-        self.wake.1.notify_all();
+        self.wake.notify_all();
     }
 
-    /// Waits up to `timeout` for the runner to stop; the terminal Turn if it did.
-    pub fn wait_settled(&self, timeout: Duration) -> Option<Turn> {
-        let deadline = Instant::now() + timeout;
-        let mut done = lock(&self.done);
-        while done.is_none() {
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
-            }
-            done = self
-                .done_cv
-                .wait_timeout(done, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Wakes the runner's waits so it re-checks the connection (it was closed).
+    pub fn wake(&self) {
+        let _ctl = lock(&self.ctl);
+        self.wake.notify_all();
+    }
+
+    /// The host's answer to the approval/decide request `id`, if the runner still waits for it.
+    pub fn answer(&self, id: u64, response: Value) -> bool {
+        let mut ctl = lock(&self.ctl);
+        if ctl.awaiting != Some(id) || ctl.answer.is_some() {
+            return false;
         }
-        done.clone()
+        ctl.answer = Some(response);
+        self.wake.notify_all();
+        true
+    }
+
+    /// The decision to run a tool, taken under the same lock as `cancel`: an interrupt accepted
+    /// before this point always wins.
+    fn may_start_tool(&self) -> bool {
+        let _ctl = lock(&self.ctl);
+        !self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// The terminal Turn if the runner has stopped; otherwise registers `waiter` to be answered
+    /// when it does.
+    pub fn settled_or_wait(&self, waiter: InterruptWaiter) -> Result<Turn, ()> {
+        let mut done = lock(&self.done);
+        match &done.terminal {
+            Some(t) => Ok(t.clone()),
+            None => {
+                done.waiters.push(waiter);
+                Err(())
+            }
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        lock(&self.done).terminal.is_some()
+    }
+
+    /// Removes this connection's waiters whose deadline has passed (they are answered -32010).
+    pub fn take_expired(&self, conn_id: u64, now: Instant) -> Vec<InterruptWaiter> {
+        let mut done = lock(&self.done);
+        let (expired, kept) = std::mem::take(&mut done.waiters)
+            .into_iter()
+            .partition(|w| w.conn_id == conn_id && w.deadline <= now);
+        done.waiters = kept;
+        expired
+    }
+
+    /// Marks the turn settled and hands back the interrupts waiting for that.
+    fn settle(&self, terminal: Turn, status: TurnStatus) -> Vec<InterruptWaiter> {
+        *lock(&self.status) = status;
+        let mut done = lock(&self.done);
+        done.terminal = Some(terminal);
+        std::mem::take(&mut done.waiters)
     }
 }
 
@@ -142,19 +230,27 @@ fn truncate(text: &str, max: usize) -> String {
     text[..end].to_string()
 }
 
-/// Drives one turn on its own thread, from running to its single terminal event.
-pub(crate) fn run(
-    inner: Arc<Inner>,
-    thread: Arc<ThreadState>,
-    turn: Arc<TurnShared>,
-    input: Vec<UserInput>,
-) {
+/// Drives one turn on a runner thread, from running to its single terminal event.
+pub(crate) fn run(job: Job) {
+    let Job {
+        inner,
+        thread,
+        turn,
+        input,
+    } = job;
+    if turn.is_cancelled() {
+        // Interrupted while it waited for a runner: the kernel never starts.
+        let error = Some(turn_error("interrupted", "the turn was interrupted"));
+        finish(&inner, &thread, &turn, TurnStatus::Interrupted, error);
+        return;
+    }
     let ctx = Ctx {
         inner: &inner,
         thread: &thread,
         turn: &turn,
         agent_options: lock(&thread.data).agent_options.clone(),
         error_code: Mutex::new(None),
+        recording_failed: AtomicBool::new(false),
     };
     let result = if ctx.set_status(TurnStatus::Running).is_err() {
         Ok(Err(KernelError::Failed(
@@ -165,9 +261,18 @@ pub(crate) fn run(
             inner.config.kernel.run_turn(&ctx, &input)
         }))
     };
-    let cancelled = turn.cancelled.load(Ordering::SeqCst);
+    let cancelled = turn.is_cancelled();
     let interrupted = || Some(turn_error("interrupted", "the turn was interrupted"));
     let (status, error) = match result {
+        // The store refused an event: whatever the kernel made of that, the turn could not be
+        // recorded, and the host is told so by code.
+        _ if ctx.recording_failed.load(Ordering::SeqCst) => (
+            TurnStatus::Failed,
+            Some(turn_error(
+                "recordingFailed",
+                "an event of this turn could not be written to the rollout (disk full or I/O error); the turn was stopped",
+            )),
+        ),
         Ok(Err(KernelError::Failed(m))) => (
             TurnStatus::Failed,
             Some(turn_error(
@@ -189,8 +294,38 @@ pub(crate) fn run(
     finish(&inner, &thread, &turn, status, error);
 }
 
-/// Records the terminal event durably, then tells the hosts, then releases the thread.
-fn finish(
+/// Why a turn ends without its kernel ever starting.
+pub(crate) enum Unstarted {
+    /// Interrupted (or the server shut down) while it waited for a runner.
+    Interrupted,
+    /// No runner thread exists and the OS refused to create one.
+    NoRunner,
+}
+
+/// Closes an admitted turn that never reached a runner, in exactly one recorded terminal state,
+/// and gives its place in the pool back.
+pub(crate) fn close_unstarted(job: Job, why: Unstarted) {
+    let (status, error) = match why {
+        Unstarted::Interrupted => (
+            TurnStatus::Interrupted,
+            turn_error("interrupted", "the turn was interrupted before it started"),
+        ),
+        Unstarted::NoRunner => (
+            TurnStatus::Failed,
+            turn_error(
+                "runnerUnavailable",
+                "the server could not start a thread to run this turn (the system refused to create one); retry later",
+            ),
+        ),
+    };
+    finish(&job.inner, &job.thread, &job.turn, status, Some(error));
+    job.inner.pool.release();
+}
+
+/// Records the terminal event durably, then tells the hosts, then answers the interrupts that
+/// waited for it. If the store refuses the terminal event too (disk full), the turn still ends
+/// for everyone: see `unrecorded_end`.
+pub(crate) fn finish(
     inner: &Inner,
     thread: &ThreadState,
     turn: &TurnShared,
@@ -202,7 +337,7 @@ fn finish(
         &turn.id,
         &turn.thread_id,
         status,
-        &turn.started_at,
+        &lock(&turn.started_at),
         Some(&completed_at),
         error.clone(),
     );
@@ -213,43 +348,104 @@ fn finish(
         physically_settled: true,
         extra: Map::new(),
     });
+    let mut waiters = Vec::new();
     // The thread is released after the terminal event is durable but before any host hears of
     // it, so a host that starts the next turn on `turn/completed` never meets a stale -32009.
-    let release = || {
-        *lock(&turn.status) = status;
+    let mut release = |terminal: Turn| {
+        waiters = turn.settle(terminal.clone(), status);
         let mut data = lock(&thread.data);
-        data.turns.insert(turn.id.clone(), terminal.clone());
+        data.remember_turn(terminal, inner.config.limits.recent_turns);
         if data.active.as_ref().is_some_and(|a| a.id == turn.id) {
             data.active = None;
         }
-        drop(data);
-        *lock(&turn.done) = Some(terminal.clone());
-        turn.done_cv.notify_all();
     };
-    let recorded = emit(inner, thread, vec![payload], |events| {
-        release();
+    let recorded = emit(inner, thread, vec![event(&payload)], |events| {
+        let mut terminal = terminal.clone();
+        terminal.completed_at = Some(events[0].time.clone());
+        release(terminal.clone());
         vec![ServerNotification::TurnCompleted(
             TurnCompletedNotification {
                 jsonrpc: rpc(),
                 params: TurnCompletedParams {
                     thread_id: thread.id.clone(),
                     event_seq: events[0].seq,
-                    turn: terminal.clone(),
+                    turn: terminal,
                     extra: Map::new(),
                 },
             },
         )]
     });
-    if let Err(e) = recorded {
-        // The terminal could not be made durable: the turn is closed in memory, and recovery
-        // closes it (as failed) on the next open, so it is never left dangling on disk.
-        tracing::error!(
-            target: "cc_app_server::turn",
-            "could not record the end of turn {}: {e}",
-            turn.id
-        );
-        release();
+    let terminal = match recorded {
+        Ok(_) => turn.to_wire(),
+        Err(e) => unrecorded_end(inner, thread, turn, &e, release),
+    };
+    for w in waiters {
+        if let Some(conn) = w.conn.upgrade() {
+            reply_settled(inner, &conn, &w.request_id, terminal.clone());
+        }
     }
+}
+
+/// The terminal event could not be written (disk full, I/O error). The turn must still end in
+/// one terminal state the host can see: it is closed in memory as `failed` with
+/// `recordingFailed`, `turn/completed` goes out now carrying the thread's last durable seq, and
+/// the terminal event is written before anything else on this thread once the store accepts
+/// writes again (or by recovery on the next open). This is the one notification sent without its
+/// event on disk; it announces exactly what the durable log will say once it can be written, so
+/// a host never acts on something a crash could take back.
+fn unrecorded_end(
+    inner: &Inner,
+    thread: &ThreadState,
+    turn: &TurnShared,
+    cause: &StoreError,
+    mut release: impl FnMut(Turn),
+) -> Turn {
+    tracing::error!(
+        target: "cc_app_server::turn",
+        "could not record the end of turn {}: {cause}; it ends as failed/recordingFailed and is recorded when the store accepts writes again",
+        turn.id
+    );
+    Stats::bump(&inner.stats.unrecorded_terminals);
+    let error = turn_error(
+        "recordingFailed",
+        "the end of this turn could not be written to the rollout (disk full or I/O error); it is recorded as failed once the store accepts writes again",
+    );
+    let terminal = wire_turn(
+        &turn.id,
+        &turn.thread_id,
+        TurnStatus::Failed,
+        &lock(&turn.started_at),
+        Some(&now_rfc3339()),
+        Some(error.clone()),
+    );
+    let pending = EventPayload::TurnCompleted(TurnCompletedEvent {
+        turn_id: turn.id.clone(),
+        status: TurnStatus::Failed,
+        error: Some(error),
+        physically_settled: true,
+        extra: Map::new(),
+    });
+    let _emitting = lock(&thread.emit_lock);
+    let last_seq = {
+        let mut data = lock(&thread.data);
+        data.pending_terminal = Some(pending);
+        data.last_seq
+    };
+    release(terminal.clone());
+    let note = ServerNotification::TurnCompleted(TurnCompletedNotification {
+        jsonrpc: rpc(),
+        params: TurnCompletedParams {
+            thread_id: thread.id.clone(),
+            event_seq: last_seq,
+            turn: terminal.clone(),
+            extra: Map::new(),
+        },
+    });
+    let text = serde_json::to_string(&note).expect("a notification is JSON");
+    for conn in followers(inner, &thread.id) {
+        deliver(inner, &conn, text.clone());
+    }
+    terminal
 }
 
 struct Ctx<'a> {
@@ -259,12 +455,35 @@ struct Ctx<'a> {
     agent_options: Value,
     /// The code a kernel named for its failure (`TurnContext::set_error_code`).
     error_code: Mutex<Option<String>>,
+    /// Set when the store refused one of this turn's events.
+    recording_failed: AtomicBool,
 }
 
-/// A kernel's output, checked against the schema before it is recorded: the generated types keep
-/// unknown display values (`Item::Unknown`), which a kernel must not invent.
+/// Levels of arrays and objects a kernel's item, delta or tool call, or a tool's result, may
+/// nest (the value itself being the first). Recorded values are served back at most 6 levels
+/// deeper (thread/read: envelope, result, events, event, payload, item), so every answer stays
+/// far inside the 127 levels a wire parser accepts. Stated in the schema (`JsonValue`).
+pub(crate) const MAX_OUTPUT_DEPTH: usize = 64;
+
+/// Arrays and objects nest at most `limit` levels in `v` (itself the first).
+fn within_depth(v: &Value, limit: usize) -> bool {
+    match v {
+        Value::Array(a) => limit > 0 && a.iter().all(|x| within_depth(x, limit - 1)),
+        Value::Object(o) => limit > 0 && o.values().all(|x| within_depth(x, limit - 1)),
+        _ => true,
+    }
+}
+
+/// A kernel's output, checked against the schema and the depth bound before it is recorded: the
+/// generated types keep unknown display values (`Item::Unknown`) and unknown members, which a
+/// kernel must not invent nor nest past what every reader can parse.
 fn checked<T: serde::Serialize + ?Sized>(definition: &str, value: &T) -> Result<(), KernelError> {
     let value = serde_json::to_value(value).map_err(|e| KernelError::Failed(e.to_string()))?;
+    if !within_depth(&value, MAX_OUTPUT_DEPTH) {
+        return Err(KernelError::Failed(format!(
+            "the kernel produced a {definition} nested more than {MAX_OUTPUT_DEPTH} levels deep"
+        )));
+    }
     cc_agent_protocol::validate_protocol_definition(definition, &value).map_err(|e| {
         KernelError::Failed(format!("the kernel produced an invalid {definition}: {e}"))
     })
@@ -272,6 +491,11 @@ fn checked<T: serde::Serialize + ?Sized>(definition: &str, value: &T) -> Result<
 
 fn recording_failed(e: impl std::fmt::Display) -> KernelError {
     KernelError::Failed(format!("could not record an event durably: {e}"))
+}
+
+/// A store event from a typed payload.
+pub(crate) fn event(payload: &EventPayload) -> NewEvent {
+    NewEvent::new(serde_json::to_value(payload).expect("an event payload is JSON"))
 }
 
 /// What the approval gate concluded for one tool request.
@@ -282,6 +506,17 @@ enum Verdict {
 }
 
 impl Ctx<'_> {
+    fn failed_to_record(&self, e: StoreError) -> KernelError {
+        self.recording_failed.store(true, Ordering::SeqCst);
+        Stats::bump(&self.inner.stats.recording_failures);
+        tracing::error!(
+            target: "cc_app_server::turn",
+            "turn {}: an event could not be recorded: {e}",
+            self.turn.id
+        );
+        recording_failed(e)
+    }
+
     fn set_status(&self, status: TurnStatus) -> Result<(), KernelError> {
         *lock(&self.turn.status) = status;
         let payload = EventPayload::TurnStatusChanged(TurnStatusChangedEvent {
@@ -289,9 +524,9 @@ impl Ctx<'_> {
             status,
             extra: Map::new(),
         });
-        emit(self.inner, self.thread, vec![payload], |_| vec![])
+        emit(self.inner, self.thread, vec![event(&payload)], |_| vec![])
             .map(|_| ())
-            .map_err(recording_failed)
+            .map_err(|e| self.failed_to_record(e))
     }
 
     /// Appends one event and sends the notification built from its seq.
@@ -300,10 +535,10 @@ impl Ctx<'_> {
         payload: EventPayload,
         note: impl FnOnce(String, u64) -> ServerNotification,
     ) -> Result<u64, KernelError> {
-        let events = emit(self.inner, self.thread, vec![payload], |events| {
+        let events = emit(self.inner, self.thread, vec![event(&payload)], |events| {
             vec![note(self.thread.id.clone(), events[0].seq)]
         })
-        .map_err(recording_failed)?;
+        .map_err(|e| self.failed_to_record(e))?;
         Ok(events[0].seq)
     }
 
@@ -378,6 +613,9 @@ impl Ctx<'_> {
                 self.classify(answer, &binding, expires_ms, policy, &workspace)
             }
         };
+        if let Some(reason) = failure {
+            self.inner.stats.failed_closed(reason);
+        }
         let resolved = EventPayload::ApprovalResolved(ApprovalResolvedEvent {
             turn_id: self.turn_id_owned(),
             item_id: item_id.into(),
@@ -440,11 +678,15 @@ impl Ctx<'_> {
         expires_ms: i64,
     ) -> Answer {
         let id = conn.next_request_id.fetch_add(1, Ordering::SeqCst);
-        let (tx, rx) = sync_channel(1);
-        lock(&conn.pending).insert(id, tx);
+        {
+            let mut ctl = lock(&self.turn.ctl);
+            ctl.awaiting = Some(id);
+            ctl.answer = None;
+        }
+        lock(&conn.pending).insert(id, Arc::clone(self.turn));
         let request = ServerRequest::ApprovalDecide(ApprovalDecideRequest {
             jsonrpc: rpc(),
-            id,
+            id: id.into(),
             params: ApprovalDecideParams {
                 binding: binding.clone(),
                 operation: call.clone(),
@@ -456,25 +698,37 @@ impl Ctx<'_> {
             conn,
             serde_json::to_string(&request).expect("a server request is JSON"),
         );
+        let grace = self.inner.config.approval_grace.as_millis() as i64;
+        let wait_ms = (expires_ms + grace - now_unix_millis()).max(0) as u64;
+        let deadline = Instant::now() + Duration::from_millis(wait_ms);
+        let mut ctl = lock(&self.turn.ctl);
         let answer = loop {
-            match rx.recv_timeout(Duration::from_millis(20)) {
-                Ok(v) => break Answer::Response(v),
-                Err(RecvTimeoutError::Disconnected) => break Answer::Closed,
-                Err(RecvTimeoutError::Timeout) => {
-                    if self.turn.cancelled.load(Ordering::SeqCst) {
-                        break Answer::Interrupted;
-                    }
-                    if now_unix_millis()
-                        >= expires_ms + self.inner.config.approval_grace.as_millis() as i64
-                    {
-                        break Answer::TimedOut;
-                    }
-                    if !conn.is_open() {
-                        break Answer::Closed;
-                    }
-                }
+            // Cancellation first: an interrupt accepted before the answer was read wins, even
+            // when both are there at once.
+            if self.turn.is_cancelled() {
+                break Answer::Interrupted;
             }
+            if let Some(v) = ctl.answer.take() {
+                break Answer::Response(v);
+            }
+            if !conn.is_open() {
+                break Answer::Closed;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break Answer::TimedOut;
+            }
+            // Woken by cancel, an answer or a closed connection; the cap is only a safety net.
+            ctl = self
+                .turn
+                .wake
+                .wait_timeout(ctl, (deadline - now).min(Duration::from_secs(1)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         };
+        ctl.awaiting = None;
+        ctl.answer = None;
+        drop(ctl);
         lock(&conn.pending).remove(&id);
         answer
     }
@@ -500,7 +754,9 @@ impl Ctx<'_> {
             Answer::Closed => return fail(ApprovalFailure::TransportClosed),
             Answer::Interrupted => return (ApprovalOutcome::Cancelled, None, None),
         };
-        let first_use = lock(&self.inner.used_nonces).insert(binding.nonce.clone());
+        let forget_at = expires_ms + self.inner.config.approval_grace.as_millis() as i64;
+        let first_use =
+            lock(&self.inner.used_nonces).insert(&binding.nonce, forget_at, now_unix_millis());
         if response.get("error").is_some() {
             return fail(ApprovalFailure::HandlerError);
         }
@@ -685,6 +941,11 @@ impl TurnContext for Ctx<'_> {
                 })
             }
             Verdict::Deny(reason) => ToolResult::Denied(ToolResultDenied { reason }),
+            // The last check before the tool starts, under the lock `cancel` takes: after
+            // turn/interrupt was accepted, no tool of this turn starts, whatever the approval said.
+            Verdict::Run if !self.turn.may_start_tool() => ToolResult::Denied(ToolResultDenied {
+                reason: "the turn was interrupted before the tool started".into(),
+            }),
             Verdict::Run => {
                 self.inner
                     .stats
@@ -727,7 +988,7 @@ impl TurnContext for Ctx<'_> {
     }
 
     fn is_cancelled(&self) -> bool {
-        self.turn.cancelled.load(Ordering::SeqCst)
+        self.turn.is_cancelled()
     }
 
     fn history(&self) -> Result<super::History, KernelError> {
@@ -748,7 +1009,7 @@ impl TurnContext for Ctx<'_> {
 
     fn sleep_cancellable(&self, duration: Duration) -> bool {
         let deadline = Instant::now() + duration;
-        let mut guard = lock(&self.turn.wake.0);
+        let mut guard = lock(&self.turn.ctl);
         loop {
             if self.is_cancelled() {
                 return true;
@@ -760,7 +1021,6 @@ impl TurnContext for Ctx<'_> {
             guard = self
                 .turn
                 .wake
-                .1
                 .wait_timeout(guard, deadline - now)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;

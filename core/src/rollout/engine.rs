@@ -733,9 +733,13 @@ impl<B: Backend> Engine<B> {
     fn create(
         &self,
         start: ThreadStart,
+        recorded: HeaderExtra,
         extra: Vec<NewEvent>,
     ) -> Result<(ThreadSummary, StoredEvent), StoreError> {
         validate_thread_id(&start.thread_id)?;
+        if let Some(k) = &recorded.idempotency_key {
+            validate_thread_id(k)?;
+        }
         if let Some(f) = &start.forked_from {
             validate_thread_id(&f.thread_id)?;
             if !is_chain_hash(&f.event_hash) {
@@ -752,10 +756,12 @@ impl<B: Backend> Engine<B> {
             Err(StoreError::NotFound(_)) => {}
             Err(e) => return Err(e),
         }
-        let mut events = vec![NewEvent::new(header_payload(
-            &start,
-            self.options.format_version,
-        ))];
+        let mut header = NewEvent::new(header_payload(&start, self.options.format_version));
+        if let Some(options) = recorded.agent_options {
+            header.payload["agentOptions"] = options;
+        }
+        header.idempotency_key = recorded.idempotency_key;
+        let mut events = vec![header];
         events.extend(extra);
         let out = self.submit(Request {
             id: start.thread_id.clone(),
@@ -873,7 +879,15 @@ impl<B: Backend> Drop for Engine<B> {
 
 impl<B: Backend> RolloutStore for Engine<B> {
     fn start(&self, start: ThreadStart) -> Result<(ThreadSummary, StoredEvent), StoreError> {
-        self.create(start, Vec::new())
+        self.create(start, HeaderExtra::default(), Vec::new())
+    }
+
+    fn start_recorded(
+        &self,
+        start: ThreadStart,
+        recorded: HeaderExtra,
+    ) -> Result<(ThreadSummary, StoredEvent), StoreError> {
+        self.create(start, recorded, Vec::new())
     }
 
     fn append(
@@ -1107,12 +1121,21 @@ impl<B: Backend> RolloutStore for Engine<B> {
                 event_hash: origin_hash,
             }),
         };
+        // The host's agentOptions travel with the thread into its forks.
+        let recorded = HeaderExtra {
+            agent_options: self
+                .event_at(source, 1)?
+                .payload
+                .get("agentOptions")
+                .cloned(),
+            idempotency_key: None,
+        };
         if hashes_needed.is_empty() {
-            return self.create(start, copies);
+            return self.create(start, recorded, copies);
         }
         // A copied compaction's toHash is the fork's own hash at the mapped seq, known only once
         // that prefix is sealed: commit up to each compaction, then fill it in.
-        let (_, header) = self.create(start, Vec::new())?;
+        let (_, header) = self.create(start, recorded, Vec::new())?;
         let mut chunk = Vec::new();
         for (i, mut ev) in copies.into_iter().enumerate() {
             if let Some(&(_, nt)) = hashes_needed.iter().find(|(ci, _)| *ci == i) {

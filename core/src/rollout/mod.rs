@@ -177,6 +177,15 @@ pub struct ThreadStart {
     pub forked_from: Option<ForkOrigin>,
 }
 
+/// What `start_recorded` adds to a thread's header event, so that it survives restarts: the
+/// host's `agentOptions` (a member of the header payload) and the `idempotencyKey` of the request
+/// that created the thread (the event's own `idempotencyKey`).
+#[derive(Debug, Clone, Default)]
+pub struct HeaderExtra {
+    pub agent_options: Option<Value>,
+    pub idempotency_key: Option<String>,
+}
+
 /// A thread's head and header, as `list`/`summary` report it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ThreadSummary {
@@ -297,6 +306,12 @@ impl From<rusqlite::Error> for StoreError {
 pub trait RolloutStore: Send + Sync {
     /// Creates a thread; seq 1 is its `threadStarted` header.
     fn start(&self, start: ThreadStart) -> Result<(ThreadSummary, StoredEvent), StoreError>;
+    /// `start`, recording `recorded` in the header event too.
+    fn start_recorded(
+        &self,
+        start: ThreadStart,
+        recorded: HeaderExtra,
+    ) -> Result<(ThreadSummary, StoredEvent), StoreError>;
     /// Appends a batch atomically; returns once durable per the store's `Durability`.
     fn append(
         &self,

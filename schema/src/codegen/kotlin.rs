@@ -312,6 +312,8 @@ fn ty(t: &Ty) -> String {
         Ty::Integer { .. } => "Long".into(),
         Ty::Number => "Double".into(),
         Ty::Boolean => "Boolean".into(),
+        // A Long or a String.
+        Ty::IntegerOrString => "Any".into(),
         Ty::Json => "Any".into(),
         Ty::Named(n) => n.clone(),
         Ty::Array(inner) => format!("List<{}>", ty(inner)),
@@ -380,6 +382,19 @@ impl Gen<'_> {
             }
             Ty::Number => format!("readNumber({j}, {at})"),
             Ty::Boolean => format!("readBoolean({j}, {at})"),
+            Ty::IntegerOrString => {
+                let mut args = vec![j.to_string(), at.to_string()];
+                if let Some(m) = b.minimum {
+                    args.push(format!("minimum = {}", long_literal(m)));
+                }
+                if let Some(m) = b.maximum {
+                    args.push(format!("maximum = {}", long_literal(m)));
+                }
+                if let Some(m) = b.max_length {
+                    args.push(format!("maxLength = {m}"));
+                }
+                format!("readLongOrString({})", args.join(", "))
+            }
             Ty::Json => format!("readJson({j}, {at})"),
             Ty::Array(inner) => {
                 let mut args = vec![j.to_string(), at.to_string()];
@@ -467,8 +482,11 @@ impl Gen<'_> {
                 );
                 let _ = writeln!(
                     out,
-                    "internal fun decode{name}(j: Any?, at: String, mode: DecodeMode): {name} {{\n    val o = readObject(j, at)\n    val t = requireMember(o, {tl}, at)\n    return when {{",
-                    tl = string_literal(tag)
+                    "internal fun decode{name}(j: Any?, at: String, mode: DecodeMode): {name} {{\n    val o = readObject(j, at){depth}\n    val t = requireMember(o, {tl}, at)\n    return when {{",
+                    tl = string_literal(tag),
+                    depth = max_depth(self.raw, name)
+                        .map(|n| format!("\n    checkDepth(o, at, {n})"))
+                        .unwrap_or_default()
                 );
                 for b in branches {
                     let _ = writeln!(
@@ -840,6 +858,13 @@ impl Gen<'_> {
 }
 
 /// An expression encoding the Kotlin value `v` of type `t` as an org.json value.
+/// A definition's `x-max-depth` (nesting bound), if it has one.
+fn max_depth(raw: Option<&'static serde_json::Value>, name: &str) -> Option<u64> {
+    schema_info::def_node(raw, name)?
+        .get("x-max-depth")?
+        .as_u64()
+}
+
 fn enc(t: &Ty, v: &str, depth: usize) -> String {
     match t {
         Ty::Named(n) => format!("encode{n}({v})"),
@@ -1257,6 +1282,31 @@ internal fun readBoolean(j: Any?, at: String): Boolean =
     j as? Boolean ?: fail(at, "expected a boolean, found " + describeValue(j))
 
 internal fun readJson(j: Any?, at: String): Any = j ?: fail(at, "missing value")
+
+internal fun readLongOrString(
+    j: Any?,
+    at: String,
+    minimum: Long = Long.MIN_VALUE,
+    maximum: Long = Long.MAX_VALUE,
+    maxLength: Int = Int.MAX_VALUE,
+): Any = if (j is String) readString(j, at, maxLength = maxLength) else readLong(j, at, minimum, maximum)
+
+/** `x-max-depth`: arrays and objects nest at most [limit] levels, [j] itself being the first. */
+internal fun checkDepth(j: Any?, at: String, limit: Int) {
+    fun walk(v: Any?, level: Int, at: String) {
+        when (v) {
+            is JSONObject -> {
+                if (level > limit) fail(at, "nested more than $limit levels of arrays and objects deep")
+                for (k in v.keySet()) walk(v.opt(k), level + 1, ptr(at, k))
+            }
+            is JSONArray -> {
+                if (level > limit) fail(at, "nested more than $limit levels of arrays and objects deep")
+                for (i in 0 until v.length()) walk(v.opt(i), level + 1, ptr(at, i))
+            }
+        }
+    }
+    walk(j, 1, at)
+}
 
 internal inline fun <T> readList(
     j: Any?,

@@ -14,6 +14,8 @@ pub enum Ty {
     },
     Number,
     Boolean,
+    /// `"type": ["integer", "string"]` (JSON-RPC request ids): a non-negative integer or a string.
+    IntegerOrString,
     /// Any JSON value.
     Json,
     /// A reference to another definition.
@@ -126,6 +128,14 @@ fn ty_of(node: &Value) -> Ty {
             },
             Value::Number(_) => Ty::Number,
             _ => Ty::String,
+        };
+    }
+    if let Some(types) = node.get("type").and_then(Value::as_array) {
+        let mut names: Vec<&str> = types.iter().filter_map(Value::as_str).collect();
+        names.sort_unstable();
+        return match names.as_slice() {
+            ["integer", "string"] => Ty::IntegerOrString,
+            _ => Ty::Json,
         };
     }
     match node.get("type").and_then(Value::as_str) {

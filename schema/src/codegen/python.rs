@@ -102,6 +102,7 @@ fn ty(t: &Ty) -> String {
         Ty::Integer { .. } => "int".into(),
         Ty::Number => "float".into(),
         Ty::Boolean => "bool".into(),
+        Ty::IntegerOrString => "int | str".into(),
         Ty::Json => "Json".into(),
         Ty::Named(n) => n.clone(),
         Ty::Array(inner) => format!("list[{}]", ty(inner)),
@@ -117,6 +118,7 @@ fn dec(t: &Ty, raw: &str, path: &str, depth: usize) -> String {
         Ty::Integer { signed: false } => format!("_uint({raw}, {path})"),
         Ty::Number => format!("_float({raw}, {path})"),
         Ty::Boolean => format!("_bool({raw}, {path})"),
+        Ty::IntegerOrString => format!("_uint_or_str({raw}, {path})"),
         Ty::Json => raw.to_string(),
         Ty::Named(n) => format!("decode_{n}({raw}, {path})"),
         Ty::Array(inner) => {
@@ -139,7 +141,12 @@ fn dec(t: &Ty, raw: &str, path: &str, depth: usize) -> String {
 /// An expression encoding `value` (of type `t`) as `Json`.
 fn enc(t: &Ty, value: &str, depth: usize) -> String {
     match t {
-        Ty::String | Ty::Integer { .. } | Ty::Number | Ty::Boolean | Ty::Json => value.to_string(),
+        Ty::String
+        | Ty::Integer { .. }
+        | Ty::Number
+        | Ty::Boolean
+        | Ty::IntegerOrString
+        | Ty::Json => value.to_string(),
         Ty::Named(n) => format!("encode_{n}({value})"),
         Ty::Array(inner) => {
             let x = format!("x{depth}");
@@ -620,6 +627,12 @@ def _uint(raw: Json, path: str) -> int:
     if n < 0:
         raise DecodeError(path, "expected an integer >= 0")
     return n
+
+
+def _uint_or_str(raw: Json, path: str) -> int | str:
+    if isinstance(raw, str):
+        return raw
+    return _uint(raw, path)
 
 
 def _float(raw: Json, path: str) -> float:

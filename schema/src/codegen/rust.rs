@@ -41,6 +41,7 @@ fn ty(t: &Ty) -> String {
         Ty::Integer { signed: false } => "u64".into(),
         Ty::Number => "f64".into(),
         Ty::Boolean => "bool".into(),
+        Ty::IntegerOrString => "IntegerOrString".into(),
         Ty::Json => "Value".into(),
         Ty::Named(n) => n.clone(),
         Ty::Array(inner) => format!("Vec<{}>", ty(inner)),
@@ -242,6 +243,11 @@ pub fn generate(model: &Model) -> String {
          fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {\n    T::deserialize(d).map(Some)\n}\n\n\
          /// An optional member that may be `null`: `None` when missing, `Some(None)` for null.\n\
          fn optional_nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {\n    Option::<T>::deserialize(d).map(Some)\n}\n\n\
+         /// A non-negative integer or a string: what a JSON-RPC request id can be.\n\
+         #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]\n\
+         #[serde(untagged)]\n\
+         pub enum IntegerOrString {\n    Integer(u64),\n    String(String),\n}\n\n\
+         impl From<u64> for IntegerOrString {\n    fn from(n: u64) -> Self {\n        IntegerOrString::Integer(n)\n    }\n}\n\n\
          fn with_tag(name: &str, tag: Value, body: Value) -> Value {\n    let mut map = Map::new();\n    map.insert(name.to_string(), tag);\n    if let Value::Object(members) = body {\n        map.extend(members);\n    }\n    Value::Object(map)\n}\n\n\
          fn without_tag<T: serde::de::DeserializeOwned>(name: &str, mut raw: Value) -> Result<T, serde_json::Error> {\n    if let Value::Object(members) = &mut raw {\n        members.remove(name);\n    }\n    serde_json::from_value(raw)\n}\n\n",
     );

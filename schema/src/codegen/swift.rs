@@ -173,6 +173,8 @@ fn ty(t: &Ty) -> String {
         Ty::Integer { .. } => "Int64".into(),
         Ty::Number => "Double".into(),
         Ty::Boolean => "Bool".into(),
+        // `.number` or `.string`, kept as written.
+        Ty::IntegerOrString => "JSONValue".into(),
         Ty::Json => "JSONValue".into(),
         Ty::Named(n) => n.clone(),
         Ty::Array(inner) => format!("[{}]", ty(inner)),
@@ -186,7 +188,7 @@ fn enc(t: &Ty, v: &str, depth: usize) -> String {
         Ty::Integer { .. } => format!("encodeLong({v})"),
         Ty::Number => format!("encodeNumber({v})"),
         Ty::Boolean => format!(".bool({v})"),
-        Ty::Json => v.to_string(),
+        Ty::IntegerOrString | Ty::Json => v.to_string(),
         Ty::Named(n) => format!("encode{n}({v})"),
         Ty::Array(inner) => {
             let x = format!("x{depth}");
@@ -285,6 +287,19 @@ impl Gen<'_> {
             }
             Ty::Number => format!("readNumber({j}, {at})"),
             Ty::Boolean => format!("readBoolean({j}, {at})"),
+            Ty::IntegerOrString => {
+                let mut args = vec![j, at.to_string()];
+                if let Some(m) = b.minimum {
+                    args.push(format!("minimum: {m}"));
+                }
+                if let Some(m) = b.maximum {
+                    args.push(format!("maximum: {m}"));
+                }
+                if let Some(m) = b.max_length {
+                    args.push(format!("maxLength: {m}"));
+                }
+                format!("readIntegerOrString({})", args.join(", "))
+            }
             Ty::Json => format!("readJson({j}, {at})"),
             Ty::Array(inner) => {
                 let mut args = vec![j, at.to_string()];
@@ -440,7 +455,12 @@ impl Gen<'_> {
                 let tl = string_literal(tag);
                 let _ = writeln!(
                     out,
-                    "func decode{name}(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> {name} {{\n    let o = try readObject(j, at)\n    let t = try requireMember(o, {tl}, at)"
+                    "func decode{name}(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> {name} {{\n    let o = try readObject(j, at){depth}\n    let t = try requireMember(o, {tl}, at)",
+                    depth = schema_info::def_node(self.raw, name)
+                        .and_then(|d| d.get("x-max-depth"))
+                        .and_then(serde_json::Value::as_u64)
+                        .map(|n| format!("\n    try checkDepth(j, at, {n})"))
+                        .unwrap_or_default()
                 );
                 for (b, c) in branches.iter().zip(&cases) {
                     let _ = writeln!(
@@ -1238,6 +1258,33 @@ func readBoolean(_ j: JSONValue, _ at: String) throws -> Bool {
 
 func readJson(_ j: JSONValue, _ at: String) throws -> JSONValue {
     j
+}
+
+/// A request id: an integer in range or a string of at most `maxLength` characters, kept as written.
+func readIntegerOrString(_ j: JSONValue, _ at: String, minimum: Int64 = Int64.min, maximum: Int64 = Int64.max, maxLength: Int = Int.max) throws -> JSONValue {
+    if case .string = j {
+        _ = try readString(j, at, maxLength: maxLength)
+    } else {
+        _ = try readLong(j, at, minimum: minimum, maximum: maximum)
+    }
+    return j
+}
+
+/// `x-max-depth`: arrays and objects nest at most `limit` levels, `j` itself being the first.
+func checkDepth(_ j: JSONValue, _ at: String, _ limit: Int) throws {
+    func walk(_ v: JSONValue, _ level: Int, _ at: String) throws {
+        switch v {
+        case .object(let o):
+            if level > limit { throw fail(at, "nested more than \(limit) levels of arrays and objects deep") }
+            for k in o.keys.sorted() { try walk(o[k]!, level + 1, ptr(at, k)) }
+        case .array(let a):
+            if level > limit { throw fail(at, "nested more than \(limit) levels of arrays and objects deep") }
+            for (i, x) in a.enumerated() { try walk(x, level + 1, ptr(at, i)) }
+        default:
+            return
+        }
+    }
+    try walk(j, 1, at)
 }
 
 func readList<T>(_ j: JSONValue, _ at: String, minItems: Int = 0, maxItems: Int = Int.max, _ item: (JSONValue, String) throws -> T) throws -> [T] {

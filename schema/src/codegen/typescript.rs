@@ -69,6 +69,7 @@ fn ty(t: &Ty) -> String {
         Ty::String => "string".into(),
         Ty::Integer { .. } | Ty::Number => "number".into(),
         Ty::Boolean => "boolean".into(),
+        Ty::IntegerOrString => "number | string".into(),
         Ty::Json => "Json".into(),
         Ty::Named(n) => n.clone(),
         Ty::Array(inner) => format!("Array<{}>", ty(inner)),
@@ -84,6 +85,7 @@ fn decoder(t: &Ty) -> String {
         Ty::Integer { signed: false } => "decUnsigned".into(),
         Ty::Number => "decNumber".into(),
         Ty::Boolean => "decBoolean".into(),
+        Ty::IntegerOrString => "decUnsignedOrString".into(),
         Ty::Json => "decJson".into(),
         Ty::Named(n) => format!("decode{n}"),
         Ty::Array(inner) => format!("(r: Json, p: string) => decArray(r, p, {})", decoder(inner)),
@@ -94,7 +96,12 @@ fn decoder(t: &Ty) -> String {
 /// An expression of type `(value: T) => Json`.
 fn encoder(t: &Ty) -> String {
     match t {
-        Ty::String | Ty::Integer { .. } | Ty::Number | Ty::Boolean | Ty::Json => "encPlain".into(),
+        Ty::String
+        | Ty::Integer { .. }
+        | Ty::Number
+        | Ty::Boolean
+        | Ty::IntegerOrString
+        | Ty::Json => "encPlain".into(),
         Ty::Named(n) => format!("encode{n}"),
         Ty::Array(inner) => format!("(v: {}) => encArray(v, {})", ty(t), encoder(inner)),
         Ty::Map(inner) => format!("(v: {}) => encMap(v, {})", ty(t), encoder(inner)),
@@ -485,6 +492,11 @@ function decUnsigned(raw: Json, path: string): number {
   const n = decInteger(raw, path);
   if (n < 0) throw new DecodeError(path, "expected an integer >= 0");
   return n;
+}
+
+function decUnsignedOrString(raw: Json, path: string): number | string {
+  if (typeof raw === "string") return raw;
+  return decUnsigned(raw, path);
 }
 
 function decBoolean(raw: Json, path: string): boolean {
