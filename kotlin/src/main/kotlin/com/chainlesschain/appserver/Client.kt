@@ -49,6 +49,7 @@ class Client internal constructor(
     private val options: ClientOptions,
 ) : AutoCloseable {
     private val hub = NotificationHub()
+    @Volatile private var closed = false
 
     /** The server's `initialize` answer: versions, features, identity, schema digest. */
     val initializeResult: InitializeResult =
@@ -150,10 +151,10 @@ class Client internal constructor(
         native { native.nextNotification(timeoutMs) }?.let { decodeNotification(it) }
 
     /** Requests now waiting for an answer. */
-    val pendingRequests: Long get() = native.pendingRequests()
+    val pendingRequests: Long get() = if (closed) 0 else native { native.pendingRequests() }
 
     /** True once closed: by [close], a server shutdown, or a connection the server dropped. */
-    val isClosed: Boolean get() = native.isClosed()
+    val isClosed: Boolean get() = closed || native { native.isClosed() }
 
     /** True while a native listener feeds [notifications] (for tests and diagnostics). */
     internal val hasNativeListener: Boolean get() = hub.hasListener()
@@ -163,6 +164,10 @@ class Client internal constructor(
      * receive what was already delivered and complete. Idempotent. Frees the native client.
      */
     override fun close() {
+        synchronized(this) {
+            if (closed) return
+            closed = true
+        }
         native.disconnect()
         hub.clientClosed()
         native.destroy()
@@ -195,7 +200,8 @@ class Client internal constructor(
                 if (handle == null) {
                     handle = try {
                         native.listen(this)
-                    } catch (e: com.chainlesschain.appserver.ffi.ClientException) {
+                    } catch (e: Exception) {
+                        // The client closed (ClientException.Closed) or was freed: nothing more will come.
                         closed = true
                         subscribers.remove(channel)
                         channel.close()

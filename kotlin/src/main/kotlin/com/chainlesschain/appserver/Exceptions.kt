@@ -80,6 +80,10 @@ internal inline fun <T> native(block: () -> T): T = try {
     throw e.toSdk()
 } catch (e: StoreException) {
     throw e.toSdk()
+} catch (e: IllegalStateException) {
+    // The uniffi handle was freed by close(): a call racing with it, or one after it.
+    if (e.message?.endsWith("object has already been destroyed") == true) throw AppServerException.Closed()
+    throw e
 }
 
 /** A result the generated types refuse is the server breaking the protocol, not the caller's bug. */

@@ -32,11 +32,13 @@ class JavaAppServer private constructor(private val server: AppServer) : AutoClo
     companion object {
         @JvmStatic
         @JvmOverloads
+        @Throws(AppServerException::class)
         fun open(stateDir: String, options: ServerOptions = ServerOptions()): JavaAppServer =
             JavaAppServer(AppServer.open(stateDir, options))
     }
 
     /** A client that declines every approval. */
+    @Throws(AppServerException::class)
     fun client(): JavaClient = JavaClient(server.client(null, ClientOptions()))
 
     /**
@@ -44,6 +46,7 @@ class JavaAppServer private constructor(private val server: AppServer) : AutoClo
      * [ClientOptions.approvalTimeoutMs]; throwing, returning `null` or answering late declines.
      */
     @JvmOverloads
+    @Throws(AppServerException::class)
     fun client(approvals: JFunction<ApprovalRequest, Decision>?, options: ClientOptions = ClientOptions()): JavaClient {
         val handler = approvals?.let { fn ->
             ApprovalHandler { request ->
@@ -74,25 +77,34 @@ class JavaClient internal constructor(private val client: Client) : AutoCloseabl
 
     private fun <T> async(block: suspend Client.() -> T): CompletableFuture<T> = scope.future { client.block() }
 
+    @Throws(AppServerException::class)
     fun request(method: String, paramsJson: String): String = client.requestBlocking(method, paramsJson)
     fun requestAsync(method: String, paramsJson: String): CompletableFuture<String> = async { request(method, paramsJson) }
 
+    @Throws(AppServerException::class)
     fun threadStart(title: String?): ThreadStartResult = blocking { threadStart(title = title) }
+    @Throws(AppServerException::class)
     fun threadStart(title: String?, threadId: String?): ThreadStartResult = blocking { threadStart(title = title, threadId = threadId) }
     fun threadStartAsync(title: String?): CompletableFuture<ThreadStartResult> = async { threadStart(title = title) }
 
+    @Throws(AppServerException::class)
     fun threadRead(threadId: String): ThreadReadResult = blocking { threadRead(threadId) }
+    @Throws(AppServerException::class)
     fun threadResume(threadId: String): ThreadResumeResult = blocking { threadResume(threadId) }
+    @Throws(AppServerException::class)
     fun threadList(): ThreadListResult = blocking { threadList() }
 
+    @Throws(AppServerException::class)
     fun turnStart(threadId: String, text: String): TurnStartResult = blocking { turnStart(threadId, text) }
     fun turnStartAsync(threadId: String, text: String): CompletableFuture<TurnStartResult> = async { turnStart(threadId, text) }
 
+    @Throws(AppServerException::class)
     fun turnInterrupt(threadId: String, turnId: String): TurnInterruptResult = blocking { turnInterrupt(threadId, turnId) }
     fun turnInterruptAsync(threadId: String, turnId: String): CompletableFuture<TurnInterruptResult> =
         async { turnInterrupt(threadId, turnId) }
 
     /** The next notification within [timeoutMs], or `null`; throws [AppServerException.Closed] once closed and drained. */
+    @Throws(AppServerException::class)
     fun nextNotification(timeoutMs: Long): ServerNotification? = client.nextNotification(timeoutMs)
 
     /**
