@@ -18,7 +18,8 @@ nice -n 10 cargo build -q -p cc-app-server-ffi --release
 
 kotlin_home="${CC_TOOLS_DIR:-$PWD/.tools}/kotlin-2.2.0"
 [ -x "$kotlin_home/bin/kotlinc" ] || { echo "run scripts/test-jvm.sh once first (it installs kotlinc)" >&2; exit 1; }
-"$kotlin_home/bin/kotlinc" -Werror -jvm-target 17 -cp "$jar:$out/deps/*" -d "$out/bench.jar" kotlin/bench/JvmBench.kt
+deps=$(find "$out/deps" -name '*.jar' | sort | tr '\n' ':' | sed 's/:$//')
+"$kotlin_home/bin/kotlinc" -Werror -jvm-target 17 -cp "$jar:$deps" -d "$out/bench.jar" kotlin/bench/JvmBench.kt
 # One library for both paths: JNA loads it from jna.library.path ahead of the jar's copy, and
 # System.load maps the same file, so both paths drive the same build.
 nice -n 10 java -Xmx2g -Djna.library.path="$out/bench-natives" -cp "$jar:$out/deps/*:$out/bench.jar" \

@@ -44,7 +44,7 @@ rm -rf "$out/natives"
 mkdir -p "$out/natives/linux-x86-64"
 strip --strip-unneeded -o "$out/natives/linux-x86-64/libcc_app_server_ffi.so" "$lib"
 
-mvn_args=(-B -q -f kotlin/pom.xml)
+mvn_args=(-B -q -Dstyle.color=never -f kotlin/pom.xml)
 [ -n "${CC_MAVEN_REPO:-}" ] && mvn_args+=("-Dmaven.repo.local=$CC_MAVEN_REPO")
 goal=verify
 [ "${CC_JVM_SKIP_TESTS:-0}" = 1 ] && mvn_args+=(-DskipTests)

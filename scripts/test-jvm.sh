@@ -35,8 +35,10 @@ fi
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 jar=$out/maven/cc-app-server-$version.jar
-unzip -l "$jar" | grep -q ' linux-x86-64/libcc_app_server_ffi.so$' || { echo "no native library in $jar" >&2; exit 1; }
-cp="$jar:$out/deps/*"
+unzip -l "$jar" >"$out/jar-listing.txt"
+grep -q " linux-x86-64/libcc_app_server_ffi.so$" "$out/jar-listing.txt" || { echo "no native library in $jar" >&2; exit 1; }
+# Spelled out: kotlinc does not expand `dir/*` class path entries the way java does.
+cp="$jar:$(find "$out/deps" -name '*.jar' | sort | tr '\n' ':' | sed 's/:$//')"
 
 KOTLIN_VERSION="2.2.0"  # the same kotlinc scripts/test-kotlin.sh installs (npm package kotlin-compiler)
 kotlin_home="${CC_TOOLS_DIR:-$PWD/.tools}/kotlin-$KOTLIN_VERSION"

@@ -28,6 +28,8 @@ step "kotlin: kotlinc -Werror, fixture replay on the JVM"
 bash scripts/test-kotlin.sh
 step "host boundary: C ABI under valgrind, uniffi from Python, header freshness"
 bash scripts/test-ffi.sh
+step "jvm: the jar (natives inside), JUnit 5 on the real library, examples and the Java facade from the jar"
+bash scripts/test-jvm.sh
 
 echo
 echo "all suites passed"

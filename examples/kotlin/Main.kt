@@ -28,7 +28,7 @@ fun main(args: Array<String>) = runBlocking {
             val events = launch {
                 client.notifications().takeWhile { it !is ServerNotification.TurnCompleted }.collect { n ->
                     when (n) {
-                        is ServerNotification.ItemDelta -> (n.value.params.delta as? ItemDelta.Text)?.let { print(it.value.text) }
+                        is ServerNotification.ItemDelta -> (n.value.params.delta as? ItemDelta.Text)?.let { println("delta: " + it.value.text) }
                         is ServerNotification.ApprovalResolved -> println("approval ${n.value.params.outcome.wire}")
                         else -> println("notification ${n.toJson().getString("method")}")
                     }
@@ -38,7 +38,7 @@ fun main(args: Array<String>) = runBlocking {
             val turn = client.turnStart(thread.thread.id, "write me a note")
             events.join()
             val done = client.threadRead(thread.thread.id).thread
-            println("\nturn ${turn.turn.id} done; thread ${done.id} has ${done.lastEventSeq} events")
+            println("turn ${turn.turn.id} done; thread ${done.id} has ${done.lastEventSeq} events")
             val report = server.store().verify(done.id)
             println("rollout verified: ${if (report.ok) "ok" else "FAILED " + report.reason}")
         }

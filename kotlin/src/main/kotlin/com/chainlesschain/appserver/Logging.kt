@@ -73,6 +73,9 @@ object AppServerLogging {
             if (!logger.isLoggable(level)) return
             val jul = java.util.logging.LogRecord(level, record.message)
             jul.loggerName = logger.name
+            // Otherwise JUL infers this bridge as the source of every record.
+            jul.sourceClassName = record.target
+            jul.sourceMethodName = null
             jul.instant = java.time.Instant.ofEpochMilli(record.unixMs)
             logger.log(jul)
         }
