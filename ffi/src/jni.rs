@@ -209,8 +209,7 @@ pub extern "system" fn Java_com_chainlesschain_appserver_bench_JniBench_rustClie
     guard(&mut env, -1, |_| {
         // SAFETY: see `server`.
         let server = unsafe { server(server_handle)? };
-        let client =
-            CoreClient::connect(server, None, ClientConfig::default()).map_err(text)?;
+        let client = CoreClient::connect(server, None, ClientConfig::default()).map_err(text)?;
         let started = Instant::now();
         for _ in 0..n {
             client
@@ -238,7 +237,9 @@ pub extern "system" fn Java_com_chainlesschain_appserver_bench_JniBench_rustDrai
         let started = Instant::now();
         let mut count: i64 = 0;
         loop {
-            let line = conn.recv(Some(Duration::from_secs(30))).map_err(text)?;
+            let line = conn
+                .recv(Some(Duration::from_secs(30)))
+                .map_err(|e| format!("{e:?} after {count} messages"))?;
             count += 1;
             // The same end test as the JVM loops (no parse): this measures moving messages.
             if line.contains("\"turn/completed\"") {
