@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# JVM benchmark (docs/bench/jvm.md): builds the jar (scripts/build-jar.sh, tests skipped), a
-# release cdylib with the `jni` feature (copied aside, then the plain release library is rebuilt
-# so the jar's and the Python wheel's artifacts stay the default ones), compiles
-# kotlin/bench/JvmBench.kt with kotlinc and runs it once: every path interleaved per round.
+# JVM benchmark (docs/bench/jvm.md): builds the jar (scripts/build-jar.sh, tests skipped; its
+# release cdylib has the `jni` feature), compiles kotlin/bench/JvmBench.kt with kotlinc and runs
+# it once: every path interleaved per round.
 # Usage: bash scripts/bench-jvm.sh [rounds] [requests per round] [notifications per drain]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,9 +11,7 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 jar=$out/maven/cc-app-server-$version.jar
 
 mkdir -p "$out/bench-natives"
-nice -n 10 cargo build -q -p cc-app-server-ffi --release --features jni
 cp target/release/libcc_app_server_ffi.so "$out/bench-natives/libcc_app_server_ffi.so"
-nice -n 10 cargo build -q -p cc-app-server-ffi --release
 
 kotlin_home="${CC_TOOLS_DIR:-$PWD/.tools}/kotlin-2.2.0"
 [ -x "$kotlin_home/bin/kotlinc" ] || { echo "run scripts/test-jvm.sh once first (it installs kotlinc)" >&2; exit 1; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the JVM jar target/jvm/maven/cc-app-server-<version>.jar: the release cdylib (the same
-# `cargo build -p cc-app-server-ffi --release` the Python wheel uses, so cargo builds it once),
+# Builds the JVM jar target/jvm/maven/cc-app-server-<version>.jar: the release cdylib (the release
+# profile the Python wheel uses too, plus the `jni` feature, which recompiles only the ffi crate),
 # stripped and placed at JNA's resource path (linux-x86-64/), the uniffi Kotlin glue generated
 # into target/jvm/uniffi-kotlin (never checked in) by the pinned uniffi-bindgen, then
 # `mvn verify` (kotlinc with allWarningsAsErrors, javac -Werror, JUnit 5 against the real library).
@@ -25,8 +25,10 @@ if ! command -v mvn >/dev/null; then
   fi
 fi
 
-echo "cargo: release cdylib and the pinned uniffi-bindgen"
-cargo build -q -p cc-app-server-ffi --release
+echo "cargo: release cdylib (with the JNI hot path) and the pinned uniffi-bindgen"
+# `--features jni`: the direct JNI entry points the SDK uses for requests and notifications
+# (ffi/src/jni.rs, docs/bench/jvm.md). Only the ffi crate differs from the default release build.
+cargo build -q -p cc-app-server-ffi --release --features jni
 # The bindgen is the debug one scripts/test-ffi.sh also builds (same command, so no rebuild);
 # building it in release with --features uniffi-cli would rebuild the release library.
 cargo build -q -p cc-app-server-ffi --features uniffi-cli --bins --lib

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=target/jvm
 reports=$out/maven/surefire-reports
-rm -rf "$reports"
+rm -rf "$reports" "$reports-jna"
 
 build_status=0
 bash scripts/build-jar.sh || build_status=$?
@@ -18,7 +18,7 @@ junit_counts() {
   python3 - "$reports" <<'PY'
 import glob, sys, xml.etree.ElementTree as ET
 tests = failed = 0
-for path in glob.glob(sys.argv[1] + "/TEST-*.xml"):
+for path in glob.glob(sys.argv[1] + "/TEST-*.xml") + glob.glob(sys.argv[1] + "-jna/TEST-*.xml"):
     suite = ET.parse(path).getroot()
     t, f, e, s = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
     tests += t - s
@@ -27,7 +27,7 @@ print(tests - failed, failed)
 PY
 }
 read -r junit_passed junit_failed < <(junit_counts)
-echo "junit: $junit_passed passed, $junit_failed failed"
+echo "junit (JNI hot path, then JNA): $junit_passed passed, $junit_failed failed"
 if [ "$build_status" != 0 ] || [ "$junit_passed" = 0 ]; then
   echo "jvm: $junit_passed passed, $((junit_failed > 0 ? junit_failed : 1)) failed"
   exit 1

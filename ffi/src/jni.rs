@@ -1,10 +1,10 @@
-//! A minimal direct JNI entry over the same core the uniffi surface wraps (cargo feature `jni`),
-//! built only to answer a measured question: is a hand-written JNI path enough faster than
-//! uniffi over JNA to be worth shipping as the JVM hot path? It exposes raw connection
-//! send / recv / recv-batch / close, plus Rust-timed loops so the Rust client is measured in the
-//! same JVM run (`kotlin/bench/`, `scripts/bench-jvm.sh`, figures in docs/bench/jvm.md). Not part
-//! of the shipped jar; every entry point runs behind a panic boundary and throws a Java
-//! `IllegalStateException` instead of unwinding into the JVM.
+//! A direct JNI entry (cargo feature `jni`, on in the JVM jar and the AAR), because uniffi over
+//! JNA measured 6x slower per request and 10x slower per notification than a plain JNI crossing
+//! (docs/bench/jvm.md). Two parts: the bench entry (raw connection send / recv / recv-batch /
+//! close, plus Rust-timed loops so the Rust client is measured in the same JVM run;
+//! `kotlin/bench/`, `scripts/bench-jvm.sh`) and the hot path the Kotlin SDK ships (requests and
+//! the notification pump on the uniffi `Client`, see below). Every entry point runs behind a
+//! panic boundary and throws a Java `IllegalStateException` instead of unwinding into the JVM.
 
 use ::jni::objects::{JClass, JObject, JString};
 use ::jni::sys::{jint, jlong, jobjectArray, jstring};
@@ -182,18 +182,7 @@ pub extern "system" fn Java_com_chainlesschain_appserver_bench_JniBench_recvBatc
                 }
             }
         }
-        let len = i32::try_from(batch.len()).map_err(text)?;
-        let array = env
-            .new_object_array(len, "java/lang/String", JObject::null())
-            .map_err(text)?;
-        for (i, line) in batch.into_iter().enumerate() {
-            let s = env.new_string(line).map_err(text)?;
-            env.set_object_array_element(&array, i as i32, &s)
-                .map_err(text)?;
-            // Keep the local reference table small for large batches.
-            env.delete_local_ref(s).map_err(text)?;
-        }
-        Ok(array.into_raw())
+        string_array(env, batch)
     })
 }
 
@@ -249,4 +238,144 @@ pub extern "system" fn Java_com_chainlesschain_appserver_bench_JniBench_rustDrai
         let nanos = i64::try_from(started.elapsed().as_nanos()).unwrap_or(i64::MAX);
         Ok((count << 40) | (nanos & ((1 << 40) - 1)))
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The JVM hot path (shipped in the jar; docs/bench/jvm.md has why): the Kotlin SDK's requests and
+// notification pump call these instead of going through JNA, on the *same* uniffi `Client`
+// object, so the pending map, approvals and notification queue stay the one Rust client's.
+// The SDK clones the uniffi handle once per client (`clientHandle`) and gives it back once
+// (`clientRelease`) after it has stopped calling; in between, calls borrow the client.
+
+/// The address of this anchor, from uniffi and from JNI: equal only when JNA and the JVM's
+/// `System.load` mapped the same copy of the library, which the hot path requires.
+static ANCHOR: u8 = 0;
+
+fn anchor() -> i64 {
+    std::ptr::addr_of!(ANCHOR) as i64
+}
+
+/// The JNI hot path's anchor as seen through uniffi (see `ANCHOR`).
+#[uniffi::export]
+pub fn jni_anchor() -> i64 {
+    anchor()
+}
+
+/// # Safety
+/// `raw` must be a handle the SDK cloned from a uniffi `Client` and has not released.
+unsafe fn client<'a>(raw: jlong) -> Result<&'a crate::Client, String> {
+    uniffi::ffi::Handle::from_raw_unchecked(raw as u64)
+        .as_pointer::<crate::Client>()
+        .as_ref()
+        .ok_or_else(|| "null client handle".to_string())
+}
+
+/// The anchor as seen through JNI.
+#[no_mangle]
+pub extern "system" fn Java_com_chainlesschain_appserver_JniTransport_anchor<'l>(
+    _env: JNIEnv<'l>,
+    _: JClass<'l>,
+) -> jlong {
+    anchor()
+}
+
+/// Gives back a handle from `Client.uniffiCloneHandle()`.
+#[no_mangle]
+pub extern "system" fn Java_com_chainlesschain_appserver_JniTransport_clientRelease<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    raw: jlong,
+) {
+    guard(&mut env, (), |_| {
+        if raw != 0 {
+            // SAFETY: the SDK releases each cloned handle once, after its last call.
+            drop(unsafe {
+                uniffi::ffi::Handle::from_raw_unchecked(raw as u64).into_arc::<crate::Client>()
+            });
+        }
+        Ok(())
+    })
+}
+
+/// An error of the hot path as the JSON the SDK turns into its typed exception.
+fn error_json(e: &crate::ClientError) -> String {
+    use crate::ClientError as E;
+    let v = match e {
+        E::Overloaded { retry_after_ms } => {
+            json!({"kind": "overloaded", "retryAfterMs": retry_after_ms})
+        }
+        E::Timeout => json!({"kind": "timeout"}),
+        E::Closed => json!({"kind": "closed"}),
+        E::LineTooLarge { size, max } => json!({"kind": "lineTooLarge", "size": size, "max": max}),
+        E::Protocol { code, reason, data } => {
+            json!({"kind": "protocol", "code": code, "reason": reason, "data": data})
+        }
+        E::InvalidJson { reason } => json!({"kind": "invalidJson", "reason": reason}),
+        E::InvalidArgument { reason } => json!({"kind": "invalidArgument", "reason": reason}),
+    };
+    v.to_string()
+}
+
+/// `Client.request_blocking` over JNI: `"R"` + the result JSON, or `"E"` + an error JSON
+/// (`error_json`). Blocks the calling thread until the answer, the timeout or a close.
+#[no_mangle]
+pub extern "system" fn Java_com_chainlesschain_appserver_JniTransport_request<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    raw: jlong,
+    method: JString<'l>,
+    params: JString<'l>,
+) -> jstring {
+    guard(&mut env, std::ptr::null_mut(), |env| {
+        let method: String = env.get_string(&method).map_err(text)?.into();
+        let params: String = env.get_string(&params).map_err(text)?.into();
+        // SAFETY: see `client`.
+        let client = unsafe { client(raw)? };
+        let answer = crate::client::parse_params(&params)
+            .and_then(|p| client.request_value(&method, p))
+            .map(|v| format!("R{v}"))
+            .unwrap_or_else(|e| format!("E{}", error_json(&e)));
+        Ok(env.new_string(answer).map_err(text)?.into_raw())
+    })
+}
+
+/// Up to `max` notifications, waiting up to `timeout_ms` for the first: an empty array on
+/// timeout, null once the client is closed and drained.
+#[no_mangle]
+pub extern "system" fn Java_com_chainlesschain_appserver_JniTransport_nextNotifications<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    raw: jlong,
+    max: jint,
+    timeout_ms: jlong,
+) -> jobjectArray {
+    guard(&mut env, std::ptr::null_mut(), |env| {
+        // SAFETY: see `client`.
+        let client = unsafe { client(raw)? };
+        let timeout = Duration::from_millis(u64::try_from(timeout_ms).unwrap_or(0));
+        let max = usize::try_from(max).unwrap_or(1).max(1);
+        let batch = match client.current() {
+            Ok(core) => match crate::client::recv_batch(&core, max, timeout) {
+                Ok(batch) => batch,
+                Err(_) => return Ok(std::ptr::null_mut()),
+            },
+            Err(_) => return Ok(std::ptr::null_mut()),
+        };
+        string_array(env, batch)
+    })
+}
+
+fn string_array(env: &mut JNIEnv<'_>, items: Vec<String>) -> Result<jobjectArray, String> {
+    let len = i32::try_from(items.len()).map_err(text)?;
+    let array = env
+        .new_object_array(len, "java/lang/String", JObject::null())
+        .map_err(text)?;
+    for (i, item) in items.into_iter().enumerate() {
+        let s = env.new_string(item).map_err(text)?;
+        env.set_object_array_element(&array, i as i32, &s)
+            .map_err(text)?;
+        // Keep the local reference table small for large batches.
+        env.delete_local_ref(s).map_err(text)?;
+    }
+    Ok(array.into_raw())
 }

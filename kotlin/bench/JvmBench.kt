@@ -1,6 +1,7 @@
 // JVM benchmark, one run, side by side (docs/bench/jvm.md): request round trips and notification
-// drain rates through uniffi over JNA (raw connection, the uniffi Client, the Kotlin SDK) against a
-// minimal direct JNI entry (ffi/src/jni.rs, feature `jni`) and the Rust client timed in Rust.
+// drain rates through uniffi over JNA (raw connection, the uniffi Client) against a minimal direct
+// JNI entry (ffi/src/jni.rs, feature `jni`), the Kotlin SDK on its JNI hot path and on JNA, and
+// the Rust client timed in Rust.
 // Rounds interleave the paths so machine noise hits all of them alike; medians are reported.
 // Run: bash scripts/bench-jvm.sh
 package com.chainlesschain.appserver.bench
@@ -141,6 +142,8 @@ fun main(args: Array<String>) {
     val sdkServer = AppServer.open(tmp.resolve("sdk"), ServerOptions(durability = Durability.EPHEMERAL, outboundMessages = outbound))
     val clientOptions = NativeClientOptions(notificationCapacity = outbound)
     val sdkClient = sdkServer.client(options = ClientOptions(notificationCapacity = outbound))
+    val sdkJna = sdkServer.client(options = ClientOptions(notificationCapacity = outbound, jniHotPath = false))
+    check(sdkClient.requestBlocking("thread/list").isNotEmpty())
 
     val uWire = UniffiWire(uServer.connect()).also { it.handshake() }
     val uPoller = UniffiWire(uServer.connect()).also { it.handshake() }
@@ -167,7 +170,9 @@ fun main(args: Array<String>) {
         rtRecord("JNI send + recv (raw connection)", perOpMicros(rtN) { jWire.send(listLine()); jWire.recv(10_000)!! })
         rtRecord("uniffi/JNA Connection.send + recv (raw connection)", perOpMicros(rtN) { uWire.send(listLine()); uWire.recv(10_000)!! })
         rtRecord("uniffi/JNA Client.requestBlocking", perOpMicros(rtN) { uClient.requestBlocking("thread/list", """{"limit":1}""") })
-        rtRecord("Kotlin SDK suspend Client.request", perOpMicros(rtN) { runBlocking { sdkClient.request("thread/list", """{"limit":1}""") } })
+        rtRecord("Kotlin SDK suspend request, JNI hot path", perOpMicros(rtN) { runBlocking { sdkClient.request("thread/list", """{"limit":1}""") } })
+        rtRecord("Kotlin SDK requestBlocking, JNI hot path", perOpMicros(rtN) { sdkClient.requestBlocking("thread/list", """{"limit":1}""") })
+        rtRecord("Kotlin SDK suspend request, JNA (jniHotPath=false)", perOpMicros(rtN) { runBlocking { sdkJna.request("thread/list", """{"limit":1}""") } })
 
         // Drains: each path gets a queue of drainN deltas (plus a few other messages) pre-filled.
         prefill(jWire, jPoller, drainN)
@@ -218,19 +223,19 @@ fun main(args: Array<String>) {
             drainRecord("uniffi/JNA Client.listen batches", count.get() to elapsed)
         }
 
-        // The Kotlin SDK: Flow<ServerNotification>, decoded into the generated types.
-        run {
+        // The Kotlin SDK: Flow<ServerNotification>, decoded into the generated types, both paths.
+        for ((label, c) in listOf("JNI hot path" to sdkClient, "JNA (jniHotPath=false)" to sdkJna)) {
             val thread = "sdk${threadSeq++}"
             val (count, elapsed) = runBlocking {
-                sdkClient.threadStart(threadId = thread, agentOptions = com.chainlesschain.appserver.protocol.AgentOptions(script = script(drainN)))
-                sdkClient.turnStart(thread, "go")
-                while (sdkClient.threadList(limit = 1000).threads.single { it.id == thread }.let { it.status.wire != "idle" || it.lastEventSeq <= drainN }) Thread.sleep(20)
+                c.threadStart(threadId = thread, agentOptions = com.chainlesschain.appserver.protocol.AgentOptions(script = script(drainN)))
+                c.turnStart(thread, "go")
+                while (c.threadList(limit = 1000).threads.single { it.id == thread }.let { it.status.wire != "idle" || it.lastEventSeq <= drainN }) Thread.sleep(20)
                 var count = 0
                 val started = System.nanoTime()
-                sdkClient.notifications().first { count++; it is ServerNotification.TurnCompleted }
+                c.notifications().first { count++; it is ServerNotification.TurnCompleted }
                 count to System.nanoTime() - started
             }
-            drainRecord("Kotlin SDK Flow<ServerNotification> (decoded)", count to elapsed)
+            drainRecord("Kotlin SDK Flow<ServerNotification>, $label", count to elapsed)
         }
         System.err.println("round $round done")
     }
@@ -247,7 +252,7 @@ fun main(args: Array<String>) {
     val jnaPer = median(drain.getValue("uniffi/JNA Connection.recv per message"))
     println(String.format("ratios JNI over uniffi/JNA: round trip %.2fx, batched drain %.2fx, per-message drain %.2fx", jnaRt / jniRt, jniBatch / jnaBatch, jniPer / jnaPer))
 
-    sdkClient.close(); sdkServer.close()
+    sdkClient.close(); sdkJna.close(); sdkServer.close()
     uClient.disconnect(); uServer.shutdown()
     JniBench.closeConnection(jHandle); JniBench.closeServer(jServer)
 }

@@ -64,6 +64,12 @@ data class ClientOptions @JvmOverloads constructor(
     val notificationCapacity: Int? = null,
     /** Notifications each [Client.notifications] collector may fall behind before delivery waits for it. */
     val collectorBuffer: Int = 1024,
+    /**
+     * Requests and notifications cross into the library through its direct JNI entry points when
+     * it has them (docs/bench/jvm.md); `false` keeps them on uniffi's JNA calls, like every other
+     * call. For diagnosis and benchmarks; `-Dcc.appserver.jni=false` does the same process-wide.
+     */
+    val jniHotPath: Boolean = true,
 ) {
     fun withRequestTimeoutMs(v: Long?) = copy(requestTimeoutMs = v)
     fun withMaxPending(v: Int?) = copy(maxPending = v)
@@ -144,7 +150,7 @@ class AppServer private constructor(internal val native: NativeServer) : AutoClo
             SuspendingApprovalHandler(it, options.approvalTimeoutMs, kotlinx.coroutines.Dispatchers.Default)
         }
         val native = native { NativeClient.connect(this.native, handler, options.toNative()) }
-        return Client(native, options)
+        return Client(native, options, options.jniHotPath)
     }
 
     /** The engine's counters (tools executed, listener errors, dropped log records, …). */

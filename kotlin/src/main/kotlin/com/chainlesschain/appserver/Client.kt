@@ -31,6 +31,7 @@ import com.chainlesschain.appserver.protocol.TurnStartParams
 import com.chainlesschain.appserver.protocol.TurnStartResult
 import com.chainlesschain.appserver.protocol.UserInput
 import kotlinx.coroutines.channels.SendChannel
+import kotlinx.coroutines.completeWith
 import kotlinx.coroutines.channels.awaitClose
 import kotlinx.coroutines.channels.trySendBlocking
 import kotlinx.coroutines.flow.Flow
@@ -47,9 +48,16 @@ private val clientLog: Logger = Logger.getLogger("com.chainlesschain.appserver.c
 class Client internal constructor(
     internal val native: NativeClient,
     private val options: ClientOptions,
+    useJni: Boolean = true,
 ) : AutoCloseable {
     private val hub = NotificationHub()
     @Volatile private var closed = false
+
+    /** The JNI hot path for requests and notifications, when the library has it (see JniTransport). */
+    private val jni: JniClientHandle? = if (useJni && JniTransport.available) JniClientHandle(native) else null
+
+    /** True when requests and notifications take the JNI hot path rather than JNA. */
+    internal val usesJni: Boolean get() = jni != null
 
     /** The server's `initialize` answer: versions, features, identity, schema digest. */
     val initializeResult: InitializeResult =
@@ -61,12 +69,23 @@ class Client internal constructor(
      * coroutine returns at once; the request itself still completes (within the request timeout)
      * and its result is dropped — stop work with [turnInterrupt], not by cancelling.
      */
-    suspend fun request(method: String, paramsJson: String = "{}"): String =
-        native { native.request(method, paramsJson) }
+    suspend fun request(method: String, paramsJson: String = "{}"): String {
+        val hot = jni ?: return native { native.request(method, paramsJson) }
+        // The blocking JNI call runs on a pool thread; awaiting it is what the caller's coroutine
+        // does, so cancelling the caller returns at once while the request completes (within the
+        // request timeout) and its answer is dropped — the same contract as the JNA path.
+        val answer = kotlinx.coroutines.CompletableDeferred<String>()
+        requestPool.execute {
+            answer.completeWith(runCatching { JniTransport.answer(hot.use { JniTransport.request(it, method, paramsJson) }) })
+        }
+        return answer.await()
+    }
 
     /** [request] for a blocking caller (Java facade, plain threads). */
-    fun requestBlocking(method: String, paramsJson: String = "{}"): String =
-        native { native.requestBlocking(method, paramsJson) }
+    fun requestBlocking(method: String, paramsJson: String = "{}"): String {
+        val hot = jni ?: return native { native.requestBlocking(method, paramsJson) }
+        return JniTransport.answer(hot.use { JniTransport.request(it, method, paramsJson) })
+    }
 
     private suspend fun call(method: String, params: JSONObject): Any =
         decoding("$method result") { ProtocolJson.parse(request(method, params.toString())) }
@@ -147,8 +166,12 @@ class Client internal constructor(
      * once the client is closed and drained. Do not mix with [notifications]: each notification goes to
      * exactly one reader.
      */
-    fun nextNotification(timeoutMs: Long): ServerNotification? =
-        native { native.nextNotification(timeoutMs) }?.let { decodeNotification(it) }
+    fun nextNotification(timeoutMs: Long): ServerNotification? {
+        val hot = jni ?: return native { native.nextNotification(timeoutMs) }?.let { decodeNotification(it) }
+        if (timeoutMs < 0) throw AppServerException.InvalidArgument("timeoutMs must not be negative (got $timeoutMs)")
+        val batch = hot.use { JniTransport.nextNotifications(it, 1, timeoutMs) } ?: throw AppServerException.Closed()
+        return batch.firstOrNull()?.let { decodeNotification(it) }
+    }
 
     /** Requests now waiting for an answer. */
     val pendingRequests: Long get() = if (closed) 0 else native { native.pendingRequests() }
@@ -170,41 +193,103 @@ class Client internal constructor(
         }
         native.disconnect()
         hub.clientClosed()
+        jni?.release()
         native.destroy()
+    }
+
+    /** A running delivery into the hub: uniffi's listener thread, or the JNI pump. */
+    private interface Delivery {
+        fun cancel()
+        fun isFinished(): Boolean
+    }
+
+    private class UniffiDelivery(private val handle: TaskHandle) : Delivery {
+        override fun cancel() {
+            handle.cancel()
+            handle.destroy()
+        }
+
+        override fun isFinished(): Boolean = handle.isFinished()
+    }
+
+    /**
+     * The JNI pump: polls batches of up to 256 notifications (50 ms at a time, so it notices a
+     * stop quickly) and hands them to the hub. A batch it has taken is always handed over, even
+     * when it was told to stop meanwhile: the hub keeps it for the next collector.
+     */
+    private class JniPump(private val handle: JniClientHandle, private val hub: NotificationListener) :
+        Thread("cc-jni-notifications"), Delivery {
+        @Volatile private var stopping = false
+
+        init {
+            isDaemon = true
+        }
+
+        override fun run() {
+            while (!stopping) {
+                val batch = try {
+                    handle.use { JniTransport.nextNotifications(it, PUMP_BATCH, PUMP_POLL_MS) }
+                } catch (e: AppServerException.Closed) {
+                    null
+                }
+                when {
+                    batch == null -> {
+                        hub.onClosed()
+                        return
+                    }
+                    batch.isNotEmpty() -> hub.onNotifications(batch.asList())
+                }
+            }
+        }
+
+        override fun cancel() {
+            stopping = true
+            if (currentThread() !== this) join()
+        }
+
+        override fun isFinished(): Boolean = !isAlive
     }
 
     /** One native listener fanned out to every collector; see [notifications]. */
     private inner class NotificationHub : NotificationListener {
+        /**
+         * Two locks: [lifecycle] orders starting and stopping the delivery (held while a stop waits
+         * for the delivery thread, so a new collector cannot start a second delivery that overtakes
+         * the old one); [lock] guards the subscriber list and the backlog and is the only one the
+         * delivery thread takes, so a stop waiting for that thread can never deadlock with it.
+         */
+        private val lifecycle = Any()
         private val lock = Any()
-        private val subscribers = java.util.concurrent.CopyOnWriteArrayList<SendChannel<ServerNotification>>()
-        private var handle: TaskHandle? = null
+        private val subscribers = ArrayList<SendChannel<ServerNotification>>()
+        @Volatile private var handle: Delivery? = null
 
-        /** Delivered while nobody collected (the window while the last listener stopped). */
+        /** Delivered while nobody collected (the window while the last delivery stopped). */
         private val backlog = ArrayDeque<ServerNotification>()
         private var closed = false
 
-        fun hasListener(): Boolean = synchronized(lock) { handle?.isFinished() == false }
+        fun hasListener(): Boolean = handle?.isFinished() == false
 
         fun subscribe(channel: SendChannel<ServerNotification>): SendChannel<ServerNotification> {
-            synchronized(lock) {
-                // No listener runs while the backlog is non-empty, so these go first, in order.
-                while (backlog.isNotEmpty()) {
-                    if (channel.trySend(backlog.first()).isFailure) break
-                    backlog.removeFirst()
+            synchronized(lifecycle) {
+                synchronized(lock) {
+                    // No delivery runs while the backlog is non-empty, so these go first, in order.
+                    while (backlog.isNotEmpty()) {
+                        if (channel.trySend(backlog.first()).isFailure) break
+                        backlog.removeFirst()
+                    }
+                    if (closed) {
+                        channel.close()
+                        return channel
+                    }
+                    subscribers.add(channel)
                 }
-                if (closed) {
-                    channel.close()
-                    return channel
-                }
-                subscribers.add(channel)
                 if (handle == null) {
                     handle = try {
-                        native.listen(this)
+                        val hot = jni
+                        if (hot != null) JniPump(hot, this).also { it.start() } else UniffiDelivery(native.listen(this))
                     } catch (e: Exception) {
                         // The client closed (ClientException.Closed) or was freed: nothing more will come.
-                        closed = true
-                        subscribers.remove(channel)
-                        channel.close()
+                        onClosed()
                         null
                     }
                 }
@@ -213,31 +298,23 @@ class Client internal constructor(
         }
 
         fun unsubscribe(channel: SendChannel<ServerNotification>) {
-            val stopping: TaskHandle?
-            synchronized(lock) {
-                subscribers.remove(channel)
-                if (subscribers.isNotEmpty()) return
-                stopping = handle
-                handle = null
-                // Waits for the delivery thread (one poll, at most one callback), still under the
-                // lock, so a new collector cannot start a second listener that overtakes it.
+            synchronized(lifecycle) {
+                val stopping = synchronized(lock) {
+                    subscribers.remove(channel)
+                    if (subscribers.isNotEmpty()) return
+                    handle.also { handle = null }
+                }
+                // Waits for the delivery thread: one poll, at most one hand-over (into the backlog).
                 stopping?.cancel()
             }
-            stopping?.destroy()
         }
 
         fun clientClosed() {
-            // The native listener sees the closed client, delivers what it holds and calls onClosed;
-            // if none runs, close the collectors here.
-            synchronized(lock) {
-                if (handle == null) closeAll()
+            // A running delivery sees the closed client, hands over what it holds and calls
+            // onClosed; with none running, close the collectors here.
+            synchronized(lifecycle) {
+                if (handle == null) onClosed()
             }
-        }
-
-        private fun closeAll() {
-            closed = true
-            for (s in subscribers) s.close()
-            subscribers.clear()
         }
 
         override fun onNotifications(messages: List<String>) {
@@ -252,14 +329,18 @@ class Client internal constructor(
             for (n in decoded) {
                 for (s in targets) {
                     // Blocks this (delivery) thread while a collector is [collectorBuffer] behind:
-                    // backpressure, not loss. A closed collector fails fast and is skipped.
+                    // backpressure, not loss. A collector that has stopped fails fast and is skipped.
                     s.trySendBlocking(n)
                 }
             }
         }
 
         override fun onClosed() {
-            synchronized(lock) { closeAll() }
+            synchronized(lock) {
+                closed = true
+                for (s in subscribers) s.close()
+                subscribers.clear()
+            }
         }
     }
 
@@ -281,6 +362,14 @@ internal fun decodeNotification(text: String): ServerNotification? {
         (json as? JSONObject)?.let { ServerNotification.Unknown(it) }
     }
 }
+
+/** Requests on the JNI path block a thread each; the Rust client bounds how many run at once. */
+private val requestPool: java.util.concurrent.ExecutorService = java.util.concurrent.Executors.newCachedThreadPool { r ->
+    Thread(r, "cc-jni-request").apply { isDaemon = true }
+}
+
+private const val PUMP_BATCH = 256
+private const val PUMP_POLL_MS = 50L
 
 /** A collector's buffer is at least one native batch, so a backlog always fits ahead of live deliveries. */
 private const val BACKLOG_MAX = 256

@@ -69,6 +69,23 @@ class SurfaceTest {
     }
 
     @Test
+    fun `requests and notifications take the JNI hot path unless it is turned off`() = runBlocking {
+        val jnaRun = System.getProperty("cc.appserver.jni") == "false"
+        assertEquals(!jnaRun, JniTransport.available, "the jar's library has the jni feature")
+        AppServer.open(tempStateDir()).use { server ->
+            server.client().use { hot ->
+                assertEquals(!jnaRun, hot.usesJni)
+                hot.threadStart(threadId = "hot")
+            }
+            server.client(options = ClientOptions(jniHotPath = false)).use { jna ->
+                assertEquals(false, jna.usesJni)
+                // Both paths drive the same engine and see the same threads.
+                assertEquals(listOf("hot"), jna.threadList().threads.map { it.id })
+            }
+        }
+    }
+
+    @Test
     fun `engine logs reach java util logging and a throwing native listener is counted`() = runBlocking {
         CapturedLogs("cc_app_server").use { logs ->
             assertTrue(AppServerLogging.install(Level.WARNING))
