@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=target/jvm
-CC_JVM_SKIP_TESTS=1 bash scripts/build-jar.sh
+# CC_BENCH_REUSE_JAR=1 skips rebuilding the jar (and the library) when only the bench changed.
+[ "${CC_BENCH_REUSE_JAR:-0}" = 1 ] || CC_JVM_SKIP_TESTS=1 bash scripts/build-jar.sh
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 jar=$out/maven/cc-app-server-$version.jar
 

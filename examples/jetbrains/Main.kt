@@ -31,4 +31,5 @@ fun main() = runBlocking {
     println("beta threads: ${services[1].client.threadList().threads.size}")
     services.forEach { it.dispose() }
     println("disposed: ${services.all { it.disposed }}")
+    systemDir.toFile().deleteRecursively()
 }

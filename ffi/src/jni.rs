@@ -1,5 +1,5 @@
 //! A direct JNI entry (cargo feature `jni`, on in the JVM jar and the AAR), because uniffi over
-//! JNA measured 6x slower per request and 10x slower per notification than a plain JNI crossing
+//! JNA measured 3-10x slower per request round trip than a plain JNI crossing
 //! (docs/bench/jvm.md). Two parts: the bench entry (raw connection send / recv / recv-batch /
 //! close, plus Rust-timed loops so the Rust client is measured in the same JVM run;
 //! `kotlin/bench/`, `scripts/bench-jvm.sh`) and the hot path the Kotlin SDK ships (requests and

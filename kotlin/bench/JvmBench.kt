@@ -136,6 +136,8 @@ fun main(args: Array<String>) {
     val drainN = args.getOrNull(3)?.toInt() ?: 20000
     val outbound = drainN * 2 + 100
     val tmp = Files.createTempDirectory("cc-jvm-bench")
+    // The rollouts of a run take hundreds of MB: never leave them behind.
+    Runtime.getRuntime().addShutdownHook(Thread { tmp.toFile().deleteRecursively() })
 
     val uServer = NativeServer.open(NativeOptions(stateDir = tmp.resolve("uniffi").toString(), durability = Durability.EPHEMERAL, outboundMessages = outbound))
     val jServer = JniBench.openServer(tmp.resolve("jni").toString(), outbound)
@@ -241,9 +243,9 @@ fun main(args: Array<String>) {
     }
 
     println("round trip (thread/list, median of $rounds rounds x $rtN requests), µs per request:")
-    for ((name, xs) in rt) println(String.format("  %-52s %8.1f", name, median(xs)))
+    for ((name, xs) in rt) println(String.format("  %-56s %8.1f   (rounds: %s)", name, median(xs), xs.joinToString(" ") { String.format("%.1f", it) }))
     println("notification drain (median of $rounds rounds, ~$drainN queued each), messages/s:")
-    for ((name, xs) in drain) println(String.format("  %-52s %10.0f", name, median(xs)))
+    for ((name, xs) in drain) println(String.format("  %-56s %10.0f   (rounds: %s)", name, median(xs), xs.joinToString(" ") { String.format("%.0f", it) }))
     val jniRt = median(rt.getValue("JNI send + recv (raw connection)"))
     val jnaRt = median(rt.getValue("uniffi/JNA Connection.send + recv (raw connection)"))
     val jniBatch = median(drain.getValue("JNI recvBatch(256)"))

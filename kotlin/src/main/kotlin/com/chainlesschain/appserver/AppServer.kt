@@ -79,7 +79,7 @@ data class ClientOptions @JvmOverloads constructor(
         requestTimeoutMs = requestTimeoutMs,
         maxPending = maxPending,
         // The native deadline is a backstop a little past ours, so the SDK decides (and logs) first.
-        approvalTimeoutMs = approvalTimeoutMs + APPROVAL_GRACE_MS,
+        approvalTimeoutMs = if (approvalTimeoutMs > Long.MAX_VALUE - APPROVAL_GRACE_MS) Long.MAX_VALUE else approvalTimeoutMs + APPROVAL_GRACE_MS,
         notificationCapacity = notificationCapacity,
     )
 

@@ -1,6 +1,6 @@
 // The JVM hot path: requests and the notification pump cross into Rust through direct JNI entry
-// points (ffi/src/jni.rs) instead of uniffi's JNA calls, which measured 6x slower per request and
-// 10x slower per notification (docs/bench/jvm.md). Everything else (opening, approvals, kernels,
+// points (ffi/src/jni.rs) instead of uniffi's JNA calls, which measured 3-10x slower per request
+// round trip (docs/bench/jvm.md). Everything else (opening, approvals, kernels,
 // tools, logs) stays on uniffi. Both paths drive the same uniffi `Client` object, so there is one
 // pending map, one approval router and one notification queue either way.
 package com.chainlesschain.appserver

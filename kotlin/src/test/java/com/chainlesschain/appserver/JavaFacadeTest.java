@@ -27,7 +27,18 @@ public class JavaFacadeTest {
     }
 
     private static String stateDir() throws Exception {
-        return Files.createTempDirectory("cc-java-test").resolve("state").toString();
+        java.nio.file.Path dir = Files.createTempDirectory("cc-java-test");
+        // Removed when the JVM exits (the servers have closed by then).
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> deleteTree(dir.toFile())));
+        return dir.resolve("state").toString();
+    }
+
+    private static void deleteTree(java.io.File f) {
+        java.io.File[] children = f.listFiles();
+        if (children != null) {
+            for (java.io.File c : children) deleteTree(c);
+        }
+        if (!f.delete() && f.exists()) System.err.println("could not delete " + f);
     }
 
     @Test

@@ -76,6 +76,10 @@ class LifecycleTest {
             assertThrows<AppServerException.Store> { AppServer.open(dir) }
             assertThrows<AppServerException.InvalidArgument> { it.client(options = ClientOptions(collectorBuffer = 0)) }
             assertThrows<AppServerException.InvalidArgument> { it.client(options = ClientOptions(requestTimeoutMs = -1)) }
+            assertThrows<AppServerException.InvalidArgument> { it.client(options = ClientOptions(approvalTimeoutMs = -1)) }
+            assertThrows<AppServerException.InvalidArgument> { it.client(options = ClientOptions(maxPending = 0)) }
+            // The edges themselves are accepted.
+            it.client(options = ClientOptions(collectorBuffer = 1, maxPending = 1, approvalTimeoutMs = Long.MAX_VALUE)).close()
         }
     }
 

@@ -16,7 +16,12 @@ import java.util.logging.Logger
 
 const val WAIT_MS = 30_000L
 
-fun tempStateDir(): Path = Files.createTempDirectory("cc-jvm-test").resolve("state")
+/** Every temporary directory the tests made, removed when the test JVM exits. */
+private val tempDirs = java.util.concurrent.ConcurrentLinkedQueue<Path>().also { dirs ->
+    Runtime.getRuntime().addShutdownHook(Thread { dirs.forEach { it.toFile().deleteRecursively() } })
+}
+
+fun tempStateDir(): Path = Files.createTempDirectory("cc-jvm-test").also { tempDirs.add(it) }.resolve("state")
 
 /** A script for the scripted kernel: each step a JSON object. */
 fun script(vararg steps: String): JSONObject = JSONObject().put("steps", JSONArray(steps.map { JSONObject(it) }))
