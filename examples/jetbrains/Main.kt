@@ -11,7 +11,7 @@ import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withTimeout
 import java.nio.file.Files
 
-fun main() = runBlocking {
+fun main(): Unit = runBlocking {
     val systemDir = Files.createTempDirectory("idea-system")
     val projects = listOf("alpha", "beta").map { name ->
         object : ProjectLike {
