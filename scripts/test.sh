@@ -30,6 +30,8 @@ step "host boundary: C ABI under valgrind, uniffi from Python, header freshness"
 bash scripts/test-ffi.sh
 step "python sdk: the wheel built, installed into a fresh venv, pytest + quickstart + mypy --strict against it"
 bash scripts/test-python-sdk.sh
+step "jvm: the jar (natives inside), JUnit 5 on the real library, examples and the Java facade from the jar"
+bash scripts/test-jvm.sh
 
 echo
 echo "all suites passed"

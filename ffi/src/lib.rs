@@ -13,6 +13,8 @@ pub mod approval;
 pub mod capi;
 pub mod client;
 pub mod errors;
+#[cfg(feature = "jni")]
+pub mod jni;
 pub mod kernel;
 pub mod log;
 pub mod server;

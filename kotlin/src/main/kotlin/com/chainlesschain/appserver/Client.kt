@@ -1,0 +1,375 @@
+// A connected client: suspend functions for every wire v1 request, typed with the generated
+// protocol types, and `notifications()` as a Flow fed by one native listener shared by every
+// collector. The protocol state (pending map, timeouts, approval routing) stays in the one Rust
+// client; this layer only adapts it to coroutines.
+package com.chainlesschain.appserver
+
+import com.chainlesschain.appserver.ffi.NotificationListener
+import com.chainlesschain.appserver.ffi.TaskHandle
+import com.chainlesschain.appserver.protocol.AgentOptions
+import com.chainlesschain.appserver.protocol.InitializeResult
+import com.chainlesschain.appserver.protocol.JsonField
+import com.chainlesschain.appserver.protocol.ProtocolDecodeException
+import com.chainlesschain.appserver.protocol.ProtocolJson
+import com.chainlesschain.appserver.protocol.ServerNotification
+import com.chainlesschain.appserver.protocol.TextInput
+import com.chainlesschain.appserver.protocol.ThreadArchiveParams
+import com.chainlesschain.appserver.protocol.ThreadArchiveResult
+import com.chainlesschain.appserver.protocol.ThreadForkParams
+import com.chainlesschain.appserver.protocol.ThreadForkResult
+import com.chainlesschain.appserver.protocol.ThreadListParams
+import com.chainlesschain.appserver.protocol.ThreadListResult
+import com.chainlesschain.appserver.protocol.ThreadReadParams
+import com.chainlesschain.appserver.protocol.ThreadReadResult
+import com.chainlesschain.appserver.protocol.ThreadResumeParams
+import com.chainlesschain.appserver.protocol.ThreadResumeResult
+import com.chainlesschain.appserver.protocol.ThreadStartParams
+import com.chainlesschain.appserver.protocol.ThreadStartResult
+import com.chainlesschain.appserver.protocol.TurnInterruptParams
+import com.chainlesschain.appserver.protocol.TurnInterruptResult
+import com.chainlesschain.appserver.protocol.TurnStartParams
+import com.chainlesschain.appserver.protocol.TurnStartResult
+import com.chainlesschain.appserver.protocol.UserInput
+import kotlinx.coroutines.channels.SendChannel
+import kotlinx.coroutines.completeWith
+import kotlinx.coroutines.channels.awaitClose
+import kotlinx.coroutines.channels.trySendBlocking
+import kotlinx.coroutines.flow.Flow
+import kotlinx.coroutines.flow.buffer
+import kotlinx.coroutines.flow.callbackFlow
+import org.json.JSONObject
+import java.util.logging.Level
+import java.util.logging.Logger
+import com.chainlesschain.appserver.ffi.Client as NativeClient
+
+private val clientLog: Logger = Logger.getLogger("com.chainlesschain.appserver.client")
+
+/** A connected, initialized client. Thread-safe: share one per server, or open several. */
+class Client internal constructor(
+    internal val native: NativeClient,
+    private val options: ClientOptions,
+    useJni: Boolean = true,
+) : AutoCloseable {
+    private val hub = NotificationHub()
+    @Volatile private var closed = false
+
+    /** The JNI hot path for requests and notifications, when the library has it (see JniTransport). */
+    private val jni: JniClientHandle? = if (useJni && JniTransport.available) JniClientHandle(native) else null
+
+    /** True when requests and notifications take the JNI hot path rather than JNA. */
+    internal val usesJni: Boolean get() = jni != null
+
+    /** The server's `initialize` answer: versions, features, identity, schema digest. */
+    val initializeResult: InitializeResult =
+        decoding("initialize result") { InitializeResult.fromJson(ProtocolJson.parse(native.initializeResult())) }
+
+    /**
+     * The escape hatch: sends [method] with [paramsJson] (a JSON object, empty for `{}`) and
+     * returns the result as JSON text. Suspends without blocking a thread. Cancelling the calling
+     * coroutine returns at once; the request itself still completes (within the request timeout)
+     * and its result is dropped — stop work with [turnInterrupt], not by cancelling.
+     */
+    suspend fun request(method: String, paramsJson: String = "{}"): String {
+        val hot = jni ?: return native { native.request(method, paramsJson) }
+        // The blocking JNI call runs on a pool thread; awaiting it is what the caller's coroutine
+        // does, so cancelling the caller returns at once while the request completes (within the
+        // request timeout) and its answer is dropped — the same contract as the JNA path.
+        val answer = kotlinx.coroutines.CompletableDeferred<String>()
+        requestPool.execute {
+            answer.completeWith(runCatching { JniTransport.answer(hot.use { JniTransport.request(it, method, paramsJson) }) })
+        }
+        return answer.await()
+    }
+
+    /** [request] for a blocking caller (Java facade, plain threads). */
+    fun requestBlocking(method: String, paramsJson: String = "{}"): String {
+        val hot = jni ?: return native { native.requestBlocking(method, paramsJson) }
+        return JniTransport.answer(hot.use { JniTransport.request(it, method, paramsJson) })
+    }
+
+    private suspend fun call(method: String, params: JSONObject): Any =
+        decoding("$method result") { ProtocolJson.parse(request(method, params.toString())) }
+
+    suspend fun threadStart(
+        title: String? = null,
+        threadId: String? = null,
+        metadata: Map<String, Any>? = null,
+        agentOptions: AgentOptions? = null,
+        idempotencyKey: String? = null,
+    ): ThreadStartResult = threadStart(ThreadStartParams(threadId, title, metadata, agentOptions, idempotencyKey))
+
+    suspend fun threadStart(params: ThreadStartParams): ThreadStartResult =
+        call("thread/start", params.toJson()).let { decoding("thread/start result") { ThreadStartResult.fromJson(it) } }
+
+    suspend fun threadRead(threadId: String, afterEventSeq: Long? = null, limit: Long? = null): ThreadReadResult =
+        call("thread/read", ThreadReadParams(threadId, afterEventSeq, limit).toJson())
+            .let { decoding("thread/read result") { ThreadReadResult.fromJson(it) } }
+
+    suspend fun threadResume(threadId: String, afterEventSeq: Long? = null, limit: Long? = null): ThreadResumeResult =
+        call("thread/resume", ThreadResumeParams(threadId, afterEventSeq, limit).toJson())
+            .let { decoding("thread/resume result") { ThreadResumeResult.fromJson(it) } }
+
+    suspend fun threadFork(
+        threadId: String,
+        newThreadId: String? = null,
+        atEventSeq: Long? = null,
+        title: String? = null,
+        idempotencyKey: String? = null,
+    ): ThreadForkResult =
+        call("thread/fork", ThreadForkParams(threadId, newThreadId, atEventSeq, title, idempotencyKey).toJson())
+            .let { decoding("thread/fork result") { ThreadForkResult.fromJson(it) } }
+
+    suspend fun threadList(includeArchived: Boolean? = null, cursor: String? = null, limit: Long? = null): ThreadListResult {
+        val params = ThreadListParams(includeArchived, if (cursor == null) JsonField.Absent else JsonField.Value(cursor), limit)
+        return call("thread/list", params.toJson()).let { decoding("thread/list result") { ThreadListResult.fromJson(it) } }
+    }
+
+    suspend fun threadArchive(threadId: String): ThreadArchiveResult =
+        call("thread/archive", ThreadArchiveParams(threadId).toJson())
+            .let { decoding("thread/archive result") { ThreadArchiveResult.fromJson(it) } }
+
+    /** Starts a turn on [threadId] with [text]; returns at once (the turn runs asynchronously). */
+    suspend fun turnStart(threadId: String, text: String, idempotencyKey: String? = null): TurnStartResult =
+        turnStart(TurnStartParams(threadId, listOf(UserInput.Text(TextInput(text))), idempotencyKey))
+
+    suspend fun turnStart(params: TurnStartParams): TurnStartResult =
+        call("turn/start", params.toJson()).let { decoding("turn/start result") { TurnStartResult.fromJson(it) } }
+
+    /**
+     * Interrupts a turn and answers only when the kernel has physically stopped; otherwise fails
+     * with [ProtocolException] code -32010 (never a false "cancelled").
+     */
+    suspend fun turnInterrupt(threadId: String, turnId: String): TurnInterruptResult =
+        call("turn/interrupt", TurnInterruptParams(threadId, turnId).toJson())
+            .let { decoding("turn/interrupt result") { TurnInterruptResult.fromJson(it) } }
+
+    /**
+     * Every server notification, decoded with the generated types (receive mode: a `method` this
+     * version does not know arrives as [ServerNotification.Unknown], as sent, and so does a known
+     * one this version cannot decode — the stream never breaks on a newer server).
+     *
+     * Cold and shareable: each collector sees every notification from when it starts; all
+     * collectors share one native listener, started by the first and released when the last one
+     * stops (cancelled, finished, or threw). Notifications that arrive while nobody collects wait
+     * in the native client for the next collector. A collector that throws ends only its own
+     * collection. Each collector may fall [ClientOptions.collectorBuffer] notifications behind;
+     * past that, delivery waits for it (nothing is dropped), and the native buffers behind it fill.
+     * The flow completes when the client closes.
+     */
+    fun notifications(): Flow<ServerNotification> = callbackFlow {
+        val subscriber = hub.subscribe(channel)
+        awaitClose { hub.unsubscribe(subscriber) }
+    }.buffer(maxOf(options.collectorBuffer, BACKLOG_MAX))
+
+    /**
+     * Polls one notification, waiting up to [timeoutMs]: `null` on timeout, [AppServerException.Closed]
+     * once the client is closed and drained. Do not mix with [notifications]: each notification goes to
+     * exactly one reader.
+     */
+    fun nextNotification(timeoutMs: Long): ServerNotification? {
+        val hot = jni ?: return native { native.nextNotification(timeoutMs) }?.let { decodeNotification(it) }
+        if (timeoutMs < 0) throw AppServerException.InvalidArgument("timeoutMs must not be negative (got $timeoutMs)")
+        val batch = hot.use { JniTransport.nextNotifications(it, 1, timeoutMs) } ?: throw AppServerException.Closed()
+        return batch.firstOrNull()?.let { decodeNotification(it) }
+    }
+
+    /** Requests now waiting for an answer. */
+    val pendingRequests: Long get() = if (closed) 0 else native { native.pendingRequests() }
+
+    /** True once closed: by [close], a server shutdown, or a connection the server dropped. */
+    val isClosed: Boolean get() = closed || native { native.isClosed() }
+
+    /** True while a native listener feeds [notifications] (for tests and diagnostics). */
+    internal val hasNativeListener: Boolean get() = hub.hasListener()
+
+    /**
+     * Closes the client now: requests in flight end with [AppServerException.Closed], collectors
+     * receive what was already delivered and complete. Idempotent. Frees the native client.
+     */
+    override fun close() {
+        synchronized(this) {
+            if (closed) return
+            closed = true
+        }
+        native.disconnect()
+        hub.clientClosed()
+        jni?.release()
+        native.destroy()
+    }
+
+    /** A running delivery into the hub: uniffi's listener thread, or the JNI pump. */
+    private interface Delivery {
+        fun cancel()
+        fun isFinished(): Boolean
+    }
+
+    private class UniffiDelivery(private val handle: TaskHandle) : Delivery {
+        override fun cancel() {
+            handle.cancel()
+            handle.destroy()
+        }
+
+        override fun isFinished(): Boolean = handle.isFinished()
+    }
+
+    /**
+     * The JNI pump: polls batches of up to 256 notifications (50 ms at a time, so it notices a
+     * stop quickly) and hands them to the hub. A batch it has taken is always handed over, even
+     * when it was told to stop meanwhile: the hub keeps it for the next collector.
+     */
+    private class JniPump(private val handle: JniClientHandle, private val hub: NotificationListener) :
+        Thread("cc-jni-notifications"), Delivery {
+        @Volatile private var stopping = false
+
+        init {
+            isDaemon = true
+        }
+
+        override fun run() {
+            while (!stopping) {
+                val batch = try {
+                    handle.use { JniTransport.nextNotifications(it, PUMP_BATCH, PUMP_POLL_MS) }
+                } catch (e: AppServerException.Closed) {
+                    null
+                }
+                when {
+                    batch == null -> {
+                        hub.onClosed()
+                        return
+                    }
+                    batch.isNotEmpty() -> hub.onNotifications(batch.asList())
+                }
+            }
+        }
+
+        override fun cancel() {
+            stopping = true
+            if (currentThread() !== this) join()
+        }
+
+        override fun isFinished(): Boolean = !isAlive
+    }
+
+    /** One native listener fanned out to every collector; see [notifications]. */
+    private inner class NotificationHub : NotificationListener {
+        /**
+         * Two locks: [lifecycle] orders starting and stopping the delivery (held while a stop waits
+         * for the delivery thread, so a new collector cannot start a second delivery that overtakes
+         * the old one); [lock] guards the subscriber list and the backlog and is the only one the
+         * delivery thread takes, so a stop waiting for that thread can never deadlock with it.
+         */
+        private val lifecycle = Any()
+        private val lock = Any()
+        private val subscribers = ArrayList<SendChannel<ServerNotification>>()
+        @Volatile private var handle: Delivery? = null
+
+        /** Delivered while nobody collected (the window while the last delivery stopped). */
+        private val backlog = ArrayDeque<ServerNotification>()
+        private var closed = false
+
+        fun hasListener(): Boolean = handle?.isFinished() == false
+
+        fun subscribe(channel: SendChannel<ServerNotification>): SendChannel<ServerNotification> {
+            synchronized(lifecycle) {
+                synchronized(lock) {
+                    // No delivery runs while the backlog is non-empty, so these go first, in order.
+                    while (backlog.isNotEmpty()) {
+                        if (channel.trySend(backlog.first()).isFailure) break
+                        backlog.removeFirst()
+                    }
+                    if (closed) {
+                        channel.close()
+                        return channel
+                    }
+                    subscribers.add(channel)
+                }
+                if (handle == null) {
+                    handle = try {
+                        val hot = jni
+                        if (hot != null) JniPump(hot, this).also { it.start() } else UniffiDelivery(native.listen(this))
+                    } catch (e: Exception) {
+                        // The client closed (ClientException.Closed) or was freed: nothing more will come.
+                        onClosed()
+                        null
+                    }
+                }
+            }
+            return channel
+        }
+
+        fun unsubscribe(channel: SendChannel<ServerNotification>) {
+            synchronized(lifecycle) {
+                val stopping = synchronized(lock) {
+                    subscribers.remove(channel)
+                    if (subscribers.isNotEmpty()) return
+                    handle.also { handle = null }
+                }
+                // Waits for the delivery thread: one poll, at most one hand-over (into the backlog).
+                stopping?.cancel()
+            }
+        }
+
+        fun clientClosed() {
+            // A running delivery sees the closed client, hands over what it holds and calls
+            // onClosed; with none running, close the collectors here.
+            synchronized(lifecycle) {
+                if (handle == null) onClosed()
+            }
+        }
+
+        override fun onNotifications(messages: List<String>) {
+            val decoded = messages.mapNotNull { decodeNotification(it) }
+            val targets = synchronized(lock) {
+                if (subscribers.isEmpty()) {
+                    backlog.addAll(decoded)
+                    return
+                }
+                subscribers.toList()
+            }
+            for (n in decoded) {
+                for (s in targets) {
+                    // Blocks this (delivery) thread while a collector is [collectorBuffer] behind:
+                    // backpressure, not loss. A collector that has stopped fails fast and is skipped.
+                    s.trySendBlocking(n)
+                }
+            }
+        }
+
+        override fun onClosed() {
+            synchronized(lock) {
+                closed = true
+                for (s in subscribers) s.close()
+                subscribers.clear()
+            }
+        }
+    }
+
+    internal val collectorBuffer: Int get() = options.collectorBuffer
+}
+
+/** Decodes one notification message; never throws (an undecodable one is kept as Unknown). */
+internal fun decodeNotification(text: String): ServerNotification? {
+    val json = try {
+        ProtocolJson.parse(text)
+    } catch (e: ProtocolDecodeException) {
+        clientLog.log(Level.WARNING, "dropping a notification that is not JSON", e)
+        return null
+    }
+    return try {
+        ServerNotification.fromJson(json)
+    } catch (e: ProtocolDecodeException) {
+        clientLog.log(Level.FINE, "notification kept as Unknown: ${e.message}")
+        (json as? JSONObject)?.let { ServerNotification.Unknown(it) }
+    }
+}
+
+/** Requests on the JNI path block a thread each; the Rust client bounds how many run at once. */
+private val requestPool: java.util.concurrent.ExecutorService = java.util.concurrent.Executors.newCachedThreadPool { r ->
+    Thread(r, "cc-jni-request").apply { isDaemon = true }
+}
+
+private const val PUMP_BATCH = 256
+private const val PUMP_POLL_MS = 50L
+
+/** A collector's buffer is at least one native batch, so a backlog always fits ahead of live deliveries. */
+private const val BACKLOG_MAX = 256

@@ -1,0 +1,156 @@
+// A plain-Java host using only the Java facade (JavaAppServer, JavaClient, Decision, the
+// generated protocol types): blocking calls, CompletableFutures, a java.util.function approval
+// callback and a Consumer subscription. Runs under JUnit (mvn verify) and, through main(), on a
+// plain `java -cp jar:deps` classpath with no JUnit and no -Djna.library.path (scripts/test-jvm.sh).
+package com.chainlesschain.appserver;
+
+import com.chainlesschain.appserver.protocol.ApprovalOutcome;
+import com.chainlesschain.appserver.protocol.ServerNotification;
+import com.chainlesschain.appserver.protocol.TurnStatus;
+import java.nio.file.Files;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.Test;
+
+public class JavaFacadeTest {
+    private static final String TOOL_SCRIPT =
+        "{\"steps\":[{\"type\":\"tool\",\"tool\":\"fs.write\",\"arguments\":{\"path\":\"a.txt\",\"text\":\"x\"}},"
+            + "{\"type\":\"message\",\"text\":\"done\",\"chunks\":2}]}";
+
+    private static void check(boolean ok, String what) {
+        if (!ok) throw new AssertionError(what);
+    }
+
+    private static String stateDir() throws Exception {
+        java.nio.file.Path dir = Files.createTempDirectory("cc-java-test");
+        // Removed when the JVM exits (the servers have closed by then).
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> deleteTree(dir.toFile())));
+        return dir.resolve("state").toString();
+    }
+
+    private static void deleteTree(java.io.File f) {
+        java.io.File[] children = f.listFiles();
+        if (children != null) {
+            for (java.io.File c : children) deleteTree(c);
+        }
+        if (!f.delete() && f.exists()) System.err.println("could not delete " + f);
+    }
+
+    @Test
+    public void blockingFuturesApprovalsAndSubscription() throws Exception {
+        AtomicInteger asked = new AtomicInteger();
+        try (JavaAppServer server = JavaAppServer.open(stateDir(), new ServerOptions().withWorkspace("/repo"));
+             JavaClient client = server.client(request -> {
+                 asked.incrementAndGet();
+                 check(request.getTool().equals("fs.write"), "tool " + request.getTool());
+                 return Decision.acceptOnce();
+             })) {
+            List<ServerNotification> seen = new CopyOnWriteArrayList<>();
+            CountDownLatch completed = new CountDownLatch(1);
+            AutoCloseable subscription = client.subscribe(n -> {
+                seen.add(n);
+                if (n instanceof ServerNotification.TurnCompleted) completed.countDown();
+            });
+            try {
+                String threadId = client.threadStart("from java").getThread().getId();
+                client.request("thread/list", "{}");
+                // agentOptions through the escape hatch: the facade takes JSON text as well.
+                client.request("thread/start", "{\"threadId\":\"j\",\"agentOptions\":{\"script\":" + TOOL_SCRIPT + "}}");
+                CompletableFuture<String> turn =
+                    client.turnStartAsync("j", "go").thenApply(r -> r.getTurn().getId());
+                String turnId = turn.get(30, TimeUnit.SECONDS);
+                check(completed.await(30, TimeUnit.SECONDS), "no turn/completed");
+                check(threadId.startsWith("thr_") || !threadId.isEmpty(), "thread id " + threadId);
+                ServerNotification.TurnCompleted done = (ServerNotification.TurnCompleted) seen.stream()
+                    .filter(n -> n instanceof ServerNotification.TurnCompleted).findFirst().orElseThrow();
+                check(done.getValue().getParams().getTurn().getId().equals(turnId), "turn id");
+                check(done.getValue().getParams().getTurn().getStatus() == TurnStatus.Completed, "status");
+                check(seen.stream().anyMatch(n -> n instanceof ServerNotification.ApprovalResolved
+                    && ((ServerNotification.ApprovalResolved) n).getValue().getParams().getOutcome() == ApprovalOutcome.Approved),
+                    "approval approved");
+            } finally {
+                subscription.close();
+            }
+            check(asked.get() == 1, "asked " + asked.get());
+            check(server.stats().getToolsExecuted() == 1L, "tools executed");
+            check(client.threadList().getThreads().size() == 2, "two threads");
+        }
+    }
+
+    @Test
+    public void typedExceptionsAndTimeouts() throws Exception {
+        try (JavaAppServer server = JavaAppServer.open(stateDir());
+             JavaClient client = server.client()) {
+            try {
+                client.threadRead("missing");
+                throw new AssertionError("no exception");
+            } catch (ProtocolException e) {
+                check(e.getCode() == -32004, "code " + e.getCode());
+            }
+            try {
+                client.requestAsync("thread/read", "{\"threadId\":\"missing\"}").get();
+                throw new AssertionError("no exception");
+            } catch (ExecutionException e) {
+                check(e.getCause() instanceof ProtocolException, "cause " + e.getCause());
+            }
+            check(client.nextNotification(10L) == null, "idle is null");
+            JavaClient closed = server.client();
+            closed.close();
+            check(closed.isClosed(), "closed");
+            try {
+                closed.nextNotification(10L);
+                throw new AssertionError("no exception");
+            } catch (AppServerException.Closed e) {
+                check(e.getCode() == -32603, "closed code");
+            }
+        }
+    }
+
+    @Test
+    public void aThrowingApprovalCallbackDeclines() throws Exception {
+        try (JavaAppServer server = JavaAppServer.open(stateDir());
+             JavaClient client = server.client(request -> {
+                 throw new IllegalStateException("java handler bug");
+             })) {
+            client.request("thread/start", "{\"threadId\":\"d\",\"agentOptions\":{\"script\":" + TOOL_SCRIPT + "}}");
+            client.turnStart("d", "go");
+            ApprovalOutcome outcome = null;
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (outcome == null && System.nanoTime() < deadline) {
+                ServerNotification n = client.nextNotification(100L);
+                if (n instanceof ServerNotification.ApprovalResolved) {
+                    outcome = ((ServerNotification.ApprovalResolved) n).getValue().getParams().getOutcome();
+                }
+            }
+            check(outcome == ApprovalOutcome.Declined, "outcome " + outcome);
+            check(server.stats().getToolsExecuted() == 0L, "no tool ran");
+        }
+    }
+
+    /** For the plain-classpath run: every test, in order; exit 1 on the first failure. */
+    public static void main(String[] args) throws Exception {
+        JavaFacadeTest t = new JavaFacadeTest();
+        String[] names = {"blockingFuturesApprovalsAndSubscription", "typedExceptionsAndTimeouts", "aThrowingApprovalCallbackDeclines"};
+        int passed = 0;
+        int failed = 0;
+        for (String name : names) {
+            try {
+                JavaFacadeTest.class.getMethod(name).invoke(t);
+                passed++;
+                System.out.println("ok " + name);
+            } catch (java.lang.reflect.InvocationTargetException e) {
+                failed++;
+                System.out.println("FAILED " + name + ": " + e.getCause());
+                e.getCause().printStackTrace();
+            }
+        }
+        System.out.println("java-facade: " + passed + " passed, " + failed + " failed");
+        System.exit(failed == 0 ? 0 : 1);
+    }
+
+}

@@ -1,0 +1,190 @@
+// Lifecycle, typed requests and their typed failures, close → reopen → resume, concurrency from
+// 50 threads, and the overload bound surfacing as AppServerException.Overloaded.
+package com.chainlesschain.appserver
+
+import com.chainlesschain.appserver.protocol.ServerNotification
+import com.chainlesschain.appserver.protocol.ThreadStatus
+import com.chainlesschain.appserver.protocol.TurnStatus
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.async
+import kotlinx.coroutines.awaitAll
+import kotlinx.coroutines.runBlocking
+import org.json.JSONObject
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertFalse
+import org.junit.jupiter.api.Assertions.assertNotNull
+import org.junit.jupiter.api.Assertions.assertNull
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Test
+import org.junit.jupiter.api.assertThrows
+import java.util.concurrent.CountDownLatch
+import java.util.concurrent.atomic.AtomicInteger
+
+class LifecycleTest {
+    @Test
+    fun `open, handshake, typed requests, close`() = runBlocking {
+        val dir = tempStateDir()
+        val server = AppServer.open(dir, ServerOptions(durability = Durability.BUFFERED))
+        val client = server.client()
+        assertEquals(1L, client.initializeResult.protocolVersion)
+        assertTrue(client.initializeResult.schemaDigest.startsWith("sha256:"))
+
+        val started = client.threadStart(title = "hello", threadId = "life")
+        assertEquals("life", started.thread.id)
+        assertEquals("hello", started.thread.title)
+        assertEquals(ThreadStatus.Idle, started.thread.status)
+        assertEquals(listOf("life"), client.threadList().threads.map { it.id })
+        val raw = JSONObject(client.request("thread/read", """{"threadId":"life"}"""))
+        assertEquals("life", raw.getJSONObject("thread").getString("id"))
+        assertEquals(0L, client.pendingRequests)
+
+        client.close()
+        assertTrue(client.isClosed)
+        assertThrows<AppServerException.Closed> { runBlocking { client.threadList() } }
+        client.close() // idempotent
+        server.close()
+        assertTrue(server.isClosed)
+        server.close() // idempotent
+    }
+
+    @Test
+    fun `protocol errors carry their code and data`() = runBlocking {
+        AppServer.open(tempStateDir()).use { server ->
+            server.client().use { client ->
+                val missing = assertThrows<ProtocolException> { runBlocking { client.threadRead("missing") } }
+                assertEquals(-32004, missing.code)
+                val invalid = assertThrows<ProtocolException> { runBlocking { client.threadStart(threadId = "../etc") } }
+                assertEquals(-32602, invalid.code)
+                assertEquals("/params/threadId", JSONObject(invalid.dataJson).getString("pointer"))
+                val badJson = assertThrows<AppServerException.InvalidJson> { runBlocking { client.request("thread/list", "{nope") } }
+                assertEquals(-32700, badJson.code)
+                val unknown = assertThrows<ProtocolException> { runBlocking { client.request("no/such", "{}") } }
+                assertEquals(-32601, unknown.code)
+                val negative = assertThrows<AppServerException.InvalidArgument> { client.nextNotification(-1) }
+                assertEquals(-32602, negative.code)
+            }
+        }
+    }
+
+    @Test
+    fun `open refuses bad options and a directory another server holds`() {
+        assertThrows<AppServerException.InvalidArgument> { AppServer.open("") }
+        assertThrows<AppServerException.InvalidArgument> { AppServer.open(tempStateDir(), ServerOptions(inboundMessages = 0)) }
+        assertThrows<AppServerException.InvalidArgument> { AppServer.open(tempStateDir(), ServerOptions(scriptJson = "{nope")) }
+        val dir = tempStateDir()
+        AppServer.open(dir).use {
+            assertThrows<AppServerException.Store> { AppServer.open(dir) }
+            assertThrows<AppServerException.InvalidArgument> { it.client(options = ClientOptions(collectorBuffer = 0)) }
+            assertThrows<AppServerException.InvalidArgument> { it.client(options = ClientOptions(requestTimeoutMs = -1)) }
+            assertThrows<AppServerException.InvalidArgument> { it.client(options = ClientOptions(approvalTimeoutMs = -1)) }
+            assertThrows<AppServerException.InvalidArgument> { it.client(options = ClientOptions(maxPending = 0)) }
+            // The edges themselves are accepted.
+            it.client(options = ClientOptions(collectorBuffer = 1, maxPending = 1, approvalTimeoutMs = Long.MAX_VALUE)).close()
+        }
+    }
+
+    @Test
+    fun `close, reopen, resume`() = runBlocking {
+        val dir = tempStateDir()
+        val firstTurn: String
+        AppServer.open(dir).use { server ->
+            server.client().use { client ->
+                firstTurn = client.startScripted("durable", script(messageStep("first answer", 2)))
+                val done = client.collectUntil { completedTurn(it)?.id == firstTurn }
+                assertEquals(TurnStatus.Completed, completedTurn(done.last())!!.status)
+            }
+        }
+        AppServer.open(dir).use { server ->
+            server.client().use { client ->
+                val resumed = client.threadResume("durable")
+                assertNull(resumed.activeTurn)
+                assertEquals("durable", resumed.thread.id)
+                val kinds = resumed.events.map { JSONObject(it.toJson().toString()).getJSONObject("payload").getString("type") }
+                assertTrue("turnCompleted" in kinds, kinds.toString())
+                assertTrue(resumed.thread.lastEventSeq >= resumed.events.size.toLong())
+                // The thread goes on where it stopped.
+                val second = client.turnStart("durable", "again").turn.id
+                val done = client.collectUntil { completedTurn(it)?.id == second }
+                assertEquals(TurnStatus.Completed, completedTurn(done.last())!!.status)
+                assertTrue(server.store().verify("durable").ok)
+            }
+        }
+    }
+
+    @Test
+    fun `fifty threads share one client`() {
+        AppServer.open(tempStateDir(), ServerOptions(durability = Durability.BUFFERED)).use { server ->
+            server.client().use { client ->
+                val failures = AtomicInteger()
+                val ready = CountDownLatch(1)
+                val threads = (0 until 50).map { n ->
+                    Thread {
+                        ready.await()
+                        try {
+                            runBlocking { client.threadStart(threadId = "t$n", title = "thread $n") }
+                            repeat(4) {
+                                val listed = JSONObject(client.requestBlocking("thread/read", """{"threadId":"t$n"}"""))
+                                check(listed.getJSONObject("thread").getString("title") == "thread $n")
+                            }
+                        } catch (e: Exception) {
+                            e.printStackTrace()
+                            failures.incrementAndGet()
+                        }
+                    }.also { it.start() }
+                }
+                ready.countDown()
+                threads.forEach { it.join(WAIT_MS) }
+                assertEquals(0, failures.get())
+                val all = runBlocking { client.threadList(limit = 100) }.threads.map { it.id }.toSet()
+                assertEquals((0 until 50).map { "t$it" }.toSet(), all)
+                assertEquals(0L, client.pendingRequests)
+            }
+        }
+    }
+
+    @Test
+    fun `fifty coroutines on a thread pool`() = runBlocking {
+        AppServer.open(tempStateDir(), ServerOptions(durability = Durability.BUFFERED)).use { server ->
+            server.client().use { client ->
+                val ids = (0 until 50).map { n -> async(Dispatchers.IO) { client.threadStart(threadId = "c$n").thread.id } }.awaitAll()
+                assertEquals((0 until 50).map { "c$it" }, ids)
+            }
+        }
+    }
+
+    @Test
+    fun `too many requests in flight is Overloaded with a retry hint`() = runBlocking {
+        val options = ServerOptions(settleDeadlineMs = 5_000)
+        AppServer.open(tempStateDir(), options).use { server ->
+            server.client(options = ClientOptions(maxPending = 1)).use { client ->
+                // A kernel that ignores the interrupt for a while keeps turn/interrupt pending.
+                val turn = client.startScripted("busy", script(messageStep("in"), """{"type":"ignoreCancel","ms":1500}"""))
+                client.collectUntil { it is ServerNotification.ItemCompleted }
+                val interrupt = async(Dispatchers.IO) { client.turnInterrupt("busy", turn) }
+                val deadline = System.nanoTime() + WAIT_MS * 1_000_000
+                while (client.pendingRequests < 1 && System.nanoTime() < deadline) Thread.sleep(5)
+                val overloaded = assertThrows<AppServerException.Overloaded> { runBlocking { client.threadList() } }
+                assertEquals(-32001, overloaded.code)
+                assertTrue(overloaded.retryAfterMs >= 1)
+                val settled = interrupt.await()
+                assertTrue(settled.physicallySettled)
+                assertEquals(TurnStatus.Interrupted, settled.turn.status)
+                // The bound frees up once the answer is in.
+                assertNotNull(client.threadList())
+            }
+        }
+    }
+
+    @Test
+    fun `a server shutdown closes its clients and their flows`() = runBlocking {
+        val server = AppServer.open(tempStateDir())
+        val client = server.client()
+        val collected = async(Dispatchers.IO) { client.notifications().collect { } }
+        server.close()
+        kotlinx.coroutines.withTimeout(WAIT_MS) { collected.await() }
+        assertTrue(client.isClosed)
+        assertFalse(client.hasNativeListener)
+        assertThrows<AppServerException.Closed> { client.nextNotification(10) }
+        client.close()
+    }
+}
