@@ -214,9 +214,12 @@ fn forge_jsonl_threads(dir: &Path, n: usize) {
             format: 1,
             compacted_through: 0,
             last_compaction_seq: None,
+            thread: None,
+            key_id: None,
+            mac: None,
         };
         let mut slots = vec![0u8; ANCHOR_SLOT];
-        slots.extend_from_slice(&a.encode());
+        slots.extend_from_slice(&a.encode(&id, None));
         std::fs::write(dir.join(format!("anchors/{id}.head")), slots).unwrap();
     }
 }
