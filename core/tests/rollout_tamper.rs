@@ -147,7 +147,9 @@ fn python_verifier_names_the_first_bad_seq_of_a_tampered_file() {
             .unwrap()
         + 5;
     b[pos] = b'9';
-    let tampered = f.dir.join("tampered.jsonl");
+    // A copy elsewhere, named after its thread (the verifier binds a log to its file name).
+    fs::create_dir_all(f.dir.join("copy")).unwrap();
+    let tampered = f.dir.join("copy/x.jsonl");
     fs::write(&tampered, &b).unwrap();
     let (ok, out) = python_verify(&tampered, None);
     assert!(!ok);

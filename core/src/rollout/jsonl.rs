@@ -137,10 +137,15 @@ fn decode_slot(slot: &[u8]) -> Slot {
         };
         Slot::Damaged { seq: field("seq=") }
     };
-    let Ok(text) = std::str::from_utf8(slot) else {
+    // Exactly one slot: the text, space padding, '\n'. Nothing else passes, so every changed
+    // byte of a slot is noticed.
+    if slot.len() != ANCHOR_SLOT || slot.last() != Some(&b'\n') {
+        return damaged();
+    }
+    let Ok(text) = std::str::from_utf8(&slot[..ANCHOR_SLOT - 1]) else {
         return damaged();
     };
-    let text = text.trim_end();
+    let text = text.trim_end_matches(' ');
     let Some((body, check)) = text.rsplit_once(" check=") else {
         return damaged();
     };
