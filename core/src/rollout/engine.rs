@@ -123,6 +123,43 @@ impl Head {
         }
     }
 
+    /// The state an anchor caches (archived, format, compactions), as text for comparisons.
+    pub fn cached_state(&self) -> (bool, u16, u64, Option<u64>) {
+        (
+            self.archived,
+            self.format_version,
+            self.compacted_through,
+            self.last_compaction_seq,
+        )
+    }
+
+    /// A head to fold a whole log into (the header replaces it).
+    pub fn placeholder() -> Head {
+        Head {
+            thread_id: String::new(),
+            title: None,
+            metadata: Arc::default(),
+            created_at: String::new(),
+            forked_from: None,
+            format_version: 1,
+            archived: false,
+            last_seq: 0,
+            head_hash: ZERO_HASH.to_string(),
+            updated_at: String::new(),
+            compacted_through: 0,
+            last_compaction_seq: None,
+        }
+    }
+
+    /// Folds one event read from the start of a log: the header builds the head, the rest
+    /// apply to it.
+    pub fn fold(head: &mut Option<Head>, ev: &StoredEvent) {
+        match head {
+            None => *head = Head::from_header(ev).ok(),
+            Some(h) => h.apply(ev),
+        }
+    }
+
     pub fn summary(&self) -> ThreadSummary {
         ThreadSummary {
             thread_id: self.thread_id.clone(),

@@ -320,7 +320,13 @@ fn scan(
                     }
                 }
                 if let Some(h) = fold.as_deref_mut() {
-                    h.apply(&ev);
+                    if ev.seq == 1 {
+                        if let Ok(built) = Head::from_header(&ev) {
+                            *h = built;
+                        }
+                    } else {
+                        h.apply(&ev);
+                    }
                 }
                 s.end += n as u64;
                 prev.clone_from(&ev.hash);
@@ -1207,7 +1213,17 @@ impl Backend for JsonlBackend {
     ) -> Result<VerifyReport, StoreError> {
         let file = self.open_log(id, Open::Read)?;
         let len = file.metadata()?.len();
-        let s = scan(&file, 0, len, 1, ZERO_HASH, self.ctx(id), true, None)?;
+        let mut folded = Head::placeholder();
+        let s = scan(
+            &file,
+            0,
+            len,
+            1,
+            ZERO_HASH,
+            self.ctx(id),
+            true,
+            Some(&mut folded),
+        )?;
         let mut report = VerifyReport {
             thread_id: id.to_string(),
             events: s.count,
@@ -1273,11 +1289,22 @@ impl Backend for JsonlBackend {
                         ));
                     } else {
                         let ev = self.event_at_offset(&file, &s.offsets, at, s.end)?;
+                        let cached = (
+                            a.archived,
+                            a.format,
+                            a.compacted_through,
+                            a.last_compaction_seq,
+                        );
                         if ev.hash != a.hash {
                             report.first_bad_seq = Some(a.seq);
                             report.reason = Some(format!(
                                 "the anchor records hash {} for seq {}, the log has {}",
                                 a.hash, a.seq, ev.hash
+                            ));
+                        } else if a.seq == s.count && folded.cached_state() != cached {
+                            report.reason = Some(format!(
+                                "the anchor caches (archived, format, compactedThrough, lastCompaction) = {cached:?}, the log says {:?}",
+                                folded.cached_state()
                             ));
                         }
                         anchored = a.seq;

@@ -111,6 +111,18 @@ fn sq(path: &Path, what: &str, e: impl std::fmt::Display) -> StoreError {
 
 const COLS: &str = "seq, prev_hash, hash, time, trace_id, parent_id, idempotency_key, payload";
 
+/// What the `turn_completed` index column holds for an event.
+fn turn_of(e: &StoredEvent) -> Option<String> {
+    (e.kind() == "turnCompleted")
+        .then(|| {
+            e.payload
+                .get("turnId")
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        })
+        .flatten()
+}
+
 fn row_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<(StoredEvent, Option<String>)> {
     let payload: String = r.get(7)?;
     let parsed = serde_json::from_str(&payload);
@@ -437,14 +449,7 @@ impl Backend for SqliteBackend {
                     }
                     for s in set.events {
                         let e = &s.ev;
-                        let turn = (e.kind() == "turnCompleted")
-                            .then(|| {
-                                e.payload
-                                    .get("turnId")
-                                    .and_then(|v| v.as_str())
-                                    .map(str::to_string)
-                            })
-                            .flatten();
+                        let turn = turn_of(e);
                         ins.execute(params![
                             set.id,
                             e.seq as i64,
@@ -530,10 +535,21 @@ impl Backend for SqliteBackend {
             )
             .optional()?
             .flatten();
-        match seq {
-            None => Ok(None),
-            Some(s) => Ok(Self::range(&c, self.ctx(id), s as u64, s as u64)?.pop()),
+        let Some(s) = seq else { return Ok(None) };
+        let ev = Self::range(&c, self.ctx(id), s as u64, s as u64)?.pop();
+        // The column is an index, not evidence: the event itself must say so.
+        if let Some(ev) = &ev {
+            if turn_of(ev).as_deref() != Some(turn_id) {
+                return Err(StoreError::Corrupt {
+                    thread_id: id.to_string(),
+                    seq: s as u64,
+                    reason:
+                        "the turn_completed index names an event that does not complete that turn"
+                            .into(),
+                });
+            }
         }
+        Ok(ev)
     }
 
     fn verify(
@@ -557,17 +573,25 @@ impl Backend for SqliteBackend {
             authenticated_through: None,
         };
         let mut st = c.prepare(&format!(
-            "SELECT {COLS} FROM events WHERE thread_id = ?1 ORDER BY seq"
+            "SELECT {COLS}, turn_completed FROM events WHERE thread_id = ?1 ORDER BY seq"
         ))?;
         let mut rows = st.query([id])?;
         let mut prev = ZERO_HASH.to_string();
         let mut seq = 1;
         let mut sealed = 0;
+        let mut folded: Option<Head> = None;
         while let Some(r) = rows.next()? {
             let (ev, bad) = row_event(r)?;
+            let indexed: Option<String> = r.get(8)?;
             let res = match bad {
                 Some(b) => Err(format!("payload is not JSON ({b})")),
-                None => check_event(&ev, seq, &prev, ctx),
+                None => check_event(&ev, seq, &prev, ctx).and_then(|()| {
+                    if indexed == turn_of(&ev) {
+                        Ok(())
+                    } else {
+                        Err("the turn_completed index column does not match the event".into())
+                    }
+                }),
             };
             if let Err(reason) = res {
                 report.first_bad_seq = Some(seq);
@@ -577,6 +601,7 @@ impl Backend for SqliteBackend {
             if ev.kind() == "sealed" {
                 sealed = seq;
             }
+            Head::fold(&mut folded, &ev);
             prev = ev.hash;
             report.events += 1;
             seq += 1;
@@ -597,6 +622,19 @@ impl Backend for SqliteBackend {
         if (row.seq, row.hash.as_str()) != (written.0, written.1) {
             report.first_bad_seq = Some(written.0);
             report.reason = Some("the threads row (head anchor) does not match the events".into());
+            return Ok(report);
+        }
+        let cached = (
+            row.archived,
+            row.format as u16,
+            row.compacted_through,
+            row.last_compaction_seq.map(|s| s as u64),
+        );
+        if let Some(h) = folded.filter(|h| h.cached_state() != cached) {
+            report.reason = Some(format!(
+                "the threads row caches (archived, format, compactedThrough, lastCompaction) = {cached:?}, the events say {:?}",
+                h.cached_state()
+            ));
             return Ok(report);
         }
         match (&self.key, &row.mac) {
