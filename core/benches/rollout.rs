@@ -336,6 +336,22 @@ fn integrity(c: &mut Criterion) {
     g.warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(2))
         .sample_size(10);
+    // The disk's own cost in the same run: Sync appends are fdatasync-bound, so the rest is
+    // read as multiples of this.
+    {
+        let tmp = bench_dir();
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(tmp.path().join("raw.log"))
+            .unwrap();
+        g.bench_function("raw-write+fdatasync", |b| {
+            b.iter(|| {
+                f.write_all(&[b'x'; 300]).unwrap();
+                f.sync_data().unwrap();
+            })
+        });
+    }
     let options = |keyed: bool, durability: Durability| StoreOptions {
         durability,
         key: keyed.then(|| RolloutKey::from_bytes([0x5a; 32])),
