@@ -31,6 +31,17 @@ pub struct KeyArgs {
     key_file: Option<PathBuf>,
 }
 
+impl KeyArgs {
+    /// The key from `--key-file`, if given (for any command that opens a store, `serve` too:
+    /// `config.store_options.key = args.key.key()?`).
+    pub fn key(&self) -> Result<Option<RolloutKey>, String> {
+        self.key_file
+            .as_deref()
+            .map(RolloutKey::from_file)
+            .transpose()
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct ListArgs {
     #[command(flatten)]
@@ -102,12 +113,8 @@ fn open(
         }
         None => StoreKind::Jsonl,
     };
-    let key = match &key.key_file {
-        Some(f) => Some(RolloutKey::from_file(f)?),
-        None => None,
-    };
     let options = StoreOptions {
-        key,
+        key: key.key()?,
         accept_unanchored,
         ..StoreOptions::default()
     };
