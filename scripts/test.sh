@@ -20,6 +20,9 @@ step "schema: generated code is fresh, v1 has no breaking change"
 cargo run -q -p cc-agent-protocol -- generate --check
 cargo run -q -p cc-agent-protocol -- compat --baseline schema/baselines/v1.json | tail -n 1
 
+step "rollout: tamper matrix (sampled), unkeyed and keyed, both stores"
+bash scripts/test-tamper.sh
+
 step "typescript: tsc --strict, fixture replay"
 bash scripts/test-typescript.sh
 step "python: mypy --strict, fixture replay"

@@ -65,6 +65,11 @@ pub fn details(p: &Value) -> String {
             p["toSeq"],
             quote(&text_of(&p["summary"]))
         )),
+        Some("sealed") => parts.push(format!(
+            "seals seq {} (key id {})",
+            p["sealedSeq"],
+            p["keyId"].as_str().unwrap_or("?")
+        )),
         Some("repaired") => parts.push(format!(
             "{} ({} bytes cut)",
             text_of(&p["reason"]),

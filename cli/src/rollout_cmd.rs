@@ -1,27 +1,53 @@
 //! `cc-app-server rollout list|show|verify`: a person's (and a script's, with `--json`) view of the
 //! durable logs in a state directory, through the same `RolloutStore` the server writes with, so
 //! what these tools accept is exactly what a server would resume from.
+//!
+//! They fail closed: every thread the directory holds evidence of (a log, an anchor, a row) is
+//! listed and verified, and one that cannot be opened is reported by name and fails the command.
 
 use crate::render;
 use crate::{StateArgs, StoreArg};
 use cc_app_server::rollout::{
-    layout, open_store, ListQuery, RolloutStore, StoreError, StoreKind, StoreOptions,
+    layout, open_store, ListQuery, RolloutKey, RolloutStore, StoreError, StoreKind, StoreOptions,
     ThreadSummary, VerifyReport, MAX_LIST_LIMIT, MAX_READ_LIMIT,
 };
 use clap::Args;
 use serde_json::{json, Value};
 use std::io::{IsTerminal, Write};
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Exit codes: 1 = the data is bad or missing, 2 = the store cannot be opened.
 const BAD_DATA: u8 = 1;
 const CANNOT_OPEN: u8 = 2;
 
+/// The host key of keyed mode, for the tools.
+#[derive(Args, Debug, Clone, Default)]
+pub struct KeyArgs {
+    /// Rollout key (keyed mode): a file of exactly 32 raw bytes or 64 hex digits, readable by
+    /// its owner only. With it, anchors and seals are checked against the key; without it only
+    /// the plain hash chain is ("unkeyed") and keyed threads cannot be written.
+    #[arg(long, value_name = "FILE")]
+    key_file: Option<PathBuf>,
+}
+
+impl KeyArgs {
+    /// The key from `--key-file`, if given (for any command that opens a store, `serve` too:
+    /// `config.store_options.key = args.key.key()?`).
+    pub fn key(&self) -> Result<Option<RolloutKey>, String> {
+        self.key_file
+            .as_deref()
+            .map(RolloutKey::from_file)
+            .transpose()
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct ListArgs {
     #[command(flatten)]
     state: StateArgs,
+    #[command(flatten)]
+    key: KeyArgs,
     /// One JSON array of thread summaries instead of a table.
     #[arg(long)]
     json: bool,
@@ -31,6 +57,8 @@ pub struct ListArgs {
 pub struct ShowArgs {
     #[command(flatten)]
     state: StateArgs,
+    #[command(flatten)]
+    key: KeyArgs,
     /// The thread id (see `rollout list`).
     thread: String,
     /// Start after this seq.
@@ -48,15 +76,26 @@ pub struct ShowArgs {
 pub struct VerifyArgs {
     #[command(flatten)]
     state: StateArgs,
-    /// Threads to check [default: every thread, archived included].
+    #[command(flatten)]
+    key: KeyArgs,
+    /// Threads to check [default: every thread, archived included, and every stray file].
     #[arg(value_name = "THREAD")]
     threads: Vec<String>,
+    /// Accept threads whose head anchor is missing or unreadable (or, with a key, carries no
+    /// MAC) as they are: they are re-anchored, the acceptance is recorded in the log, and the
+    /// report says which acknowledged seqs nothing vouches for. Without it they fail.
+    #[arg(long)]
+    accept_unanchored: bool,
     /// One JSON report instead of text.
     #[arg(long)]
     json: bool,
 }
 
-fn open(state: &StateArgs) -> Result<Arc<dyn RolloutStore>, String> {
+fn open(
+    state: &StateArgs,
+    key: &KeyArgs,
+    accept_unanchored: bool,
+) -> Result<Arc<dyn RolloutStore>, String> {
     let dir = &state.state_dir;
     if !dir.is_dir() {
         return Err(format!(
@@ -74,7 +113,12 @@ fn open(state: &StateArgs) -> Result<Arc<dyn RolloutStore>, String> {
         }
         None => StoreKind::Jsonl,
     };
-    open_store(kind, dir, StoreOptions::default()).map_err(|e| {
+    let options = StoreOptions {
+        key: key.key()?,
+        accept_unanchored,
+        ..StoreOptions::default()
+    };
+    open_store(kind, dir, options).map_err(|e| {
         format!(
             "cannot open the {} rollout store in {}: {e}",
             if kind == StoreKind::Jsonl {
@@ -92,9 +136,12 @@ fn fail(message: impl std::fmt::Display, code: u8) -> u8 {
     code
 }
 
-/// Every thread, archived included, in id order.
-fn all_threads(store: &dyn RolloutStore) -> Result<Vec<ThreadSummary>, StoreError> {
-    let mut out = Vec::new();
+/// Readable threads, and (id, reason) of those that cannot be read.
+type Listing = (Vec<ThreadSummary>, Vec<(String, String)>);
+
+/// Every thread, archived included, in id order, and every one that cannot be read.
+fn all_threads(store: &dyn RolloutStore) -> Result<Listing, StoreError> {
+    let (mut out, mut bad) = (Vec::new(), Vec::new());
     let mut cursor = None;
     loop {
         let page = store.list(&ListQuery {
@@ -103,98 +150,130 @@ fn all_threads(store: &dyn RolloutStore) -> Result<Vec<ThreadSummary>, StoreErro
             limit: MAX_LIST_LIMIT,
         })?;
         out.extend(page.threads);
+        bad.extend(page.unreadable);
         match page.next_cursor {
             Some(c) => cursor = Some(c),
-            None => return Ok(out),
+            None => return Ok((out, bad)),
         }
     }
 }
 
-/// Thread ids from the JSONL file names, for when a damaged thread makes `list` refuse.
-fn ids_from_files(dir: &Path) -> Vec<String> {
-    let mut ids: Vec<String> = std::fs::read_dir(dir.join(layout::THREADS_DIR))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.strip_suffix(".jsonl"))
-                .map(str::to_string)
-        })
-        .collect();
-    ids.sort();
-    ids
-}
-
 fn summary_json(s: &ThreadSummary) -> Value {
     json!({
-        "threadId": s.thread_id, "title": s.title, "lastSeq": s.last_seq, "headHash": s.head_hash,
+        "threadId": s.thread_id, "status": if s.archived { "archived" } else { "live" },
+        "title": s.title, "lastSeq": s.last_seq, "headHash": s.head_hash,
         "createdAt": s.created_at, "updatedAt": s.updated_at, "archived": s.archived,
         "forkedFrom": s.forked_from, "formatVersion": s.format_version, "metadata": s.metadata,
     })
 }
 
+/// One row of `rollout list`: a readable thread or one that is not.
+enum Entry {
+    Ok(Box<ThreadSummary>),
+    Unreadable(String, String),
+}
+
+impl Entry {
+    fn id(&self) -> &str {
+        match self {
+            Entry::Ok(s) => &s.thread_id,
+            Entry::Unreadable(id, _) => id,
+        }
+    }
+}
+
 pub fn list(args: ListArgs) -> u8 {
-    let store = match open(&args.state) {
+    let store = match open(&args.state, &args.key, false) {
         Ok(s) => s,
         Err(e) => return fail(e, CANNOT_OPEN),
     };
-    let threads = match all_threads(&*store) {
+    let (threads, unreadable) = match all_threads(&*store) {
         Ok(t) => t,
-        Err(e) => {
-            return fail(
-                format!("cannot list threads: {e}; run `cc-app-server rollout verify` to find the damaged one"),
-                BAD_DATA,
-            )
-        }
+        Err(e) => return fail(format!("cannot list threads: {e}"), BAD_DATA),
     };
+    let bad = unreadable.len();
+    let mut entries: Vec<Entry> = threads
+        .into_iter()
+        .map(|t| Entry::Ok(Box::new(t)))
+        .chain(
+            unreadable
+                .into_iter()
+                .map(|(id, r)| Entry::Unreadable(id, r)),
+        )
+        .collect();
+    entries.sort_by(|a, b| a.id().cmp(b.id()));
+    let code = if bad > 0 { BAD_DATA } else { 0 };
     if args.json {
-        let all: Vec<Value> = threads.iter().map(summary_json).collect();
+        let all: Vec<Value> = entries
+            .iter()
+            .map(|e| match e {
+                Entry::Ok(s) => summary_json(s),
+                Entry::Unreadable(id, reason) => {
+                    json!({"threadId": id, "status": "unreadable", "reason": reason})
+                }
+            })
+            .collect();
         println!("{}", Value::Array(all));
-        return 0;
+        return code;
     }
-    if threads.is_empty() {
+    if entries.is_empty() {
         println!("no threads in {}", args.state.state_dir.display());
         return 0;
     }
-    let width = threads
+    let width = entries
         .iter()
-        .map(|t| t.thread_id.len())
+        .map(|t| t.id().len())
         .max()
         .unwrap_or(6)
         .max(6);
     println!(
-        "{:<width$}  {:>7}  {:<24}  {:<8}  TITLE",
+        "{:<width$}  {:>7}  {:<24}  {:<10}  TITLE",
         "THREAD", "EVENTS", "UPDATED", "STATUS"
     );
-    for t in &threads {
-        let mut title = t.title.as_deref().map(render::shorten).unwrap_or_default();
-        if let Some(f) = &t.forked_from {
-            title.push_str(&format!(
-                " (fork of {} at seq {})",
-                f.thread_id, f.event_seq
-            ));
+    for e in &entries {
+        match e {
+            Entry::Ok(t) => {
+                let mut title = t.title.as_deref().map(render::shorten).unwrap_or_default();
+                if let Some(f) = &t.forked_from {
+                    title.push_str(&format!(
+                        " (fork of {} at seq {})",
+                        f.thread_id, f.event_seq
+                    ));
+                }
+                println!(
+                    "{:<width$}  {:>7}  {:<24}  {:<10}  {}",
+                    t.thread_id,
+                    t.last_seq,
+                    t.updated_at,
+                    if t.archived { "archived" } else { "live" },
+                    title
+                );
+            }
+            Entry::Unreadable(id, reason) => println!(
+                "{:<width$}  {:>7}  {:<24}  {:<10}  {}",
+                id,
+                "-",
+                "-",
+                "UNREADABLE",
+                render::shorten(reason)
+            ),
         }
-        println!(
-            "{:<width$}  {:>7}  {:<24}  {:<8}  {}",
-            t.thread_id,
-            t.last_seq,
-            t.updated_at,
-            if t.archived { "archived" } else { "live" },
-            title
-        );
     }
     println!(
         "{} thread(s) in {}",
-        threads.len(),
+        entries.len(),
         args.state.state_dir.display()
     );
-    0
+    if bad > 0 {
+        eprintln!(
+            "cc-app-server: {bad} thread(s) cannot be read; run `cc-app-server rollout verify` for the reasons"
+        );
+    }
+    code
 }
 
 pub fn show(args: ShowArgs) -> u8 {
-    let store = match open(&args.state) {
+    let store = match open(&args.state, &args.key, false) {
         Ok(s) => s,
         Err(e) => return fail(e, CANNOT_OPEN),
     };
@@ -251,9 +330,10 @@ pub fn show(args: ShowArgs) -> u8 {
     0
 }
 
-/// A verdict for one thread.
+/// A verdict for one thread (or one stray entry, which no thread owns).
 struct Verdict {
     thread_id: String,
+    stray: bool,
     report: Option<VerifyReport>,
     first_bad_seq: Option<u64>,
     reason: Option<String>,
@@ -264,14 +344,23 @@ impl Verdict {
         self.reason.is_none()
     }
 
+    fn warnings(&self) -> &[String] {
+        self.report.as_ref().map_or(&[], |r| &r.warnings)
+    }
+
     fn json(&self) -> Value {
         let r = self.report.as_ref();
         json!({
-            "threadId": self.thread_id, "ok": self.ok(),
+            "threadId": (!self.stray).then_some(&self.thread_id),
+            "entry": self.stray.then_some(&self.thread_id),
+            "ok": self.ok(),
             "events": r.map(|r| r.events), "headSeq": r.map(|r| r.head_seq),
             "headHash": r.map(|r| r.head_hash.clone()),
             "firstBadSeq": self.first_bad_seq, "reason": self.reason,
             "repairs": r.map(|r| r.repairs.clone()).unwrap_or_default(),
+            "warnings": self.warnings(),
+            "authentication": r.map(|r| if r.keyed { "keyed" } else { "unkeyed" }),
+            "authenticatedThrough": r.and_then(|r| r.authenticated_through),
         })
     }
 }
@@ -291,6 +380,7 @@ fn verify_one(store: &dyn RolloutStore, id: &str) -> Verdict {
     };
     Verdict {
         thread_id: id.to_string(),
+        stray: false,
         report,
         first_bad_seq,
         reason,
@@ -298,28 +388,35 @@ fn verify_one(store: &dyn RolloutStore, id: &str) -> Verdict {
 }
 
 pub fn verify(args: VerifyArgs) -> u8 {
-    let store = match open(&args.state) {
+    let store = match open(&args.state, &args.key, args.accept_unanchored) {
         Ok(s) => s,
         Err(e) => return fail(e, CANNOT_OPEN),
     };
-    // Ids and (where known) sizes, for the progress bar.
+    // Ids and (where known) sizes, for the progress bar. With no thread named, everything the
+    // directory holds: readable threads, unreadable ones, and entries no thread owns.
+    let mut strays = Vec::new();
     let targets: Vec<(String, u64)> = if args.threads.is_empty() {
-        match all_threads(&*store) {
-            Ok(all) => all.into_iter().map(|t| (t.thread_id, t.last_seq)).collect(),
-            Err(e) => {
-                warn!("listing threads failed ({e}); checking every thread file instead");
-                ids_from_files(&args.state.state_dir)
-                    .into_iter()
-                    .map(|id| (id, 0))
-                    .collect()
-            }
-        }
+        let (all, unreadable) = match all_threads(&*store) {
+            Ok(t) => t,
+            Err(e) => return fail(format!("cannot list threads: {e}"), BAD_DATA),
+        };
+        strays = match store.stray_entries() {
+            Ok(s) => s,
+            Err(e) => return fail(format!("cannot list the store's entries: {e}"), BAD_DATA),
+        };
+        let mut t: Vec<(String, u64)> = all
+            .into_iter()
+            .map(|t| (t.thread_id, t.last_seq))
+            .chain(unreadable.into_iter().map(|(id, _)| (id, 0)))
+            .collect();
+        t.sort();
+        t
     } else {
         args.threads.iter().map(|id| (id.clone(), 0)).collect()
     };
     let total_events: u64 = targets.iter().map(|(_, n)| n).sum();
     let mut progress = Progress::new(targets.len() as u64, total_events);
-    let mut verdicts = Vec::with_capacity(targets.len());
+    let mut verdicts = Vec::with_capacity(targets.len() + strays.len());
     for (id, events) in &targets {
         let verdict = verify_one(&*store, id);
         progress.advance(*events);
@@ -329,22 +426,51 @@ pub fn verify(args: VerifyArgs) -> u8 {
         verdicts.push(verdict);
     }
     progress.finish();
+    for (entry, reason) in strays {
+        let verdict = Verdict {
+            thread_id: entry,
+            stray: true,
+            report: None,
+            first_bad_seq: None,
+            reason: Some(reason),
+        };
+        if !args.json {
+            print_verdict(&verdict);
+        }
+        verdicts.push(verdict);
+    }
     let first_bad = verdicts.iter().find(|v| !v.ok());
     let events: u64 = verdicts
         .iter()
         .filter_map(|v| v.report.as_ref().map(|r| r.events))
         .sum();
+    let warnings: usize = verdicts.iter().map(|v| v.warnings().len()).sum();
+    let keyed = verdicts
+        .iter()
+        .filter_map(|v| v.report.as_ref())
+        .all(|r| r.keyed);
     if args.json {
         let report = json!({
             "ok": first_bad.is_none(), "threads": verdicts.iter().map(Verdict::json).collect::<Vec<_>>(),
             "firstBad": first_bad.map(|v| json!({"threadId": v.thread_id, "seq": v.first_bad_seq, "reason": v.reason})),
+            "warnings": warnings,
         });
         println!("{report}");
     } else {
         match first_bad {
             None => println!(
-                "all intact: {} thread(s), {events} event(s) checked",
-                verdicts.len()
+                "all intact: {} thread(s), {events} event(s) checked, {}{}",
+                verdicts.len(),
+                if keyed && !verdicts.is_empty() {
+                    "keyed"
+                } else {
+                    "unkeyed"
+                },
+                if warnings > 0 {
+                    format!("; {warnings} warning(s) above")
+                } else {
+                    String::new()
+                }
             ),
             Some(v) => {
                 let bad = verdicts.iter().filter(|v| !v.ok()).count();
@@ -353,8 +479,9 @@ pub fn verify(args: VerifyArgs) -> u8 {
                     .map(|s| format!("first bad seq {s}"))
                     .unwrap_or_else(|| "no single bad seq".into());
                 println!(
-                    "FAILED: {bad} of {} thread(s) do not verify; thread {} {at}: {}",
+                    "FAILED: {bad} of {} thread(s) do not verify; {} {} {at}: {}",
                     verdicts.len(),
+                    if v.stray { "entry" } else { "thread" },
                     v.thread_id,
                     v.reason.as_deref().unwrap_or("")
                 );
@@ -375,8 +502,17 @@ pub fn verify(args: VerifyArgs) -> u8 {
 fn print_verdict(v: &Verdict) {
     match (&v.report, v.ok()) {
         (Some(r), true) => println!(
-            "ok   {}  {} events  head seq {} {}",
-            v.thread_id, r.events, r.head_seq, r.head_hash
+            "ok   {}  {} events  head seq {} {}  ({})",
+            v.thread_id,
+            r.events,
+            r.head_seq,
+            r.head_hash,
+            if r.keyed { "keyed" } else { "unkeyed" }
+        ),
+        _ if v.stray => println!(
+            "BAD  {}  {}",
+            v.thread_id,
+            v.reason.as_deref().unwrap_or("")
         ),
         _ => println!(
             "BAD  {}  {}: {}",
@@ -389,6 +525,9 @@ fn print_verdict(v: &Verdict) {
     }
     for repair in v.report.iter().flat_map(|r| &r.repairs) {
         println!("     repaired when opened: {repair}");
+    }
+    for warning in v.warnings() {
+        println!("     WARNING: {warning}");
     }
 }
 

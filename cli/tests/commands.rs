@@ -297,3 +297,357 @@ fn verify_draws_a_progress_bar_only_on_a_terminal() {
     );
     assert!(all.contains("all intact: 60 thread(s)"), "{all}");
 }
+
+// ---- Issue 11: verification that never fails open ----------------------------------------
+
+fn lines_of(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn write_lines(path: &Path, lines: &[String]) {
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(path, text).unwrap();
+}
+
+/// Runs SQL on a state dir's database through Python's sqlite3 (a real SQLite, no test hooks).
+fn sql(dir: &Path, statements: &str) {
+    let db = dir.join("rollout.sqlite3");
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.executescript(sys.argv[2]); c.commit()",
+            s(&db),
+            statements,
+        ])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn damage(store: &str, case: &str, dir: &Path) {
+    let log = dir.join("threads/alpha.jsonl");
+    match (store, case) {
+        ("jsonl", "last line deleted") => {
+            let l = lines_of(&log);
+            write_lines(&log, &l[..l.len() - 1]);
+        }
+        ("jsonl", "cut mid-line") => {
+            let b = std::fs::read(&log).unwrap();
+            std::fs::write(&log, &b[..b.len() - 30]).unwrap();
+        }
+        ("jsonl", "emptied log") => std::fs::write(&log, b"").unwrap(),
+        ("jsonl", "log deleted, anchor left") => std::fs::remove_file(&log).unwrap(),
+        ("jsonl", "older log restored under a newer anchor") => {
+            let l = lines_of(&log);
+            write_lines(&log, &l[..3]);
+        }
+        ("sqlite", "last row deleted") => sql(
+            dir,
+            "DELETE FROM events WHERE thread_id='alpha' AND seq=(SELECT max(seq) FROM events WHERE thread_id='alpha');",
+        ),
+        ("sqlite", "thread row deleted") => sql(dir, "DELETE FROM threads WHERE thread_id='alpha';"),
+        ("sqlite", "every event row deleted") => {
+            sql(dir, "DELETE FROM events WHERE thread_id='alpha';")
+        }
+        other => panic!("no such case {other:?}"),
+    }
+}
+
+#[test]
+fn verify_all_and_list_name_every_thread_that_cannot_be_read() {
+    for (store, cases) in [
+        (
+            "jsonl",
+            &[
+                "last line deleted",
+                "cut mid-line",
+                "emptied log",
+                "log deleted, anchor left",
+                "older log restored under a newer anchor",
+            ][..],
+        ),
+        (
+            "sqlite",
+            &[
+                "last row deleted",
+                "thread row deleted",
+                "every event row deleted",
+            ][..],
+        ),
+    ] {
+        let dir = populated(store);
+        let d = s(dir.path());
+        for case in cases {
+            let copy = state_dir();
+            copy_dir(dir.path(), copy.path());
+            damage(store, case, copy.path());
+            let c = s(copy.path());
+            let (rc, out, err) = run(&["rollout", "verify", "--state-dir", c]);
+            assert_eq!(rc, 1, "{store} {case}: {out}{err}");
+            assert!(
+                out.contains("BAD  alpha") && out.contains("FAILED"),
+                "{case}: {out}"
+            );
+            assert!(out.contains("ok   beta"), "{case}: {out}");
+            let (rc, out, _) = run(&["rollout", "verify", "--json", "--state-dir", c]);
+            assert_eq!(rc, 1, "{case}");
+            let report: Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(report["ok"], false);
+            assert_eq!(report["firstBad"]["threadId"], "alpha", "{case}: {report}");
+            let (rc, out, err) = run(&["rollout", "list", "--state-dir", c]);
+            assert_eq!(rc, 1, "{case}: {out}{err}");
+            assert!(
+                out.lines()
+                    .any(|l| l.starts_with("alpha") && l.contains("UNREADABLE")),
+                "{case}: {out}"
+            );
+            let (rc, out, _) = run(&["rollout", "list", "--json", "--state-dir", c]);
+            assert_eq!(rc, 1);
+            let list: Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(list[0]["threadId"], "alpha");
+            assert_eq!(list[0]["status"], "unreadable", "{case}: {list}");
+            assert!(list[0]["reason"].as_str().is_some_and(|r| !r.is_empty()));
+            assert_eq!(list[1]["status"], "archived");
+        }
+        // The undamaged original still verifies.
+        assert_eq!(run(&["rollout", "verify", "--state-dir", d]).0, 0);
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&e.path(), &target);
+        } else if e.file_name() != "LOCK" {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_copied_or_swapped_history_is_refused_by_name_and_still_checked() {
+    let dir = populated("jsonl");
+    let d = s(dir.path());
+    let (t, a) = (dir.path().join("threads"), dir.path().join("anchors"));
+    std::fs::copy(t.join("alpha.jsonl"), t.join("delta.jsonl")).unwrap();
+    std::fs::copy(a.join("alpha.head"), a.join("delta.head")).unwrap();
+    let (rc, out, _) = run(&["rollout", "list", "--json", "--state-dir", d]);
+    assert_eq!(rc, 1);
+    let list: Value = serde_json::from_str(&out).unwrap();
+    let heads = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["headHash"] == list[0]["headHash"])
+        .count();
+    assert_eq!(heads, 1, "alpha's history is listed once: {list}");
+    assert_eq!(list[2]["threadId"], "delta");
+    assert_eq!(list[2]["status"], "unreadable");
+    // A flipped byte inside the copy is found too: verify-all looks at delta.jsonl.
+    let mut b = std::fs::read(t.join("delta.jsonl")).unwrap();
+    let at = b.len() / 2;
+    b[at] ^= 1;
+    std::fs::write(t.join("delta.jsonl"), b).unwrap();
+    let (rc, out, _) = run(&["rollout", "verify", "--state-dir", d]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("BAD  delta"), "{out}");
+    std::fs::remove_file(t.join("delta.jsonl")).unwrap();
+    std::fs::remove_file(a.join("delta.head")).unwrap();
+    // Swapped logs and anchors: neither history is served under the other's id.
+    for name in ["threads/alpha.jsonl", "anchors/alpha.head"] {
+        let other = name.replace("alpha", "beta");
+        let (x, y) = (dir.path().join(name), dir.path().join(&other));
+        let tmp = dir.path().join("tmp");
+        std::fs::rename(&x, &tmp).unwrap();
+        std::fs::rename(&y, &x).unwrap();
+        std::fs::rename(&tmp, &y).unwrap();
+    }
+    let (rc, out, _) = run(&["rollout", "verify", "--state-dir", d]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(
+        out.contains("BAD  alpha") && out.contains("BAD  beta"),
+        "{out}"
+    );
+    let (rc, _, err) = run(&["rollout", "show", "alpha", "--state-dir", d]);
+    assert_eq!(rc, 1);
+    assert!(err.contains("another thread"), "{err}");
+    // SQLite: the same copy, made with SQL.
+    let dir = populated("sqlite");
+    sql(
+        dir.path(),
+        "INSERT INTO events SELECT 'delta', seq, prev_hash, hash, time, trace_id, parent_id, idempotency_key, payload, turn_completed FROM events WHERE thread_id='alpha';
+         INSERT INTO threads SELECT 'delta', head_seq, head_hash, archived, format_version, compacted_through, last_compaction_seq, mac, key_id FROM threads WHERE thread_id='alpha';",
+    );
+    let (rc, out, _) = run(&["rollout", "verify", "--state-dir", s(dir.path())]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(
+        out.contains("BAD  delta") && out.contains("ok   alpha"),
+        "{out}"
+    );
+}
+
+#[test]
+fn anchors_that_cannot_vouch_fail_unless_accepted_and_say_what_is_unvouched() {
+    let dir = populated("jsonl");
+    let d = s(dir.path());
+    let log = dir.path().join("threads/alpha.jsonl");
+    let lines = lines_of(&log);
+    let n = lines.len();
+    // The last event cut and the newest anchor slot damaged: the older slot would agree.
+    write_lines(&log, &lines[..n - 1]);
+    let anchor = dir.path().join("anchors/alpha.head");
+    let mut a = std::fs::read(&anchor).unwrap();
+    let gen = |slot: &[u8]| -> u64 {
+        String::from_utf8_lossy(slot)
+            .split(' ')
+            .find_map(|p| p.strip_prefix("gen=").and_then(|g| g.parse().ok()))
+            .unwrap_or(0)
+    };
+    let newest = if gen(&a[..512]) > gen(&a[512..]) {
+        0
+    } else {
+        1
+    };
+    let text = String::from_utf8_lossy(&a[newest * 512..]).into_owned();
+    let at = newest * 512 + text.find("hash=").unwrap() + 9;
+    a[at] ^= 1;
+    std::fs::write(&anchor, &a).unwrap();
+    let (rc, out, _) = run(&["rollout", "verify", "--state-dir", d]);
+    assert_eq!(rc, 1, "{out}");
+    let lost = format!("acknowledged events {n}..={n} are gone");
+    assert!(out.contains(&lost), "{out}");
+    let (rc, out, _) = run(&["rollout", "verify", "--accept-unanchored", "--state-dir", d]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("WARNING") && out.contains(&lost), "{out}");
+    // The anchor deleted and 3 lines cut: refused, then accepted with the range named.
+    let dir = populated("jsonl");
+    let d = s(dir.path());
+    let log = dir.path().join("threads/alpha.jsonl");
+    let lines = lines_of(&log);
+    write_lines(&log, &lines[..lines.len() - 3]);
+    std::fs::remove_file(dir.path().join("anchors/alpha.head")).unwrap();
+    let (rc, out, _) = run(&["rollout", "verify", "--state-dir", d]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("--accept-unanchored"), "{out}");
+    let (rc, out, _) = run(&[
+        "rollout",
+        "verify",
+        "--json",
+        "--accept-unanchored",
+        "--state-dir",
+        d,
+    ]);
+    assert_eq!(rc, 0, "{out}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    let alpha = &report["threads"][0];
+    assert!(
+        alpha["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("nothing vouches that its last event is the last one acknowledged"),
+        "{report}"
+    );
+    // Recorded and re-anchored: the next plain verify passes.
+    assert_eq!(run(&["rollout", "verify", "--state-dir", d]).0, 0);
+    // Entries no thread can own fail verify-all too.
+    std::fs::write(dir.path().join("threads/notes.txt"), b"hello").unwrap();
+    let (rc, out, _) = run(&["rollout", "verify", "--state-dir", d]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(
+        out.contains("threads/notes.txt") && out.contains("not a thread log"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_key_file_turns_on_keyed_verification() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = populated("jsonl");
+    let d = s(dir.path());
+    let keys = state_dir();
+    let key = keys.path().join("rollout.key");
+    std::fs::write(&key, format!("{}\n", "ab".repeat(32))).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let k = s(&key);
+    // Written unkeyed: the key refuses it until it is adopted.
+    let (rc, out, _) = run(&["rollout", "verify", "--key-file", k, "--state-dir", d]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("no MAC"), "{out}");
+    let (rc, out, _) = run(&[
+        "rollout",
+        "verify",
+        "--key-file",
+        k,
+        "--accept-unanchored",
+        "--state-dir",
+        d,
+    ]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("adopted"), "{out}");
+    let (rc, out, _) = run(&["rollout", "verify", "--key-file", k, "--state-dir", d]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("(keyed)") && out.contains(", keyed"), "{out}");
+    // Without the key: read, reported "unkeyed", nothing written.
+    let (rc, out, _) = run(&["rollout", "verify", "--state-dir", d]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("(unkeyed)") && out.contains("WARNING: unkeyed"),
+        "{out}"
+    );
+    // Another key is named as such; a key file others can read, or of the wrong size, is refused.
+    let other = keys.path().join("other.key");
+    std::fs::write(&other, [9u8; 32]).unwrap();
+    std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (rc, out, _) = run(&[
+        "rollout",
+        "verify",
+        "--key-file",
+        s(&other),
+        "--state-dir",
+        d,
+    ]);
+    assert_eq!(rc, 1);
+    assert!(out.contains("another rollout key"), "{out}");
+    std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (rc, _, err) = run(&["rollout", "list", "--key-file", s(&other), "--state-dir", d]);
+    assert_eq!(rc, 2);
+    assert!(err.contains("chmod 600"), "{err}");
+    std::fs::write(&other, [9u8; 31]).unwrap();
+    std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (rc, _, err) = run(&["rollout", "list", "--key-file", s(&other), "--state-dir", d]);
+    assert_eq!(rc, 2);
+    assert!(err.contains("32 raw bytes or 64 hex digits"), "{err}");
+    let hex = "ab".repeat(32);
+    for entry in walk(dir.path()) {
+        let text = String::from_utf8_lossy(&std::fs::read(&entry).unwrap()).into_owned();
+        assert!(
+            !text.contains(&hex),
+            "the key leaked into {}",
+            entry.display()
+        );
+    }
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -24,11 +24,23 @@ fn bench_dir() -> tempfile::TempDir {
         .unwrap()
 }
 
+/// `ROLLOUT_BENCH_GROUPS=integrity,append` runs only those groups' setup and benchmarks (the
+/// resume and list groups build 1M-event and 100k-thread stores first, which a criterion name
+/// filter alone does not skip). Unset: every group.
+fn wanted(group: &str) -> bool {
+    std::env::var("ROLLOUT_BENCH_GROUPS")
+        .map(|v| v.split(',').any(|g| g.trim() == group))
+        .unwrap_or(true)
+}
+
 fn kinds() -> [(StoreKind, &'static str); 2] {
     [(StoreKind::Jsonl, "jsonl"), (StoreKind::Sqlite, "sqlite")]
 }
 
 fn append(c: &mut Criterion) {
+    if !wanted("append") {
+        return;
+    }
     let mut g = c.benchmark_group("append");
     g.warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(2))
@@ -142,6 +154,9 @@ fn build_thread(kind: StoreKind, dir: &Path, n: usize) {
 }
 
 fn resume(c: &mut Criterion) {
+    if !wanted("resume") {
+        return;
+    }
     let mut g = c.benchmark_group("resume");
     g.warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(2))
@@ -214,14 +229,20 @@ fn forge_jsonl_threads(dir: &Path, n: usize) {
             format: 1,
             compacted_through: 0,
             last_compaction_seq: None,
+            thread: None,
+            key_id: None,
+            mac: None,
         };
         let mut slots = vec![0u8; ANCHOR_SLOT];
-        slots.extend_from_slice(&a.encode());
+        slots.extend_from_slice(&a.encode(&id, None));
         std::fs::write(dir.join(format!("anchors/{id}.head")), slots).unwrap();
     }
 }
 
 fn list(c: &mut Criterion) {
+    if !wanted("list") {
+        return;
+    }
     let mut g = c.benchmark_group("list-100k");
     g.warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(2))
@@ -304,5 +325,126 @@ fn list(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, append, resume, list);
+/// Issue 11's costs, key off and on side by side in one run: thread start, a Sync append of one
+/// event, open + summary of a 1,000-event thread; and the schema check every event read from
+/// disk now passes, against the parse + hash it already paid.
+fn integrity(c: &mut Criterion) {
+    if !wanted("integrity") {
+        return;
+    }
+    let mut g = c.benchmark_group("integrity");
+    g.warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(10);
+    // The disk's own cost in the same run: Sync appends are fdatasync-bound, so the rest is
+    // read as multiples of this.
+    {
+        let tmp = bench_dir();
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(tmp.path().join("raw.log"))
+            .unwrap();
+        g.bench_function("raw-write+fdatasync", |b| {
+            b.iter(|| {
+                f.write_all(&[b'x'; 300]).unwrap();
+                f.sync_data().unwrap();
+            })
+        });
+    }
+    let options = |keyed: bool, durability: Durability| StoreOptions {
+        durability,
+        key: keyed.then(|| RolloutKey::from_bytes([0x5a; 32])),
+        ..Default::default()
+    };
+    for (kind, name) in kinds() {
+        for keyed in [false, true] {
+            let label = format!("{name}-{}", if keyed { "keyed" } else { "unkeyed" });
+            let tmp = bench_dir();
+            let store = open_store(
+                kind,
+                &tmp.path().join("s"),
+                options(keyed, Durability::Sync),
+            )
+            .unwrap();
+            let mut n = 0u64;
+            g.bench_function(BenchmarkId::new("start", &label), |b| {
+                b.iter(|| {
+                    n += 1;
+                    store
+                        .start(ThreadStart {
+                            thread_id: format!("t{n}"),
+                            ..Default::default()
+                        })
+                        .unwrap()
+                })
+            });
+            store
+                .start(ThreadStart {
+                    thread_id: "b".into(),
+                    ..Default::default()
+                })
+                .unwrap();
+            g.bench_function(BenchmarkId::new("append-sync-1", &label), |b| {
+                b.iter_batched(
+                    || vec![delta(1)],
+                    |evs| store.append("b", evs).unwrap(),
+                    BatchSize::SmallInput,
+                )
+            });
+            drop(store);
+            let dir = tmp.path().join("long");
+            {
+                let s = open_store(kind, &dir, options(keyed, Durability::Buffered)).unwrap();
+                s.start(ThreadStart {
+                    thread_id: "long".into(),
+                    ..Default::default()
+                })
+                .unwrap();
+                s.append("long", (1..1000).map(delta).collect()).unwrap();
+                s.close().unwrap();
+            }
+            g.bench_function(BenchmarkId::new("open+summary-1k", &label), |b| {
+                b.iter(|| {
+                    let s = open_store(kind, &dir, options(keyed, Durability::Sync)).unwrap();
+                    s.summary("long").unwrap().last_seq
+                })
+            });
+        }
+    }
+    // Per event: what a read already paid (parse + JCS + SHA-256) and the schema check on top.
+    let payload = delta(7).payload;
+    let time = "2026-01-01T00:00:00.000Z";
+    let ev = StoredEvent {
+        seq: 7,
+        prev_hash: ZERO_HASH.into(),
+        hash: event_hash(7, ZERO_HASH, time, None, None, None, &payload),
+        time: time.into(),
+        trace_id: None,
+        parent_id: None,
+        idempotency_key: None,
+        payload,
+    };
+    let line = serde_json::to_vec(&ev).unwrap();
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("event-check/parse+hash", |b| {
+        b.iter(|| {
+            let e: StoredEvent = serde_json::from_slice(&line).unwrap();
+            assert_eq!(e.compute_hash(), e.hash);
+        })
+    });
+    g.bench_function("event-check/parse+hash+schema", |b| {
+        b.iter(|| {
+            let e: StoredEvent = serde_json::from_slice(&line).unwrap();
+            assert_eq!(e.compute_hash(), e.hash);
+            validate_stored_event(&e).unwrap();
+        })
+    });
+    g.bench_function("event-check/schema-only", |b| {
+        b.iter(|| validate_stored_event(&ev).unwrap())
+    });
+    g.finish();
+}
+
+criterion_group!(benches, append, resume, list, integrity);
 criterion_main!(benches);

@@ -1021,3 +1021,64 @@ fn client_pending_cap_at_256_and_257() {
     }
     assert_eq!(client.pending_requests(), 0);
 }
+
+#[path = "rollout_util/mod.rs"]
+mod rollout_util;
+
+/// Issue 11: a hash-valid but schema-invalid stored event (a forged 300-character title, chain
+/// and anchor recomputed) is never served and never takes a connection worker down, and
+/// thread/list reports the thread as unreadable instead of hiding it.
+#[test]
+fn a_forged_schema_invalid_thread_is_listed_unreadable_and_never_kills_a_worker() {
+    for store in [StoreKind::Jsonl, StoreKind::Sqlite] {
+        let dir = state_dir();
+        {
+            let server = server_with(dir.path(), |c| c.store = store);
+            let mut raw = Raw::init(&server, &[]);
+            raw.req(
+                "thread/start",
+                json!({"threadId": "forged", "title": "short"}),
+            );
+            raw.req("thread/start", json!({"threadId": "good"}));
+            server.shutdown();
+        }
+        let mut evs = rollout_util::events(store, dir.path(), "forged");
+        evs[0].payload["title"] = json!("t".repeat(300));
+        rollout_util::rechain(&mut evs);
+        rollout_util::write_events(store, dir.path(), "forged", &evs);
+        rollout_util::forge_anchor(store, dir.path(), "forged", &evs);
+
+        let server = server_with(dir.path(), |c| c.store = store);
+        let mut raw = Raw::init(&server, &[]);
+        let list = raw.req("thread/list", json!({}));
+        let ids: Vec<&str> = list["result"]["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, vec!["good"], "{list}");
+        let bad = &list["result"]["unreadable"][0];
+        assert_eq!(
+            (bad["threadId"].as_str(), bad["status"].as_str()),
+            (Some("forged"), Some("unreadable")),
+            "{list}"
+        );
+        assert!(bad["reason"].as_str().unwrap().contains("schema"), "{list}");
+        for method in ["thread/archive", "thread/read", "thread/resume"] {
+            let r = raw.req(method, json!({"threadId": "forged"}));
+            assert_eq!(code(&r), -32603, "{method}: {r}");
+            assert!(
+                r["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("unreadable"),
+                "{r}"
+            );
+        }
+        // The same connection is still served.
+        let again = raw.req("thread/read", json!({"threadId": "good"}));
+        assert!(again.get("result").is_some(), "{again}");
+        server.shutdown();
+    }
+}

@@ -20,16 +20,21 @@ impl Rng {
     }
 }
 
-fn crash_loop(kind: StoreKind) {
+fn crash_loop(kind: StoreKind, keyed: bool) {
     let cuts: usize = std::env::var("ROLLOUT_CRASH_CUTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+        .unwrap_or(200)
+        / if keyed { 2 } else { 1 };
+    let options = || StoreOptions {
+        key: keyed.then(|| RolloutKey::from_bytes([0x42; 32])),
+        ..StoreOptions::default()
+    };
     let seed = std::env::var("ROLLOUT_CRASH_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| cc_app_server::time::now_unix_millis() as u64 | 1);
-    eprintln!("crash test {kind:?}: {cuts} cuts, seed {seed} (ROLLOUT_CRASH_SEED to replay)");
+    eprintln!("crash test {kind:?} keyed={keyed}: {cuts} cuts, seed {seed} (ROLLOUT_CRASH_SEED to replay)");
     let mut rng = Rng(seed);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("state");
@@ -50,6 +55,7 @@ fn crash_loop(kind: StoreKind) {
                 &id,
                 &rng.next().to_string(),
                 &(1 + rng.next() % 4).to_string(),
+                if keyed { "keyed" } else { "unkeyed" },
             ])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -86,12 +92,20 @@ fn crash_loop(kind: StoreKind) {
         };
         torn += torn_now as usize;
 
-        let store = open_store(kind, &dir, StoreOptions::default()).unwrap();
+        let store = open_store(kind, &dir, options()).unwrap();
         let sum = store
             .summary(&id)
             .unwrap_or_else(|e| panic!("cut {cut}: {e}"));
         let report = store.verify(&id).unwrap();
         assert!(report.ok(), "cut {cut}: {report:?}");
+        if keyed {
+            // After a crash the key vouches for everything that is served.
+            assert_eq!(
+                report.authenticated_through,
+                Some(sum.last_seq),
+                "cut {cut}: {report:?}"
+            );
+        }
         let max_acked = acked.iter().map(|a| a.0).max().unwrap_or(0);
         assert!(
             sum.last_seq >= max_acked,
@@ -132,7 +146,7 @@ fn crash_loop(kind: StoreKind) {
         drop(store);
     }
     eprintln!(
-        "crash test {kind:?}: {cuts} cuts, {acked_total} acknowledged events all present, {torn} torn tails seen, {repaired} repairs recorded, {unacked_kept} written-but-unacknowledged events kept"
+        "crash test {kind:?} keyed={keyed}: {cuts} cuts, {acked_total} acknowledged events all present, {torn} torn tails seen, {repaired} repairs recorded, {unacked_kept} written-but-unacknowledged events kept"
     );
     assert!(
         acked_total > cuts,
@@ -142,10 +156,22 @@ fn crash_loop(kind: StoreKind) {
 
 #[test]
 fn sigkill_at_random_points_jsonl() {
-    crash_loop(StoreKind::Jsonl);
+    crash_loop(StoreKind::Jsonl, false);
 }
 
 #[test]
 fn sigkill_at_random_points_sqlite() {
-    crash_loop(StoreKind::Sqlite);
+    crash_loop(StoreKind::Sqlite, false);
+}
+
+/// Keyed: events after the keyed anchor are quarantined on open, and that must never include an
+/// acknowledged one (the anchor is durable before the acknowledgement).
+#[test]
+fn sigkill_at_random_points_keyed_jsonl() {
+    crash_loop(StoreKind::Jsonl, true);
+}
+
+#[test]
+fn sigkill_at_random_points_keyed_sqlite() {
+    crash_loop(StoreKind::Sqlite, true);
 }

@@ -147,7 +147,9 @@ fn python_verifier_names_the_first_bad_seq_of_a_tampered_file() {
             .unwrap()
         + 5;
     b[pos] = b'9';
-    let tampered = f.dir.join("tampered.jsonl");
+    // A copy elsewhere, named after its thread (the verifier binds a log to its file name).
+    fs::create_dir_all(f.dir.join("copy")).unwrap();
+    let tampered = f.dir.join("copy/x.jsonl");
     fs::write(&tampered, &b).unwrap();
     let (ok, out) = python_verify(&tampered, None);
     assert!(!ok);
@@ -370,10 +372,16 @@ fn a_replaced_file_is_detected_by_the_anchor() {
     }
     drop(s);
     fs::copy(f.dir.join("threads/y.jsonl"), f.log()).unwrap();
-    assert!(matches!(
-        f.open().summary("x"),
-        Err(StoreError::AnchorMismatch { .. })
-    ));
+    // Refused by name before the anchor is even consulted: the header says it is y's log.
+    match f.open().summary("x") {
+        Err(StoreError::Corrupt { seq: 1, reason, .. }) => {
+            assert!(
+                reason.contains("\"y\"") && reason.contains("another"),
+                "{reason}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
     // The log vanished while its anchor stayed.
     fs::remove_file(f.log()).unwrap();
     assert!(matches!(
@@ -383,21 +391,34 @@ fn a_replaced_file_is_detected_by_the_anchor() {
 }
 
 #[test]
-fn a_missing_anchor_is_rebuilt_from_a_full_check() {
+fn a_missing_anchor_is_refused_and_rebuilt_only_when_accepted() {
     let f = Fixture::new(5);
     let before = fs::read(f.anchor()).unwrap();
     fs::remove_file(f.anchor()).unwrap();
-    let s = f.open();
-    assert_eq!(s.summary("x").unwrap().last_seq, 5);
+    assert!(matches!(
+        f.open().summary("x"),
+        Err(StoreError::AnchorMismatch { .. })
+    ));
+    let s = open_jsonl(
+        &f.dir,
+        StoreOptions {
+            accept_unanchored: true,
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    // The acceptance itself is recorded, as seq 6.
+    assert_eq!(s.summary("x").unwrap().last_seq, 6);
     let report = s.verify("x").unwrap();
     assert!(
-        report.ok() && report.repairs[0].contains("no anchor"),
+        report.ok() && report.warnings[0].contains("anchor file is missing"),
         "{report:?}"
     );
     drop(s);
     let a = fs::read(f.anchor()).unwrap();
     assert_eq!(a.len(), before.len());
-    assert!(String::from_utf8_lossy(&a).contains("seq=5 "));
+    assert!(String::from_utf8_lossy(&a).contains("seq=6 "));
+    assert!(f.open().verify("x").unwrap().ok());
 }
 
 #[test]
@@ -438,8 +459,13 @@ fn anchor_slots_survive_a_torn_anchor_write() {
     }
     fs::write(f.anchor(), &a).unwrap();
     let s = f.open();
-    assert_eq!(s.summary("x").unwrap().last_seq, 5);
-    assert!(s.verify("x").unwrap().ok());
+    // Served as it is, with the fallback recorded (seq 6) and reported.
+    assert_eq!(s.summary("x").unwrap().last_seq, 6);
+    let report = s.verify("x").unwrap();
+    assert!(
+        report.ok() && report.warnings[0].contains("fell back"),
+        "{report:?}"
+    );
 }
 
 #[test]

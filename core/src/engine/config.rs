@@ -77,6 +77,8 @@ impl Default for Limits {
 pub struct ServerConfig {
     pub state_dir: PathBuf,
     pub store: StoreKind,
+    /// Durability, and keyed mode: `key` (a host-supplied `RolloutKey`, never written anywhere)
+    /// and `accept_unanchored` (docs/rollout-format.md, "Keyed mode").
     pub store_options: StoreOptions,
     pub limits: Limits,
     pub kernel: Arc<dyn AgentKernel>,

@@ -12,7 +12,7 @@ use crate::protocol::{
     EventPayload, InitializeResult, ServerInfo, ServerNotification, Thread, ThreadArchiveResult,
     ThreadForkResult, ThreadListResult, ThreadStartResult, ThreadStatus, ThreadUpdatedNotification,
     ThreadUpdatedParams, Turn, TurnInterruptResult, TurnStartResult, TurnStartedEvent,
-    TurnStartedNotification, TurnStartedParams, UserInput,
+    TurnStartedNotification, TurnStartedParams, UnreadableThread, UserInput,
 };
 use crate::rollout::{HeaderExtra, ListQuery, StoreError, ThreadStart};
 use cc_agent_protocol::{validate_protocol_message, MessageKind};
@@ -86,6 +86,26 @@ impl From<StoreError> for RpcError {
             e @ (StoreError::InvalidId { .. } | StoreError::InvalidArgument(_)) => {
                 RpcError::new(-32602, cap(&e.to_string(), 512))
             }
+            // Damaged history is the data's fault, not the server's: say which thread and what
+            // to do, in data.reason, without file paths (the store's messages carry none).
+            StoreError::Corrupt {
+                thread_id,
+                seq,
+                reason,
+            } => RpcError::new(
+                -32603,
+                format!(
+                    "thread {thread_id:?} is unreadable: its rollout fails verification; restore it from a backup (see `cc-app-server rollout verify`)"
+                ),
+            )
+            .with_reason(format!("first bad event at seq {seq}: {reason}")),
+            StoreError::AnchorMismatch { thread_id, reason } => RpcError::new(
+                -32603,
+                format!(
+                    "thread {thread_id:?} is unreadable: its rollout does not match its head anchor; restore it from a backup or accept it as it is (see `cc-app-server rollout verify`)"
+                ),
+            )
+            .with_reason(reason),
             other => {
                 // Internals go to diagnostics, never to the wire.
                 tracing::error!(target: "cc_app_server::rollout", "rollout store error: {other}");
@@ -694,9 +714,22 @@ fn thread_list(inner: &Inner, params: &Value) -> RpcResult {
             None => wire_thread(&s.thread_id, &data_from_summary(s)),
         })
         .collect();
+    // Threads the disk holds but that cannot be read are reported, never hidden: the host
+    // decides (restore them, or reopen with accept_unanchored).
+    let unreadable: Vec<UnreadableThread> = page
+        .unreadable
+        .into_iter()
+        .map(|(thread_id, reason)| UnreadableThread {
+            thread_id,
+            status: "unreadable".into(),
+            reason: cap(&reason, 1024),
+            extra: Map::new(),
+        })
+        .collect();
     result(ThreadListResult {
         threads,
         next_cursor: page.next_cursor,
+        unreadable: (!unreadable.is_empty()).then_some(unreadable),
         extra: Map::new(),
     })
 }

@@ -1,11 +1,15 @@
 //! Crash-test child: appends to one thread under load and prints every acknowledged seq, so a
 //! parent can SIGKILL it at a random moment and check that nothing acknowledged was lost.
 //!
-//! Usage: `rollout-crash-child <jsonl|sqlite> <state-dir> <thread-id> <seed> [writers]`
+//! Usage: `rollout-crash-child <jsonl|sqlite> <state-dir> <thread-id> <seed> [writers] [keyed]`
+//! (`keyed`: keyed mode under the fixed test key `CRASH_TEST_KEY`).
 
 use cc_app_server::rollout::{
-    open_store, NewEvent, StoreError, StoreKind, StoreOptions, ThreadStart,
+    open_store, NewEvent, RolloutKey, StoreError, StoreKind, StoreOptions, ThreadStart,
 };
+
+/// The key keyed crash runs use (tests only; a real key comes from the host).
+const CRASH_TEST_KEY: [u8; 32] = [0x42; 32];
 use serde_json::json;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -14,7 +18,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 5 {
         eprintln!(
-            "usage: rollout-crash-child <jsonl|sqlite> <state-dir> <thread-id> <seed> [writers]"
+            "usage: rollout-crash-child <jsonl|sqlite> <state-dir> <thread-id> <seed> [writers] [keyed]"
         );
         std::process::exit(2);
     }
@@ -23,10 +27,16 @@ fn main() {
     } else {
         StoreKind::Jsonl
     };
+    let keyed = args.get(6).is_some_and(|a| a == "keyed");
     let store = open_store(
         kind,
         std::path::Path::new(&args[2]),
-        StoreOptions::default(),
+        StoreOptions {
+            key: keyed.then(|| RolloutKey::from_bytes(CRASH_TEST_KEY)),
+            // Small, so kills land between seals as well as on them.
+            seal_every: if keyed { 16 } else { 256 },
+            ..StoreOptions::default()
+        },
     )
     .expect("open store");
     let id = args[3].clone();

@@ -123,6 +123,43 @@ impl Head {
         }
     }
 
+    /// The state an anchor caches (archived, format, compactions), as text for comparisons.
+    pub fn cached_state(&self) -> (bool, u16, u64, Option<u64>) {
+        (
+            self.archived,
+            self.format_version,
+            self.compacted_through,
+            self.last_compaction_seq,
+        )
+    }
+
+    /// A head to fold a whole log into (the header replaces it).
+    pub fn placeholder() -> Head {
+        Head {
+            thread_id: String::new(),
+            title: None,
+            metadata: Arc::default(),
+            created_at: String::new(),
+            forked_from: None,
+            format_version: 1,
+            archived: false,
+            last_seq: 0,
+            head_hash: ZERO_HASH.to_string(),
+            updated_at: String::new(),
+            compacted_through: 0,
+            last_compaction_seq: None,
+        }
+    }
+
+    /// Folds one event read from the start of a log: the header builds the head, the rest
+    /// apply to it.
+    pub fn fold(head: &mut Option<Head>, ev: &StoredEvent) {
+        match head {
+            None => *head = Head::from_header(ev).ok(),
+            Some(h) => h.apply(ev),
+        }
+    }
+
     pub fn summary(&self) -> ThreadSummary {
         ThreadSummary {
             thread_id: self.thread_id.clone(),
@@ -184,8 +221,14 @@ fn seal(head: &mut Head, ev: NewEvent, time: &str) -> Result<Sealed, StoreError>
     Ok(Sealed { ev: stored, line })
 }
 
-/// Checks one stored event against its expected position; the reason names what is wrong.
-pub fn check_event(ev: &StoredEvent, expected_seq: u64, prev_hash: &str) -> Result<(), String> {
+/// Checks one stored event against its expected position, the schema, the thread it must belong
+/// to and (keyed mode) its seal; the reason names what is wrong.
+pub fn check_event(
+    ev: &StoredEvent,
+    expected_seq: u64,
+    prev_hash: &str,
+    ctx: ChainCtx<'_>,
+) -> Result<(), String> {
     if ev.seq != expected_seq {
         return Err(format!("seq is {}, expected {expected_seq}", ev.seq));
     }
@@ -202,21 +245,87 @@ pub fn check_event(ev: &StoredEvent, expected_seq: u64, prev_hash: &str) -> Resu
     if ev.compute_hash() != ev.hash {
         return Err("hash does not match the event's content".into());
     }
-    if ev.kind().is_empty() {
-        return Err("payload is not an object with a string \"type\"".into());
+    validate_stored_event(ev)?;
+    match ev.kind() {
+        "threadStarted" if ev.seq != 1 => {
+            return Err("a threadStarted header in the middle of the log".into())
+        }
+        "threadStarted" => {
+            let named = ev.payload.get("threadId").and_then(Value::as_str);
+            if named != Some(ctx.thread_id) {
+                return Err(format!(
+                    "the header names thread {:?}, but this is the log of {:?}: it is another \
+                     thread's history (copied or swapped); move it back under its own id or remove it",
+                    named.unwrap_or(""),
+                    ctx.thread_id
+                ));
+            }
+        }
+        _ if ev.seq == 1 => return Err("seq 1 is not a threadStarted header".into()),
+        "sealed" => check_seal(ev, ctx)?,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A `sealed` event must name the event before it; with a key its MAC must verify.
+fn check_seal(ev: &StoredEvent, ctx: ChainCtx<'_>) -> Result<(), String> {
+    let p = &ev.payload;
+    let sealed_seq = p.get("sealedSeq").and_then(Value::as_u64);
+    let sealed_hash = p.get("sealedHash").and_then(Value::as_str);
+    if sealed_seq != Some(ev.seq - 1) || sealed_hash != Some(ev.prev_hash.as_str()) {
+        return Err("the seal does not name the event before it".into());
+    }
+    let Some(key) = ctx.key else { return Ok(()) };
+    let key_id = p.get("keyId").and_then(Value::as_str).unwrap_or("");
+    if key_id != key.key_id() {
+        return Err(format!(
+            "the seal was made with another rollout key (keyId {key_id}); open the store with the key it was written with"
+        ));
+    }
+    let mac = p.get("mac").and_then(Value::as_str).unwrap_or("");
+    if !super::keyed::mac_eq(mac, &key.seal_mac(ctx.thread_id, ev.seq - 1, &ev.prev_hash)) {
+        return Err(
+            "the seal's MAC does not verify under the rollout key: the history before it was rewritten or the seal forged"
+                .into(),
+        );
     }
     Ok(())
 }
 
 /// Parses and checks one line (without its '\n').
-pub fn parse_line(line: &[u8], expected_seq: u64, prev_hash: &str) -> Result<StoredEvent, String> {
+pub fn parse_line(
+    line: &[u8],
+    expected_seq: u64,
+    prev_hash: &str,
+    ctx: ChainCtx<'_>,
+) -> Result<StoredEvent, String> {
     let ev: StoredEvent =
         serde_json::from_slice(line).map_err(|e| format!("not a valid event line ({e})"))?;
-    check_event(&ev, expected_seq, prev_hash)?;
+    check_event(&ev, expected_seq, prev_hash, ctx)?;
     Ok(ev)
 }
 
-/// A cut torn tail, reported by a backend's `load`.
+/// Whether a commit that took the thread from `before` to `after` events crossed a multiple of
+/// `every` (keyed mode then appends a seal).
+pub fn crosses_seal_point(before: u64, after: u64, every: u64) -> bool {
+    after / every > before / every
+}
+
+/// The payload of a seal of the event (`seq`, `hash`).
+pub fn seal_payload(key: &RolloutKey, thread_id: &str, seq: u64, hash: &str) -> Value {
+    serde_json::json!({
+        "type": "sealed",
+        "sealedSeq": seq,
+        "sealedHash": hash,
+        "keyId": key.key_id(),
+        "mac": key.seal_mac(thread_id, seq, hash),
+    })
+}
+
+/// Something a backend's `load` had to do or accept (a torn tail cut, unauthenticated events
+/// quarantined, an anchor slot fallen back on, an unanchored thread accepted): recorded in the
+/// log as a `repaired` event so the evidence outlives this process.
 #[derive(Debug, Clone)]
 pub struct Repair {
     pub reason: String,
@@ -228,8 +337,13 @@ pub struct Repair {
 pub struct Loaded<Tx> {
     pub head: Head,
     pub tx: Tx,
-    pub repair: Option<Repair>,
+    pub repairs: Vec<Repair>,
+    /// What opening did, for `VerifyReport::repairs`.
     pub notes: Vec<String>,
+    /// What limits the proof, for `VerifyReport::warnings`.
+    pub warnings: Vec<String>,
+    /// Set when the thread may be read but not written (a keyed thread opened without its key).
+    pub read_only: Option<String>,
 }
 
 /// One thread's share of a commit round.
@@ -255,8 +369,16 @@ pub trait Backend: Send + Sync + 'static {
         sets: &mut [WriteSet<'_, Self::Tx>],
         durable: bool,
     ) -> Vec<Result<(), StoreError>>;
-    /// Records `head` (already durable) as the thread's anchor.
-    fn anchor(&self, id: &str, tx: &mut Self::Tx, head: &Head) -> Result<(), StoreError>;
+    /// Records `head` (already durable) as the thread's anchor; `durable` makes the anchor
+    /// itself durable before returning (keyed Sync mode: an acknowledged event is never left
+    /// outside what the key vouches for).
+    fn anchor(
+        &self,
+        id: &str,
+        tx: &mut Self::Tx,
+        head: &Head,
+        durable: bool,
+    ) -> Result<(), StoreError>;
     /// Makes every earlier write and anchor durable.
     fn sync(&self) -> Result<(), StoreError>;
     /// Events `after+1 ..= after+n` of those written (all of them have seq <= `written`).
@@ -281,8 +403,11 @@ pub trait Backend: Send + Sync + 'static {
         tx: &mut Self::Tx,
         written: (u64, &str),
     ) -> Result<VerifyReport, StoreError>;
-    /// Up to `n` stored thread ids greater than `after`, ascending.
+    /// Up to `n` thread ids greater than `after`, ascending: every id the disk holds any
+    /// evidence of (a log, an anchor, a row), whether or not it opens.
     fn ids_after(&self, after: Option<&str>, n: usize) -> Result<Vec<String>, StoreError>;
+    /// Entries that cannot belong to any thread: (name, reason).
+    fn strays(&self) -> Result<Vec<(String, String)>, StoreError>;
 }
 
 struct Live<Tx> {
@@ -295,6 +420,25 @@ struct Live<Tx> {
     needs_anchor: bool,
     tx: Tx,
     repairs: Vec<String>,
+    warnings: Vec<String>,
+    read_only: Option<String>,
+}
+
+impl<Tx> Live<Tx> {
+    fn fresh(head: Head, tx: Tx, mem: Vec<Sealed>) -> Self {
+        Live {
+            head,
+            written_seq: 0,
+            written_hash: ZERO_HASH.into(),
+            mem,
+            persisted: false,
+            needs_anchor: false,
+            tx,
+            repairs: Vec::new(),
+            warnings: Vec::new(),
+            read_only: None,
+        }
+    }
 }
 
 type SlotRef<Tx> = Arc<Mutex<Slot<Tx>>>;
@@ -400,7 +544,7 @@ impl<B: Backend> Engine<B> {
         if lock(&self.ready).contains(id) {
             return Ok(arc);
         }
-        let repair = {
+        let repair: Vec<Repair> = {
             let mut g = lock(&arc);
             if g.loaded {
                 if g.live.is_none() {
@@ -414,7 +558,6 @@ impl<B: Backend> Engine<B> {
                     return Err(StoreError::NotFound(id.to_string()));
                 }
                 Some(l) => {
-                    let repair = l.repair.clone();
                     g.live = Some(Live {
                         written_seq: l.head.last_seq,
                         written_hash: l.head.head_hash.clone(),
@@ -424,26 +567,33 @@ impl<B: Backend> Engine<B> {
                         needs_anchor: false,
                         tx: l.tx,
                         repairs: l.notes,
+                        warnings: l.warnings,
+                        read_only: l.read_only,
                     });
                     g.loaded = true;
                     lock(&self.ready).insert(id.to_string());
-                    repair
+                    l.repairs
                 }
             }
         };
-        if let Some(r) = repair {
+        if !repair.is_empty() {
             // Recorded through the normal commit path, after the slot lock is released (the
             // leader needs it).
-            let payload = serde_json::json!({
-                "type": "repaired",
-                "reason": r.reason,
-                "truncatedBytes": r.truncated_bytes,
-                "brokenFile": r.broken_file,
-            });
+            let events = repair
+                .into_iter()
+                .map(|r| {
+                    NewEvent::new(serde_json::json!({
+                        "type": "repaired",
+                        "reason": cap_chars(&r.reason, MAX_REASON_CHARS),
+                        "truncatedBytes": r.truncated_bytes,
+                        "brokenFile": r.broken_file,
+                    }))
+                })
+                .collect();
             self.submit(Request {
                 id: id.to_string(),
                 create: false,
-                events: vec![NewEvent::new(payload)],
+                events,
             })?;
         }
         Ok(arc)
@@ -533,6 +683,8 @@ impl<B: Backend> Engine<B> {
         for (id, arc) in &arcs {
             let guard = lock(arc);
             let mut head = guard.live.as_ref().map(|l| l.head.clone());
+            let start_seq = head.as_ref().map_or(0, |h| h.last_seq);
+            let read_only = guard.live.as_ref().and_then(|l| l.read_only.clone());
             let mut create = false;
             let mut sealed = Vec::new();
             let mut tickets = Vec::new();
@@ -540,6 +692,9 @@ impl<B: Backend> Engine<B> {
                 let mut h = head.clone();
                 let mut out = Vec::with_capacity(req.events.len());
                 let res = (|| {
+                    if let Some(why) = &read_only {
+                        return Err(StoreError::InvalidArgument(why.clone()));
+                    }
                     let mut events = req.events.into_iter();
                     if req.create {
                         if h.is_some() || !guard.loaded && self.backend.load(id)?.is_some() {
@@ -585,7 +740,20 @@ impl<B: Backend> Engine<B> {
                     Err(e) => results.push((ticket, Err(e))),
                 }
             }
-            if let Some(head) = head {
+            if let Some(mut head) = head {
+                if let Some(key) = &self.options.key {
+                    // Keyed mode: a seal follows the commit that crosses each multiple of
+                    // seal_every, so the log alone vouches for its prefix. It belongs to no
+                    // caller's batch.
+                    if !sealed.is_empty()
+                        && crosses_seal_point(start_seq, head.last_seq, self.options.seal_every)
+                    {
+                        let payload = seal_payload(key, id, head.last_seq, &head.head_hash);
+                        if let Ok(s) = seal(&mut head, NewEvent::new(payload), &time) {
+                            sealed.push(s);
+                        }
+                    }
+                }
                 if !sealed.is_empty() {
                     pend.push(Pending {
                         id: id.clone(),
@@ -638,16 +806,7 @@ impl<B: Backend> Engine<B> {
             drop(sets);
             for (p, fresh) in pend.iter_mut().zip(fresh_txs) {
                 if let Some(tx) = fresh {
-                    p.guard.live = Some(Live {
-                        head: p.head.clone(),
-                        written_seq: 0,
-                        written_hash: ZERO_HASH.into(),
-                        mem: Vec::new(),
-                        persisted: false,
-                        needs_anchor: false,
-                        tx,
-                        repairs: Vec::new(),
-                    });
+                    p.guard.live = Some(Live::fresh(p.head.clone(), tx, Vec::new()));
                     p.guard.loaded = true;
                 }
             }
@@ -681,16 +840,7 @@ impl<B: Backend> Engine<B> {
                             }
                             _ => {
                                 lock(&self.unpersisted).insert(p.id.clone());
-                                g.live = Some(Live {
-                                    head: p.head,
-                                    written_seq: 0,
-                                    written_hash: ZERO_HASH.into(),
-                                    mem: p.sealed,
-                                    persisted: false,
-                                    needs_anchor: false,
-                                    tx: self.backend.new_tx(),
-                                    repairs: Vec::new(),
-                                });
+                                g.live = Some(Live::fresh(p.head, self.backend.new_tx(), p.sealed));
                             }
                         }
                     } else {
@@ -700,10 +850,27 @@ impl<B: Backend> Engine<B> {
                         l.written_hash = l.head.head_hash.clone();
                         l.persisted = true;
                         if durability == Durability::Sync {
-                            // The log is durable: the anchor may now move up to it. A failed
-                            // anchor write is retried at flush; the events themselves are safe.
-                            l.needs_anchor =
-                                self.backend.anchor(&p.id, &mut l.tx, &l.head).is_err();
+                            // The log is durable: the anchor may now move up to it. Unkeyed, a
+                            // failed anchor write is retried at flush (the events are safe, the
+                            // anchor may lag). Keyed, the anchor is what vouches for the events
+                            // after a crash, so it is made durable before the acknowledgement,
+                            // and a failure is the callers' failure.
+                            let keyed = self.options.key.is_some();
+                            match self.backend.anchor(&p.id, &mut l.tx, &l.head, keyed) {
+                                Ok(()) => l.needs_anchor = false,
+                                Err(e) if keyed => {
+                                    l.needs_anchor = true;
+                                    lock(&self.ready).insert(p.id.clone());
+                                    let msg = format!(
+                                        "the events were written but the keyed anchor could not be made durable ({e}); they are not acknowledged"
+                                    );
+                                    results.extend(p.tickets.into_iter().map(|(t, _)| {
+                                        (t, Err(StoreError::Io(std::io::Error::other(msg.clone()))))
+                                    }));
+                                    continue;
+                                }
+                                Err(_) => l.needs_anchor = true,
+                            }
                         } else {
                             l.needs_anchor = true;
                         }
@@ -761,6 +928,14 @@ impl<B: Backend> Engine<B> {
             header.payload["agentOptions"] = options;
         }
         header.idempotency_key = recorded.idempotency_key;
+        cc_agent_protocol::validate_protocol_definition("EventPayload", &header.payload).map_err(
+            |e| {
+                StoreError::InvalidArgument(format!(
+                    "the thread header does not match the schema: {}",
+                    cap_chars(&e.to_string(), 300)
+                ))
+            },
+        )?;
         let mut events = vec![header];
         events.extend(extra);
         let out = self.submit(Request {
@@ -856,7 +1031,7 @@ impl<B: Backend> Engine<B> {
             let Some(l) = g.live.as_mut() else { continue };
             if l.needs_anchor && l.mem.is_empty() {
                 let head = l.head.clone();
-                match self.backend.anchor(id, &mut l.tx, &head) {
+                match self.backend.anchor(id, &mut l.tx, &head, false) {
                     Ok(()) => l.needs_anchor = false,
                     Err(e) => {
                         first_err.get_or_insert(e);
@@ -963,27 +1138,33 @@ impl<B: Backend> RolloutStore for Engine<B> {
             }
             for id in ids {
                 after = Some(id.clone());
-                let s = match self.summary(&id) {
-                    Ok(s) => s,
+                match self.summary(&id) {
+                    Ok(s) if s.archived && !query.include_archived => continue,
+                    Ok(s) => out.push(s),
+                    // Evidence that turned out to be nothing (an anchor left by a start that
+                    // never completed, cleaned up on load).
                     Err(StoreError::NotFound(_)) => continue,
                     Err(StoreError::Closed) => return Err(StoreError::Closed),
-                    Err(e) => {
-                        unreadable.push((id, e.to_string()));
-                        continue;
-                    }
-                };
-                if s.archived && !query.include_archived {
-                    continue;
+                    Err(e) => unreadable.push((id, cap_chars(&e.to_string(), 1000))),
                 }
-                out.push(s);
-                if out.len() > limit {
+                if out.len() + unreadable.len() > limit {
                     break 'outer;
                 }
             }
         }
-        let next_cursor = if out.len() > limit {
-            out.truncate(limit);
-            out.last().map(|s| s.thread_id.clone())
+        // One entry too many was taken to learn whether another page exists; drop it (whichever
+        // list it went to) and resume after the last entry kept.
+        let next_cursor = if out.len() + unreadable.len() > limit {
+            let last_out = out.last().map(|s| s.thread_id.clone());
+            let last_bad = unreadable.last().map(|(id, _)| id.clone());
+            if last_out > last_bad {
+                out.pop();
+            } else {
+                unreadable.pop();
+            }
+            let a = out.last().map(|s| s.thread_id.clone());
+            let b = unreadable.last().map(|(id, _)| id.clone());
+            a.max(b)
         } else {
             None
         };
@@ -1084,7 +1265,8 @@ impl<B: Backend> RolloutStore for Engine<B> {
                 if ev.seq == at {
                     origin_hash = ev.hash.clone();
                 }
-                if ev.kind() == "threadArchived" {
+                // Archiving is not inherited; a seal vouches for the source's chain only.
+                if matches!(ev.kind(), "threadArchived" | "sealed") {
                     map.push(*map.last().expect("non-empty"));
                     continue;
                 }
@@ -1194,6 +1376,10 @@ impl<B: Backend> RolloutStore for Engine<B> {
     }
 
     fn verify(&self, thread_id: &str) -> Result<VerifyReport, StoreError> {
+        let ctx = ChainCtx {
+            thread_id,
+            key: self.options.key.as_ref(),
+        };
         self.with_live(thread_id, |l| {
             let mut report = if l.written_seq > 0 {
                 self.backend
@@ -1207,12 +1393,15 @@ impl<B: Backend> RolloutStore for Engine<B> {
                     first_bad_seq: None,
                     reason: None,
                     repairs: Vec::new(),
+                    warnings: Vec::new(),
+                    keyed: self.options.key.is_some(),
+                    authenticated_through: self.options.key.as_ref().map(|_| 0),
                 }
             };
             if report.ok() {
                 let mut prev = l.written_hash.clone();
                 for s in &l.mem {
-                    if let Err(r) = check_event(&s.ev, report.events + 1, &prev) {
+                    if let Err(r) = check_event(&s.ev, report.events + 1, &prev, ctx) {
                         report.first_bad_seq = Some(s.ev.seq);
                         report.reason = Some(r);
                         break;
@@ -1221,11 +1410,34 @@ impl<B: Backend> RolloutStore for Engine<B> {
                     report.events += 1;
                 }
             }
+            if let Some(through) = report.authenticated_through {
+                if report.ok() && through < l.head.last_seq {
+                    // Written by this process since the anchor last moved (Buffered/Ephemeral
+                    // until flush); anchored at flush/close. Said, not failed.
+                    report.warnings.push(format!(
+                        "seqs {}..={} were written by this process since the anchor last moved; they are authenticated at the next flush or close",
+                        through + 1,
+                        l.head.last_seq
+                    ));
+                }
+            }
             report.head_seq = l.head.last_seq;
             report.head_hash = l.head.head_hash.clone();
             report.repairs = l.repairs.clone();
+            let mut warnings = l.warnings.clone();
+            for w in report.warnings.drain(..) {
+                if !warnings.contains(&w) {
+                    warnings.push(w);
+                }
+            }
+            report.warnings = warnings;
             Ok(report)
         })
+    }
+
+    fn stray_entries(&self) -> Result<Vec<(String, String)>, StoreError> {
+        self.open_check()?;
+        self.backend.strays()
     }
 
     fn flush(&self) -> Result<(), StoreError> {

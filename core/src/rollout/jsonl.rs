@@ -3,24 +3,37 @@
 //!
 //! Opening a thread reads its header line, its anchor and the bytes after the anchored event
 //! only, so resume cost depends on the un-anchored tail, never on the history.
+//!
+//! The anchor file is created (durably, at seq 0) before its log, so a log without an anchor
+//! never happens by accident: it means the anchor was removed, and the thread is refused unless
+//! the host accepts it (`StoreOptions::accept_unanchored`).
 
 use super::engine::{check_event, parse_line, Backend, Head, Loaded, Repair, WriteSet};
-use super::fsutil::{ensure_private_subdir, fdatasync, fsync_dir, open_private};
-use super::{StoreError, StoredEvent, VerifyReport, MAX_EVENT_BYTES, ZERO_HASH};
+use super::fsutil::{fdatasync, Dir, Open};
+use super::keyed::mac_eq;
+use super::{
+    layout, validate_thread_id, ChainCtx, RolloutKey, StoreError, StoreOptions, StoredEvent,
+    VerifyReport, MAX_EVENT_BYTES, ZERO_HASH,
+};
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 /// Bytes per anchor slot; the anchor file holds two so a torn anchor write leaves the other.
 pub const ANCHOR_SLOT: usize = 512;
 
-/// The JSONL backend. Paths: `<state>/threads/<id>.jsonl`, `<state>/anchors/<id>.head`.
+/// The JSONL backend. Files: `<state>/threads/<id>.jsonl`, `<state>/anchors/<id>.head`, all
+/// reached through descriptors of the directories opened once at `open`.
 pub struct JsonlBackend {
-    threads: PathBuf,
-    anchors: PathBuf,
+    threads: Dir,
+    anchors: Dir,
+    /// Held so the state directory stays the one that was opened (and for messages).
+    _state: Dir,
+    key: Option<RolloutKey>,
+    accept_unanchored: bool,
     catalog: Mutex<Option<BTreeSet<String>>>,
     dirty_logs: Mutex<HashSet<String>>,
     dirty_anchors: Mutex<HashSet<String>>,
@@ -44,22 +57,29 @@ struct Index {
 /// does not need the history.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Anchor {
+    /// 0 for the anchor written when the thread is created, before its log exists.
     pub seq: u64,
     pub hash: String,
-    /// Byte offset just after the anchored event's '\n'.
+    /// Byte offset just after the anchored event's '\n' (0 at seq 0).
     pub offset: u64,
     pub gen: u64,
     pub archived: bool,
     pub format: u16,
     pub compacted_through: u64,
     pub last_compaction_seq: Option<u64>,
+    /// The thread the anchor belongs to (absent in anchors written before it was recorded).
+    pub thread: Option<String>,
+    /// Keyed mode: the key's id and the MAC over the thread id and the anchor text before it.
+    pub key_id: Option<String>,
+    pub mac: Option<String>,
 }
 
 impl Anchor {
-    /// `ccanchor1 k=v ... check=<16 hex of sha256 of the text before " check=">`.
-    pub fn encode(&self) -> Vec<u8> {
-        let body = format!(
-            "ccanchor1 seq={} hash={} offset={} gen={} archived={} format={} compactedThrough={} lastCompaction={}",
+    /// `ccanchor1 k=v ... [kid=<16 hex> mac=<64 hex>] check=<16 hex of sha256 of the text before
+    /// " check=">`, padded to one slot. `thread_id` is recorded; a key adds `kid` and `mac`.
+    pub fn encode(&self, thread_id: &str, key: Option<&RolloutKey>) -> Vec<u8> {
+        let mut body = format!(
+            "ccanchor1 seq={} hash={} offset={} gen={} archived={} format={} compactedThrough={} lastCompaction={} thread={thread_id}",
             self.seq,
             self.hash,
             self.offset,
@@ -69,24 +89,75 @@ impl Anchor {
             self.compacted_through,
             self.last_compaction_seq.map_or("-".to_string(), |s| s.to_string())
         );
+        if let Some(k) = key {
+            body.push_str(&format!(" kid={}", k.key_id()));
+            let mac = k.anchor_mac(thread_id, &body);
+            body.push_str(&format!(" mac={mac}"));
+        }
         let check = &cc_agent_protocol::sha256_hex(body.as_bytes())[..16];
         let mut out = format!("{body} check={check}").into_bytes();
+        debug_assert!(out.len() < ANCHOR_SLOT, "an anchor always fits its slot");
         out.resize(ANCHOR_SLOT - 1, b' ');
         out.push(b'\n');
         out
     }
 
+    /// A slot whose check field verifies, else None.
     pub fn decode(slot: &[u8]) -> Option<Anchor> {
-        let text = std::str::from_utf8(slot).ok()?.trim_end();
-        let (body, check) = text.rsplit_once(" check=")?;
-        if cc_agent_protocol::sha256_hex(body.as_bytes())[..16] != *check {
-            return None;
+        match decode_slot(slot) {
+            Slot::Valid(a) => Some(a),
+            _ => None,
         }
-        let mut parts = body.split(' ');
-        if parts.next()? != "ccanchor1" {
-            return None;
-        }
-        let kv: HashMap<&str, &str> = parts.filter_map(|p| p.split_once('=')).collect();
+    }
+}
+
+/// What one 512-byte anchor slot holds.
+#[derive(Debug, Clone)]
+enum Slot {
+    /// Never written (zeros, or beyond the end of the file).
+    Empty,
+    /// Written but its check field fails; what it appears to say, for the report.
+    Damaged {
+        seq: Option<u64>,
+    },
+    Valid(Anchor),
+}
+
+fn decode_slot(slot: &[u8]) -> Slot {
+    if slot.iter().all(|b| *b == 0) {
+        return Slot::Empty;
+    }
+    let damaged = || {
+        // Best effort, unverified: what the damaged slot seems to record.
+        let text = String::from_utf8_lossy(slot);
+        let field = |name: &str| {
+            text.split(' ')
+                .find_map(|p| p.strip_prefix(name))
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        Slot::Damaged { seq: field("seq=") }
+    };
+    // Exactly one slot: the text, space padding, '\n'. Nothing else passes, so every changed
+    // byte of a slot is noticed.
+    if slot.len() != ANCHOR_SLOT || slot.last() != Some(&b'\n') {
+        return damaged();
+    }
+    let Ok(text) = std::str::from_utf8(&slot[..ANCHOR_SLOT - 1]) else {
+        return damaged();
+    };
+    let text = text.trim_end_matches(' ');
+    let Some((body, check)) = text.rsplit_once(" check=") else {
+        return damaged();
+    };
+    if cc_agent_protocol::sha256_hex(body.as_bytes())[..16] != *check {
+        return damaged();
+    }
+    let mut parts = body.split(' ');
+    if parts.next() != Some("ccanchor1") {
+        return damaged();
+    }
+    let kv: HashMap<&str, &str> = parts.filter_map(|p| p.split_once('=')).collect();
+    let parsed = (|| {
         Some(Anchor {
             seq: kv.get("seq")?.parse().ok()?,
             hash: kv.get("hash")?.to_string(),
@@ -99,8 +170,72 @@ impl Anchor {
                 "-" => None,
                 s => Some(s.parse().ok()?),
             },
+            thread: kv.get("thread").map(|s| s.to_string()),
+            key_id: kv.get("kid").map(|s| s.to_string()),
+            mac: kv.get("mac").map(|s| s.to_string()),
         })
+    })();
+    match parsed {
+        Some(a) => Slot::Valid(a),
+        None => damaged(),
     }
+}
+
+/// The text a keyed anchor's MAC covers: everything before " mac=".
+fn mac_body(slot: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(slot).ok()?;
+    Some(text.split_once(" mac=")?.0)
+}
+
+/// Both slots of an anchor file: what each holds, and its raw bytes (for the MAC check).
+type Slots = [(Slot, Vec<u8>); 2];
+
+/// An anchor slot that may have held a newer head than the one relied on.
+struct Fallback {
+    text: String,
+    /// What the damaged slot appears to record (unverified).
+    claimed_seq: Option<u64>,
+    anchored_seq: u64,
+}
+
+impl Fallback {
+    /// Judges the fallback against the log's last complete event: a damaged slot naming a seq
+    /// the log no longer has is loss (a crash never causes it: the log is durable before its
+    /// anchor is written), so it is refused unless accepted; otherwise it is a warning that names
+    /// the seqs nothing vouches for.
+    fn judge(&self, log_last: u64, accept: bool) -> Result<String, String> {
+        match self.claimed_seq {
+            Some(c) if c > log_last && !accept => Err(format!(
+                "{}, but the log ends at seq {log_last}: acknowledged events {}..={c} are gone; restore the log from a backup, or accept it as it is with accept_unanchored (--accept-unanchored)",
+                self.text,
+                log_last + 1
+            )),
+            Some(c) if c > log_last => Ok(format!(
+                "{}, but the log ends at seq {log_last}: acknowledged events {}..={c} are gone (accepted with accept_unanchored)",
+                self.text,
+                log_last + 1
+            )),
+            _ => Ok(format!(
+                "{}: nothing vouches for acknowledged events after seq {} (the log continues to seq {log_last}; any later ones cannot be accounted for)",
+                self.text, self.anchored_seq
+            )),
+        }
+    }
+}
+
+/// Which anchor opening a thread relies on.
+enum AnchorChoice {
+    /// The newest valid slot, and a warning if the other slot looks like a newer one was lost.
+    Anchored {
+        anchor: Anchor,
+        fallback: Option<Fallback>,
+        /// Keyed anchor read without the key: the thread may be read, not written.
+        read_only: Option<String>,
+    },
+    /// No anchor file, or no valid slot in it: nothing vouches for the log's end.
+    Unanchored { why: String },
+    /// Keyed mode, and the anchor carries no MAC (written unkeyed, or the MAC stripped).
+    Unkeyed { anchor: Anchor },
 }
 
 /// What a forward scan over lines found.
@@ -111,6 +246,9 @@ struct Scan {
     count: u64,
     end: u64,
     bad: Option<Bad>,
+    /// The last `sealed` event met: (byte offset just after it, events up to and including it,
+    /// the folded head at that point if folding).
+    last_seal: Option<(u64, u64, Option<Head>)>,
 }
 
 struct Bad {
@@ -126,12 +264,14 @@ fn io_other(msg: String) -> io::Error {
 }
 
 /// Checks lines from `from` until `upto`, each linking to the one before.
+#[allow(clippy::too_many_arguments)]
 fn scan(
     file: &File,
     from: u64,
     upto: u64,
     first_seq: u64,
     prev_hash: &str,
+    ctx: ChainCtx<'_>,
     index: bool,
     mut fold: Option<&mut Head>,
 ) -> io::Result<Scan> {
@@ -145,6 +285,7 @@ fn scan(
         count: 0,
         end: from,
         bad: None,
+        last_seal: None,
     };
     let mut prev = prev_hash.to_string();
     let mut seq = first_seq;
@@ -166,7 +307,7 @@ fn scan(
                 "partial last line (no newline)".into()
             })
         } else {
-            parse_line(&line[..line.len() - 1], seq, &prev)
+            parse_line(&line[..line.len() - 1], seq, &prev, ctx)
         };
         match result {
             Ok(ev) => {
@@ -179,12 +320,21 @@ fn scan(
                     }
                 }
                 if let Some(h) = fold.as_deref_mut() {
-                    h.apply(&ev);
+                    if ev.seq == 1 {
+                        if let Ok(built) = Head::from_header(&ev) {
+                            *h = built;
+                        }
+                    } else {
+                        h.apply(&ev);
+                    }
                 }
                 s.end += n as u64;
                 prev.clone_from(&ev.hash);
                 seq += 1;
                 s.count += 1;
+                if ev.kind() == "sealed" {
+                    s.last_seal = Some((s.end, s.count, fold.as_deref().cloned()));
+                }
                 s.last = Some(ev);
             }
             Err(reason) => {
@@ -202,52 +352,203 @@ fn scan(
     Ok(s)
 }
 
+fn log_name(id: &str) -> String {
+    format!("{id}{}", layout::LOG_SUFFIX)
+}
+
+fn anchor_name(id: &str) -> String {
+    format!("{id}{}", layout::ANCHOR_SUFFIX)
+}
+
 impl JsonlBackend {
-    pub(crate) fn open(state_dir: &Path) -> Result<Self, StoreError> {
-        let threads = state_dir.join(super::layout::THREADS_DIR);
-        let anchors = state_dir.join(super::layout::ANCHORS_DIR);
-        ensure_private_subdir(&threads)?;
-        ensure_private_subdir(&anchors)?;
+    pub(crate) fn open(state: Dir, options: &StoreOptions) -> Result<Self, StoreError> {
+        let threads = state.subdir(layout::THREADS_DIR)?;
+        let anchors = state.subdir(layout::ANCHORS_DIR)?;
         Ok(JsonlBackend {
             threads,
             anchors,
+            _state: state,
+            key: options.key.clone(),
+            accept_unanchored: options.accept_unanchored,
             catalog: Mutex::new(None),
             dirty_logs: Mutex::new(HashSet::new()),
             dirty_anchors: Mutex::new(HashSet::new()),
         })
     }
 
-    /// `<state>/threads/<id>.jsonl` (the id is validated before it gets here).
+    fn ctx<'a>(&'a self, id: &'a str) -> ChainCtx<'a> {
+        ChainCtx {
+            thread_id: id,
+            key: self.key.as_ref(),
+        }
+    }
+
+    /// `<state>/threads/<id>.jsonl` as the state dir was named at open (for people and tests;
+    /// the store itself reaches the file through its directory descriptor).
     pub fn log_path(&self, id: &str) -> PathBuf {
-        self.threads.join(format!("{id}.jsonl"))
+        self.threads.path().join(log_name(id))
     }
 
-    /// `<state>/anchors/<id>.head`.
+    /// `<state>/anchors/<id>.head`, as `log_path`.
     pub fn anchor_path(&self, id: &str) -> PathBuf {
-        self.anchors.join(format!("{id}.head"))
+        self.anchors.path().join(anchor_name(id))
     }
 
-    /// The newest valid anchor slot, if any.
-    pub fn read_anchor(&self, id: &str) -> io::Result<Option<Anchor>> {
-        let bytes = match fs::read(self.anchor_path(id)) {
-            Ok(b) => b,
+    fn open_log(&self, id: &str, how: Open) -> io::Result<File> {
+        self.threads.open_file(&log_name(id), how)
+    }
+
+    /// Both slots (decoded, raw), or None if there is no anchor file.
+    fn read_slots(&self, id: &str) -> io::Result<Option<Slots>> {
+        let mut bytes = Vec::new();
+        match self.anchors.open_file(&anchor_name(id), Open::Read) {
+            Ok(mut f) => {
+                Read::by_ref(&mut f)
+                    .take(2 * ANCHOR_SLOT as u64)
+                    .read_to_end(&mut bytes)?;
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
+        }
+        let slot = |i: usize| {
+            let raw = bytes
+                .get(i * ANCHOR_SLOT..((i + 1) * ANCHOR_SLOT).min(bytes.len()))
+                .unwrap_or(&[])
+                .to_vec();
+            let s = if raw.is_empty() {
+                Slot::Empty
+            } else {
+                decode_slot(&raw)
+            };
+            (s, raw)
         };
-        Ok(bytes
-            .chunks(ANCHOR_SLOT)
-            .filter_map(Anchor::decode)
-            .max_by_key(|a| a.gen))
+        Ok(Some([slot(0), slot(1)]))
     }
 
+    /// The newest valid anchor slot, if any (without any keyed check).
+    pub fn read_anchor(&self, id: &str) -> io::Result<Option<Anchor>> {
+        Ok(self.read_slots(id)?.and_then(|slots| {
+            slots
+                .into_iter()
+                .filter_map(|(s, _)| match s {
+                    Slot::Valid(a) => Some(a),
+                    _ => None,
+                })
+                .max_by_key(|a| a.gen)
+        }))
+    }
+
+    /// Picks the anchor to open `id` by, applying identity and key checks. Errors are refusals.
+    fn choose_anchor(&self, id: &str) -> Result<AnchorChoice, StoreError> {
+        let mismatch = |reason: String| StoreError::AnchorMismatch {
+            thread_id: id.to_string(),
+            reason,
+        };
+        let Some(slots) = self.read_slots(id)? else {
+            return Ok(AnchorChoice::Unanchored {
+                why: "the head anchor file is missing".into(),
+            });
+        };
+        let newest = (0..2)
+            .filter_map(|i| match &slots[i].0 {
+                Slot::Valid(a) => Some((i, a.clone())),
+                _ => None,
+            })
+            .max_by_key(|(_, a)| a.gen);
+        let Some((i, anchor)) = newest else {
+            let what = |s: &Slot| match s {
+                Slot::Empty => "empty",
+                _ => "damaged",
+            };
+            return Ok(AnchorChoice::Unanchored {
+                why: format!(
+                    "neither head anchor slot is valid (slot 0 {}, slot 1 {})",
+                    what(&slots[0].0),
+                    what(&slots[1].0)
+                ),
+            });
+        };
+        if let Some(t) = &anchor.thread {
+            if t != id {
+                return Err(mismatch(format!(
+                    "the head anchor belongs to thread {t:?}: it was copied or swapped from another thread; restore this thread's own anchor"
+                )));
+            }
+        }
+        // Would a crash explain the other slot? It holds gen-1 (intact) or a torn gen+1.
+        let fallback = match &slots[1 - i].0 {
+            // Either slot may be the one a torn write hit (writes alternate), so any damage to
+            // the other slot may be a lost newer generation.
+            Slot::Damaged { seq } => Some(Fallback {
+                text: format!(
+                    "the newest head anchor slot is damaged{}; fell back to the older slot (generation {}, seq {})",
+                    seq.map_or(String::new(), |s| format!(" (it appears to record seq {s})")),
+                    anchor.gen,
+                    anchor.seq
+                ),
+                claimed_seq: *seq,
+                anchored_seq: anchor.seq,
+            }),
+            Slot::Empty if anchor.gen >= 2 => Some(Fallback {
+                text: format!(
+                    "one head anchor slot was erased (it held generation {} or {}); relying on the other (generation {}, seq {})",
+                    anchor.gen - 1,
+                    anchor.gen + 1,
+                    anchor.gen,
+                    anchor.seq
+                ),
+                claimed_seq: None,
+                anchored_seq: anchor.seq,
+            }),
+            _ => None,
+        };
+        match (&self.key, &anchor.mac) {
+            (Some(key), Some(mac)) => {
+                let kid = anchor.key_id.as_deref().unwrap_or("");
+                if kid != key.key_id() {
+                    return Err(mismatch(format!(
+                        "the head anchor was written with another rollout key (key id {kid}); open the store with that key"
+                    )));
+                }
+                let body = mac_body(&slots[i].1).unwrap_or("");
+                if !mac_eq(mac, &key.anchor_mac(id, body)) {
+                    return Err(mismatch(
+                        "the head anchor's MAC does not verify under the rollout key: the anchor was forged or rewritten"
+                            .into(),
+                    ));
+                }
+                Ok(AnchorChoice::Anchored {
+                    anchor,
+                    fallback,
+                    read_only: None,
+                })
+            }
+            (Some(_), None) => Ok(AnchorChoice::Unkeyed { anchor }),
+            (None, Some(_)) => Ok(AnchorChoice::Anchored {
+                read_only: Some(format!(
+                    "thread {id:?} is protected by a rollout key (key id {}); open the store with that key to write to it",
+                    anchor.key_id.as_deref().unwrap_or("?")
+                )),
+                anchor,
+                fallback,
+            }),
+            (None, None) => Ok(AnchorChoice::Anchored {
+                anchor,
+                fallback,
+                read_only: None,
+            }),
+        }
+    }
+
+    /// Copies bytes cut from a log to `<id>.jsonl.broken[.N]` (durably) and returns the name.
     fn save_broken(&self, id: &str, bytes: &[u8]) -> io::Result<String> {
         for n in 0.. {
             let name = if n == 0 {
-                format!("{id}.jsonl.broken")
+                format!("{id}{}", layout::BROKEN_SUFFIX)
             } else {
-                format!("{id}.jsonl.broken.{n}")
+                format!("{id}{}.{n}", layout::BROKEN_SUFFIX)
             };
-            match open_private_new(&self.threads.join(&name)) {
+            match self.threads.open_file(&name, Open::CreateNew) {
                 Ok(mut f) => {
                     f.write_all(bytes)?;
                     f.sync_all()?;
@@ -260,12 +561,48 @@ impl JsonlBackend {
         unreachable!("the loop only ends by returning")
     }
 
+    /// Moves the bytes from `offset` to the end of the log into a `.broken` file and truncates.
+    fn cut(&self, id: &str, file: &File, offset: u64, len: u64) -> io::Result<String> {
+        let mut cut = vec![0u8; (len - offset) as usize];
+        file.read_exact_at(&mut cut, offset)?;
+        let name = self.save_broken(id, &cut)?;
+        file.set_len(offset)?;
+        fdatasync(file)?;
+        self.threads.sync()?;
+        Ok(name)
+    }
+
+    /// Removes a thread whose creation never completed (nothing was ever acknowledged).
+    fn discard_unborn(&self, id: &str, log: Option<&[u8]>) -> Result<(), StoreError> {
+        if let Some(bytes) = log {
+            if !bytes.is_empty() {
+                self.save_broken(id, bytes)?;
+            }
+            self.threads.unlink(&log_name(id))?;
+            self.threads.sync()?;
+        }
+        match self.anchors.unlink(&anchor_name(id)) {
+            Ok(()) => self.anchors.sync()?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        if let Some(c) = self
+            .catalog
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            c.remove(id);
+        }
+        Ok(())
+    }
+
     fn ensure_index(&self, id: &str, tx: &mut JsonlTx) -> Result<(), StoreError> {
         if tx.index.is_some() {
             return Ok(());
         }
-        let file = File::open(self.log_path(id))?;
-        let s = scan(&file, 0, tx.len, 1, ZERO_HASH, true, None)?;
+        let file = self.open_log(id, Open::Read)?;
+        let s = scan(&file, 0, tx.len, 1, ZERO_HASH, self.ctx(id), true, None)?;
         if let Some(b) = s.bad {
             return Err(StoreError::Corrupt {
                 thread_id: id.to_string(),
@@ -297,7 +634,8 @@ impl JsonlBackend {
             tx.len
         };
         let mut buf = vec![0u8; (end - start) as usize];
-        File::open(self.log_path(id))?.read_exact_at(&mut buf, start)?;
+        self.open_log(id, Open::Read)?
+            .read_exact_at(&mut buf, start)?;
         let corrupt = |seq, reason| StoreError::Corrupt {
             thread_id: id.to_string(),
             seq,
@@ -313,7 +651,7 @@ impl JsonlBackend {
             let ev: StoredEvent = serde_json::from_slice(line)
                 .map_err(|e| corrupt(seq, format!("not a valid event line ({e})")))?;
             let p = prev.clone().unwrap_or_else(|| ev.prev_hash.clone());
-            check_event(&ev, seq, &p).map_err(|r| corrupt(seq, r))?;
+            check_event(&ev, seq, &p, self.ctx(id)).map_err(|r| corrupt(seq, r))?;
             prev = Some(ev.hash.clone());
             if seq >= first {
                 out.push(ev);
@@ -325,14 +663,33 @@ impl JsonlBackend {
         }
         Ok(out)
     }
-}
 
-fn open_private_new(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
+    fn write_anchor(&self, id: &str, a: &Anchor, durable: bool, fresh: bool) -> io::Result<()> {
+        let how = if fresh {
+            Open::CreateNew
+        } else {
+            Open::ReadWrite
+        };
+        // CreateNew opens write-only; a positioned write needs no read access.
+        let f = self.anchors.open_file(&anchor_name(id), how)?;
+        f.write_all_at(
+            &a.encode(id, self.key.as_ref()),
+            (a.gen % 2) * ANCHOR_SLOT as u64,
+        )?;
+        if fresh {
+            // A new anchor must exist durably before its log does (see the module docs).
+            fdatasync(&f)?;
+            self.anchors.sync()?;
+        } else if durable {
+            fdatasync(&f)?;
+        } else {
+            self.dirty_anchors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id.to_string());
+        }
+        Ok(())
+    }
 }
 
 /// Reads the line that ends exactly at `end` (its '\n' is byte `end - 1`), scanning backwards
@@ -380,120 +737,202 @@ impl Backend for JsonlBackend {
     }
 
     fn load(&self, id: &str) -> Result<Option<Loaded<JsonlTx>>, StoreError> {
-        let path = self.log_path(id);
-        let anchor = self.read_anchor(id)?;
+        let ctx = self.ctx(id);
         let mismatch = |reason: String| StoreError::AnchorMismatch {
             thread_id: id.to_string(),
             reason,
         };
-        let file = match OpenOptions::new().read(true).write(true).open(&path) {
+        let corrupt = |seq: u64, reason: String| StoreError::Corrupt {
+            thread_id: id.to_string(),
+            seq,
+            reason,
+        };
+        let choice = self.choose_anchor(id)?;
+        let anchor_file = self.anchors.exists(&anchor_name(id))?;
+        let file = match self.open_log(id, Open::ReadWrite) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                if let Some(a) = anchor {
-                    return Err(mismatch(format!(
-                        "the log file is missing but the anchor records seq {}",
-                        a.seq
-                    )));
-                }
-                return Ok(None);
+                return match choice {
+                    AnchorChoice::Anchored { anchor, .. } | AnchorChoice::Unkeyed { anchor }
+                        if anchor.seq > 0 =>
+                    {
+                        Err(mismatch(format!(
+                            "the log file is missing but the anchor records seq {}: restore the log from a backup",
+                            anchor.seq
+                        )))
+                    }
+                    AnchorChoice::Anchored { .. } | AnchorChoice::Unkeyed { .. } => {
+                        // Created at seq 0 and the log never followed: start() was never
+                        // acknowledged. The thread does not exist.
+                        self.discard_unborn(id, None)?;
+                        Ok(None)
+                    }
+                    AnchorChoice::Unanchored { why } if anchor_file => Err(mismatch(format!(
+                        "the log file is missing and {why}: restore both from a backup, or delete the anchor file"
+                    ))),
+                    AnchorChoice::Unanchored { .. } => Ok(None),
+                };
             }
             Err(e) => return Err(e.into()),
         };
         let len = file.metadata()?.len();
         let mut notes = Vec::new();
+        let mut warnings = Vec::new();
+        let mut repairs = Vec::new();
         // The header gives title, metadata and creation time.
         let mut first = Vec::new();
         let header_len = BufReader::new(file.try_clone()?.take(MAX_EVENT_BYTES as u64 + 1))
             .read_until(b'\n', &mut first)? as u64;
         let parsed = if first.last() == Some(&b'\n') {
-            parse_line(&first[..first.len() - 1], 1, ZERO_HASH)
+            parse_line(&first[..first.len() - 1], 1, ZERO_HASH, ctx)
         } else {
             Err("the header line is incomplete".to_string())
         };
+        // Nothing was ever anchored: an anchor at seq 0, or (written by an older version) none.
+        let seq0 = match &choice {
+            AnchorChoice::Anchored { anchor, .. } | AnchorChoice::Unkeyed { anchor } => {
+                anchor.seq == 0
+            }
+            AnchorChoice::Unanchored { .. } => !anchor_file,
+        };
         let header = match parsed {
             Ok(h) => h,
-            Err(reason) if anchor.is_some() || header_len < len => {
-                return Err(StoreError::Corrupt {
-                    thread_id: id.to_string(),
-                    seq: 1,
-                    reason,
-                });
-            }
-            Err(_) => {
-                // Only a torn header and no anchor: a crash inside start() before it was
-                // acknowledged. The thread never existed; keep the bytes for inspection.
-                self.save_broken(id, &first)?;
-                fs::remove_file(&path)?;
-                fsync_dir(&self.threads)?;
+            Err(_) if seq0 && header_len == len && first.last() != Some(&b'\n') => {
+                // Only a torn header, and nothing was ever anchored: a crash inside start()
+                // before it was acknowledged. Keep the bytes for inspection.
+                self.discard_unborn(id, Some(&first))?;
                 return Ok(None);
             }
+            Err(reason) => return Err(corrupt(1, reason)),
         };
-        let mut head = Head::from_header(&header).map_err(|reason| StoreError::Corrupt {
-            thread_id: id.to_string(),
-            seq: 1,
-            reason,
-        })?;
-        let (start, prev) = match &anchor {
-            Some(a) => {
-                if a.offset > len {
-                    return Err(mismatch(format!(
-                        "the log is {len} bytes but the anchor says seq {} ends at byte {}: acknowledged events were cut off",
-                        a.seq, a.offset
-                    )));
+        let mut head = Head::from_header(&header).map_err(|reason| corrupt(1, reason))?;
+        let mut read_only = None;
+        let mut anchor_gen = 0;
+        let mut rebuild_anchor = false;
+        let mut fell_back: Option<Fallback> = None;
+        // Where the un-anchored tail starts, the event it links to, and whether it must be
+        // authenticated (keyed mode, anchored by a keyed anchor).
+        let (start, prev, keyed_tail) = match choice {
+            AnchorChoice::Anchored {
+                anchor: a,
+                fallback,
+                read_only: ro,
+            } => {
+                anchor_gen = a.gen;
+                fell_back = fallback;
+                if let Some(why) = ro {
+                    warnings.push(format!(
+                        "unkeyed: the thread is keyed but was opened without its key, so only the plain chain was checked ({why})"
+                    ));
+                    read_only = Some(why);
                 }
-                let line = line_ending_at(&file, a.offset).map_err(|e| mismatch(e.to_string()))?;
-                let ev: StoredEvent = serde_json::from_slice(&line).map_err(|e| {
-                    mismatch(format!(
-                        "no event ends at the anchored offset {} ({e})",
-                        a.offset
-                    ))
-                })?;
-                if ev.seq != a.seq || ev.hash != a.hash || ev.compute_hash() != ev.hash {
-                    return Err(mismatch(format!(
-                        "the log has seq {} hash {} where the anchor records seq {} hash {}",
-                        ev.seq, ev.hash, a.seq, a.hash
-                    )));
+                if a.seq == 0 {
+                    (header_len, header.clone(), self.key.is_some())
+                } else {
+                    if a.offset > len {
+                        return Err(mismatch(format!(
+                            "the log is {len} bytes but the anchor says seq {} ends at byte {}: acknowledged events were cut off",
+                            a.seq, a.offset
+                        )));
+                    }
+                    let line =
+                        line_ending_at(&file, a.offset).map_err(|e| mismatch(e.to_string()))?;
+                    let ev: StoredEvent = serde_json::from_slice(&line).map_err(|e| {
+                        mismatch(format!(
+                            "no event ends at the anchored offset {} ({e})",
+                            a.offset
+                        ))
+                    })?;
+                    if ev.seq != a.seq || ev.hash != a.hash {
+                        return Err(mismatch(format!(
+                            "the log has seq {} hash {} where the anchor records seq {} hash {}",
+                            ev.seq, ev.hash, a.seq, a.hash
+                        )));
+                    }
+                    check_event(&ev, a.seq, &ev.prev_hash, ctx).map_err(|r| corrupt(a.seq, r))?;
+                    head.apply(&ev);
+                    head.archived = a.archived;
+                    head.format_version = a.format;
+                    head.compacted_through = a.compacted_through;
+                    head.last_compaction_seq = a.last_compaction_seq;
+                    (a.offset, ev, self.key.is_some())
                 }
-                head.apply(&ev);
-                head.archived = a.archived;
-                head.format_version = a.format;
-                head.compacted_through = a.compacted_through;
-                head.last_compaction_seq = a.last_compaction_seq;
-                (a.offset, ev)
             }
-            None => {
-                notes.push(
-                    "no anchor found: the whole log was checked and a new anchor written"
-                        .to_string(),
+            AnchorChoice::Unanchored { why } if self.accept_unanchored => {
+                let w = format!(
+                    "{why}; accepted (accept_unanchored): the chain was checked from seq 1, but nothing vouches that its last event is the last one acknowledged"
                 );
-                (header_len, header.clone())
+                warnings.push(w.clone());
+                repairs.push(Repair {
+                    reason: w,
+                    truncated_bytes: 0,
+                    broken_file: None,
+                });
+                rebuild_anchor = true;
+                (header_len, header.clone(), false)
+            }
+            AnchorChoice::Unanchored { why } => {
+                return Err(mismatch(format!(
+                    "{why}, so nothing vouches that the log still ends where it did (events may have been cut off); restore the anchor from a backup, or accept the log as it is with accept_unanchored (--accept-unanchored)"
+                )));
+            }
+            AnchorChoice::Unkeyed { anchor } if self.accept_unanchored => {
+                let w = format!(
+                    "the head anchor carried no MAC (written without the rollout key); adopted under the key (accept_unanchored): seqs up to {} were not authenticated when written",
+                    anchor.seq.max(1)
+                );
+                warnings.push(w.clone());
+                repairs.push(Repair {
+                    reason: w,
+                    truncated_bytes: 0,
+                    broken_file: None,
+                });
+                anchor_gen = anchor.gen;
+                (header_len, header.clone(), false)
+            }
+            AnchorChoice::Unkeyed { .. } => {
+                return Err(mismatch(
+                    "the head anchor carries no MAC: the thread was written without the rollout key, or the MAC was stripped; open with accept_unanchored (--accept-unanchored) to adopt it under this key"
+                        .into(),
+                ));
             }
         };
+        let base = head.clone();
         let tail = scan(
             &file,
             start,
             len,
             prev.seq + 1,
             &prev.hash,
+            ctx,
             false,
             Some(&mut head),
         )?;
-        let mut repair = None;
+        if let Some(fb) = fell_back {
+            let w = fb
+                .judge(prev.seq + tail.count, self.accept_unanchored)
+                .map_err(mismatch)?;
+            warnings.push(w.clone());
+            repairs.push(Repair {
+                reason: w,
+                truncated_bytes: 0,
+                broken_file: None,
+            });
+        }
+        let writable = read_only.is_none();
         let mut committed = tail.end;
-        if let Some(b) = tail.bad {
+        let mut tail_count = tail.count;
+        if let Some(b) = &tail.bad {
             if !b.at_tail {
-                return Err(StoreError::Corrupt {
-                    thread_id: id.to_string(),
-                    seq: b.seq,
-                    reason: b.reason,
-                });
+                return Err(corrupt(b.seq, b.reason.clone()));
             }
-            let mut cut = vec![0u8; (len - b.offset) as usize];
-            file.read_exact_at(&mut cut, b.offset)?;
-            let name = self.save_broken(id, &cut)?;
-            file.set_len(b.offset)?;
-            fdatasync(&file)?;
-            fsync_dir(&self.threads)?;
+            if !writable {
+                return Err(mismatch(format!(
+                    "a torn tail at seq {} needs a repair, which needs the rollout key; open the store with it",
+                    b.seq
+                )));
+            }
+            let name = self.cut(id, &file, b.offset, len)?;
             notes.push(format!(
                 "torn tail at seq {} ({}): cut {} bytes at offset {} into {name}",
                 b.seq,
@@ -501,29 +940,74 @@ impl Backend for JsonlBackend {
                 len - b.offset,
                 b.offset
             ));
-            repair = Some(Repair {
-                reason: b.reason,
+            repairs.push(Repair {
+                reason: b.reason.clone(),
                 truncated_bytes: len - b.offset,
                 broken_file: Some(name),
             });
             committed = b.offset;
         }
+        if keyed_tail {
+            // Keyed: events after the anchor are authentic only up to the last seal among them.
+            // Anything later was never acknowledged (a keyed anchor is durable before an
+            // acknowledgement) or was appended by someone without the key: it is not served.
+            let has_seal = tail.last_seal.is_some();
+            let (keep_end, keep_count, keep_head) = match tail.last_seal {
+                Some((end, count, h)) => (end, count, h.expect("folded")),
+                None => (start, 0, base),
+            };
+            if seq0 && !has_seal {
+                // Not even the header is vouched for: start() was never acknowledged.
+                let mut bytes = vec![0u8; committed as usize];
+                file.read_exact_at(&mut bytes, 0)?;
+                self.discard_unborn(id, Some(&bytes))?;
+                return Ok(None);
+            }
+            if keep_count < tail_count {
+                let (first_bad, last_bad) = (prev.seq + keep_count + 1, prev.seq + tail_count);
+                let name = self.cut(id, &file, keep_end, committed)?;
+                let reason = format!(
+                    "{} event(s), seq {first_bad}..={last_bad}, followed the keyed anchor (seq {}) without authentication: never acknowledged (a crash before the anchor moved) or appended without the key; moved to {name}",
+                    last_bad - first_bad + 1,
+                    prev.seq
+                );
+                warnings.push(reason.clone());
+                repairs.push(Repair {
+                    reason,
+                    truncated_bytes: committed - keep_end,
+                    broken_file: Some(name),
+                });
+                committed = keep_end;
+                tail_count = keep_count;
+                head = keep_head;
+            }
+        }
         let mut tx = JsonlTx {
             len: committed,
-            anchor_gen: anchor.as_ref().map_or(0, |a| a.gen),
+            anchor_gen,
             index: None,
         };
-        if tail.count > 0 || anchor.is_none() {
+        if writable && (tail_count > 0 || seq0 || rebuild_anchor || !repairs.is_empty()) {
             // The tail was written but maybe never synced (the crash came before its ack): make
             // it durable before the anchor may point at it.
             fdatasync(&file)?;
-            self.anchor(id, &mut tx, &head)?;
+            if rebuild_anchor {
+                self.replace_anchor(id, &mut tx, &head)?;
+            } else {
+                self.anchor(id, &mut tx, &head, true)?;
+            }
+        }
+        if !writable {
+            // Nothing may be written for this thread, not even a record of what was found.
+            repairs.clear();
         }
         Ok(Some(Loaded {
             head,
             tx,
-            repair,
+            repairs,
             notes,
+            warnings,
+            read_only,
         }))
     }
 
@@ -536,16 +1020,41 @@ impl Backend for JsonlBackend {
         let out: Vec<Result<(), StoreError>> = sets
             .iter_mut()
             .map(|set| {
-                let path = self.log_path(set.id);
                 let file = if set.create {
-                    match open_private_new(&path) {
+                    // The anchor (at seq 0) exists durably before the log: a log without an
+                    // anchor then always means the anchor was removed.
+                    let a0 = Anchor {
+                        seq: 0,
+                        hash: ZERO_HASH.into(),
+                        offset: 0,
+                        gen: 0,
+                        archived: false,
+                        format: set.head.format_version,
+                        compacted_through: 0,
+                        last_compaction_seq: None,
+                        thread: None,
+                        key_id: None,
+                        mac: None,
+                    };
+                    match self.write_anchor(set.id, &a0, true, true) {
                         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                             return Err(StoreError::AlreadyExists(set.id.to_string()))
                         }
                         r => r?,
                     }
+                    set.tx.anchor_gen = 0;
+                    match self.open_log(set.id, Open::CreateNew) {
+                        Ok(f) => f,
+                        Err(e) => {
+                            let _ = self.anchors.unlink(&anchor_name(set.id));
+                            if e.kind() == io::ErrorKind::AlreadyExists {
+                                return Err(StoreError::AlreadyExists(set.id.to_string()));
+                            }
+                            return Err(e.into());
+                        }
+                    }
                 } else {
-                    OpenOptions::new().append(true).open(&path)?
+                    self.open_log(set.id, Open::Append)?
                 };
                 let bytes: Vec<u8> = set
                     .events
@@ -562,7 +1071,8 @@ impl Backend for JsonlBackend {
                 if let Err(e) = res {
                     // Nothing of a failed batch may stay behind to be mistaken for a torn tail.
                     if set.create {
-                        let _ = fs::remove_file(&path);
+                        let _ = self.threads.unlink(&log_name(set.id));
+                        let _ = self.anchors.unlink(&anchor_name(set.id));
                     } else {
                         let _ = file.set_len(set.tx.len);
                     }
@@ -602,7 +1112,7 @@ impl Backend for JsonlBackend {
             })
             .collect();
         if created && durable {
-            if let Err(e) = fsync_dir(&self.threads) {
+            if let Err(e) = self.threads.sync() {
                 let msg = e.to_string();
                 return out
                     .into_iter()
@@ -613,30 +1123,20 @@ impl Backend for JsonlBackend {
         out
     }
 
-    fn anchor(&self, id: &str, tx: &mut JsonlTx, head: &Head) -> Result<(), StoreError> {
-        let a = Anchor {
-            seq: head.last_seq,
-            hash: head.head_hash.clone(),
-            offset: tx.len,
-            gen: tx.anchor_gen + 1,
-            archived: head.archived,
-            format: head.format_version,
-            compacted_through: head.compacted_through,
-            last_compaction_seq: head.last_compaction_seq,
-        };
-        let path = self.anchor_path(id);
-        let fresh = !path.exists();
-        let f = open_private(&path, false)?;
-        f.write_all_at(&a.encode(), (a.gen % 2) * ANCHOR_SLOT as u64)?;
-        if fresh {
-            // A new anchor must not be lost to a crash while its log survives.
-            fdatasync(&f)?;
-            fsync_dir(&self.anchors)?;
-        } else {
-            self.dirty_anchors
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(id.to_string());
+    fn anchor(
+        &self,
+        id: &str,
+        tx: &mut JsonlTx,
+        head: &Head,
+        durable: bool,
+    ) -> Result<(), StoreError> {
+        let a = anchor_for(head, tx.len, tx.anchor_gen + 1);
+        match self.write_anchor(id, &a, durable, false) {
+            // Threads written before anchors were created first may have none yet.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.write_anchor(id, &a, durable, true)?
+            }
+            r => r?,
         }
         tx.anchor_gen = a.gen;
         Ok(())
@@ -651,12 +1151,12 @@ impl Backend for JsonlBackend {
             .collect();
         let any_logs = !logs.is_empty();
         for id in logs {
-            if let Ok(f) = File::open(self.log_path(&id)) {
+            if let Ok(f) = self.open_log(&id, Open::Read) {
                 f.sync_data()?;
             }
         }
         if any_logs {
-            fsync_dir(&self.threads)?;
+            self.threads.sync()?;
         }
         let anchors: Vec<String> = self
             .dirty_anchors
@@ -665,7 +1165,7 @@ impl Backend for JsonlBackend {
             .drain()
             .collect();
         for id in anchors {
-            if let Ok(f) = File::open(self.anchor_path(&id)) {
+            if let Ok(f) = self.anchors.open_file(&anchor_name(&id), Open::Read) {
                 f.sync_data()?;
             }
         }
@@ -711,9 +1211,19 @@ impl Backend for JsonlBackend {
         tx: &mut JsonlTx,
         written: (u64, &str),
     ) -> Result<VerifyReport, StoreError> {
-        let file = File::open(self.log_path(id))?;
+        let file = self.open_log(id, Open::Read)?;
         let len = file.metadata()?.len();
-        let s = scan(&file, 0, len, 1, ZERO_HASH, true, None)?;
+        let mut folded = Head::placeholder();
+        let s = scan(
+            &file,
+            0,
+            len,
+            1,
+            ZERO_HASH,
+            self.ctx(id),
+            true,
+            Some(&mut folded),
+        )?;
         let mut report = VerifyReport {
             thread_id: id.to_string(),
             events: s.count,
@@ -722,6 +1232,9 @@ impl Backend for JsonlBackend {
             first_bad_seq: None,
             reason: None,
             repairs: Vec::new(),
+            warnings: Vec::new(),
+            keyed: self.key.is_some(),
+            authenticated_through: None,
         };
         let last_hash = s
             .last
@@ -736,28 +1249,73 @@ impl Backend for JsonlBackend {
                 "the log ends at seq {} but the store's head is seq {} (events were removed or added behind its back)",
                 s.count, written.0
             ));
-        } else if let Some(a) = self.read_anchor(id)? {
-            let at = a.seq as usize;
-            if a.seq > s.count || at == 0 || s.offsets.get(at).copied().unwrap_or(s.end) != a.offset
-            {
-                report.first_bad_seq = Some(a.seq.min(s.count + 1));
-                report.reason = Some(format!(
-                    "the anchor records seq {} at byte {}, which the log does not have",
-                    a.seq, a.offset
-                ));
-            } else {
-                let ev = self.read_events_from_scan(&file, &s.offsets, at, s.end)?;
-                if ev.hash != a.hash {
-                    report.first_bad_seq = Some(a.seq);
+        } else {
+            let mut anchored = 0;
+            match self.choose_anchor(id) {
+                Err(e) => report.reason = Some(e.to_string()),
+                Ok(AnchorChoice::Unanchored { why }) => {
                     report.reason = Some(format!(
-                        "the anchor records hash {} for seq {}, the log has {}",
-                        a.hash, a.seq, ev.hash
-                    ));
+                        "{why}: nothing vouches that the log ends where it should"
+                    ))
+                }
+                Ok(AnchorChoice::Unkeyed { .. }) => {
+                    report.reason =
+                        Some("the head anchor carries no MAC although the store is keyed".into())
+                }
+                Ok(AnchorChoice::Anchored {
+                    anchor: a,
+                    fallback,
+                    read_only,
+                }) => {
+                    if let Some(fb) = fallback {
+                        match fb.judge(s.count, self.accept_unanchored) {
+                            Ok(w) => report.warnings.push(w),
+                            Err(why) => report.reason = Some(why),
+                        }
+                    }
+                    if read_only.is_some() {
+                        report.keyed = false;
+                    }
+                    let at = a.seq as usize;
+                    if a.seq == 0 {
+                        // Created; nothing anchored yet (Buffered/Ephemeral before a flush).
+                    } else if a.seq > s.count
+                        || s.offsets.get(at).copied().unwrap_or(s.end) != a.offset
+                    {
+                        report.first_bad_seq = Some(a.seq.min(s.count + 1));
+                        report.reason = Some(format!(
+                            "the anchor records seq {} at byte {}, which the log does not have",
+                            a.seq, a.offset
+                        ));
+                    } else {
+                        let ev = self.event_at_offset(&file, &s.offsets, at, s.end)?;
+                        let cached = (
+                            a.archived,
+                            a.format,
+                            a.compacted_through,
+                            a.last_compaction_seq,
+                        );
+                        if ev.hash != a.hash {
+                            report.first_bad_seq = Some(a.seq);
+                            report.reason = Some(format!(
+                                "the anchor records hash {} for seq {}, the log has {}",
+                                a.hash, a.seq, ev.hash
+                            ));
+                        } else if a.seq == s.count && folded.cached_state() != cached {
+                            report.reason = Some(format!(
+                                "the anchor caches (archived, format, compactedThrough, lastCompaction) = {cached:?}, the log says {:?}",
+                                folded.cached_state()
+                            ));
+                        }
+                        anchored = a.seq;
+                    }
                 }
             }
+            if report.keyed {
+                let sealed = s.last_seal.as_ref().map_or(0, |(_, count, _)| *count);
+                report.authenticated_through = Some(anchored.max(sealed));
+            }
         }
-        // No anchor yet is legitimate (Buffered/Ephemeral before their first flush); opening
-        // without one re-checks the whole log and writes it.
         if report.ok() {
             tx.index = Some(Index {
                 offsets: s.offsets,
@@ -770,13 +1328,18 @@ impl Backend for JsonlBackend {
     fn ids_after(&self, after: Option<&str>, n: usize) -> Result<Vec<String>, StoreError> {
         let mut cat = self.catalog.lock().unwrap_or_else(|e| e.into_inner());
         if cat.is_none() {
-            // Directory names are the catalog: no index file to drift from the logs.
+            // Directory names are the catalog: no index file to drift from the logs. A thread is
+            // any id with a log or an anchor, so a log deleted behind its anchor still shows.
             let mut set = BTreeSet::new();
-            for entry in fs::read_dir(&self.threads)? {
-                let name = entry?.file_name();
-                if let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".jsonl")) {
-                    if super::validate_thread_id(id).is_ok() {
-                        set.insert(id.to_string());
+            for (dir, suffix) in [
+                (&self.threads, layout::LOG_SUFFIX),
+                (&self.anchors, layout::ANCHOR_SUFFIX),
+            ] {
+                for name in dir.names()? {
+                    if let Some(id) = name.to_str().and_then(|n| n.strip_suffix(suffix)) {
+                        if validate_thread_id(id).is_ok() {
+                            set.insert(id.to_string());
+                        }
                     }
                 }
             }
@@ -791,10 +1354,92 @@ impl Backend for JsonlBackend {
         };
         Ok(it.take(n).cloned().collect())
     }
+
+    fn strays(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let mut out = Vec::new();
+        for name in self.threads.names()? {
+            let shown = name.to_string_lossy().into_owned();
+            let ok = name.to_str().is_some_and(|n| {
+                let id = n.strip_suffix(layout::LOG_SUFFIX).or_else(|| {
+                    let (base, num) = n.rsplit_once(layout::BROKEN_SUFFIX)?;
+                    (num.is_empty()
+                        || num.strip_prefix('.').is_some_and(|d| {
+                            !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())
+                        }))
+                    .then_some(base)
+                });
+                id.is_some_and(|id| validate_thread_id(id).is_ok())
+            });
+            if !ok {
+                out.push((
+                    format!("{}/{shown}", layout::THREADS_DIR),
+                    "not a thread log: its name is not <thread id>.jsonl, so no thread can own it"
+                        .into(),
+                ));
+            }
+        }
+        for name in self.anchors.names()? {
+            let shown = name.to_string_lossy().into_owned();
+            let ok = name.to_str().is_some_and(|n| {
+                n.strip_suffix(layout::ANCHOR_SUFFIX)
+                    .is_some_and(|id| validate_thread_id(id).is_ok())
+            });
+            if !ok {
+                out.push((
+                    format!("{}/{shown}", layout::ANCHORS_DIR),
+                    "not a head anchor: its name is not <thread id>.head".into(),
+                ));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+}
+
+/// The anchor that records `head`, whose last event ends at byte `offset`.
+fn anchor_for(head: &Head, offset: u64, gen: u64) -> Anchor {
+    Anchor {
+        seq: head.last_seq,
+        hash: head.head_hash.clone(),
+        offset,
+        gen,
+        archived: head.archived,
+        format: head.format_version,
+        compacted_through: head.compacted_through,
+        last_compaction_seq: head.last_compaction_seq,
+        thread: None,
+        key_id: None,
+        mac: None,
+    }
 }
 
 impl JsonlBackend {
-    fn read_events_from_scan(
+    /// Replaces a missing or unreadable anchor file as a whole (a new file renamed over it),
+    /// so no damaged slot survives to be mistaken for a newer generation.
+    fn replace_anchor(&self, id: &str, tx: &mut JsonlTx, head: &Head) -> Result<(), StoreError> {
+        let tmp = format!("{}.tmp", anchor_name(id));
+        let _ = self.anchors.unlink(&tmp);
+        let a = anchor_for(head, tx.len, 1);
+        {
+            let f = self.anchors.open_file(&tmp, Open::CreateNew)?;
+            f.write_all_at(&a.encode(id, self.key.as_ref()), ANCHOR_SLOT as u64)?;
+            fdatasync(&f)?;
+        }
+        self.anchors.rename(&tmp, &anchor_name(id))?;
+        self.anchors.sync()?;
+        tx.anchor_gen = 1;
+        if let Some(c) = self
+            .catalog
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            c.insert(id.to_string());
+        }
+        Ok(())
+    }
+
+    fn event_at_offset(
         &self,
         file: &File,
         offsets: &[u64],

@@ -5,6 +5,7 @@
 mod engine;
 mod fsutil;
 mod jsonl;
+mod keyed;
 mod sqlite;
 
 use serde::{Deserialize, Serialize};
@@ -13,6 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use jsonl::{Anchor, JsonlBackend, ANCHOR_SLOT};
+pub use keyed::RolloutKey;
 pub use sqlite::SqliteBackend;
 
 /// The rollout format this build writes in every `threadStarted` header.
@@ -41,6 +43,11 @@ pub const MAX_READ_LIMIT: usize = 1000;
 pub const MAX_LIST_LIMIT: usize = 1000;
 /// Largest `seq` the wire can carry (2^53 - 1).
 pub const MAX_SEQ: u64 = 9_007_199_254_740_991;
+/// In keyed mode, a `sealed` event follows the first commit that crosses each multiple of this
+/// many events (StoreOptions::seal_every).
+pub const DEFAULT_SEAL_EVERY: u64 = 256;
+/// Longest `reason` the store writes into a `repaired` event (the schema's `ShortText`).
+const MAX_REASON_CHARS: usize = 1024;
 
 /// When `append` returns, relative to the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -64,6 +71,16 @@ pub struct StoreOptions {
     /// The format version written in new headers and targeted by `migrate`. Only 1 exists; tests
     /// set 2 to exercise the migration path.
     pub format_version: u16,
+    /// Keyed mode: head anchors and periodic `sealed` events carry an HMAC-SHA256 under this
+    /// host-supplied key, so history rewritten by someone without it is detected even when every
+    /// hash was recomputed. `None` (the default) is unkeyed mode. Never written anywhere.
+    pub key: Option<RolloutKey>,
+    /// Open threads whose head anchor is missing or unreadable (both slots damaged), or, in
+    /// keyed mode, whose anchor carries no MAC, instead of refusing them. What this vouches for
+    /// is recorded in a `repaired` event and reported by `verify`. Default: refuse.
+    pub accept_unanchored: bool,
+    /// Keyed mode only: events between two `sealed` events (at least 1).
+    pub seal_every: u64,
 }
 
 impl Default for StoreOptions {
@@ -72,6 +89,9 @@ impl Default for StoreOptions {
             durability: Durability::Sync,
             max_batch_requests: 1024,
             format_version: FORMAT_VERSION,
+            key: None,
+            accept_unanchored: false,
+            seal_every: DEFAULT_SEAL_EVERY,
         }
     }
 }
@@ -149,6 +169,12 @@ pub mod layout {
     pub const THREADS_DIR: &str = "threads";
     /// The JSONL head anchors: `<state>/anchors/<id>.head`.
     pub const ANCHORS_DIR: &str = "anchors";
+    /// A JSONL log's file name suffix.
+    pub const LOG_SUFFIX: &str = ".jsonl";
+    /// A JSONL anchor's file name suffix.
+    pub const ANCHOR_SUFFIX: &str = ".head";
+    /// Bytes cut from a log (torn tails, quarantined events): `<id>.jsonl.broken[.N]`.
+    pub const BROKEN_SUFFIX: &str = ".jsonl.broken";
     /// The SQLite store's database file.
     pub const SQLITE_FILE: &str = super::sqlite::SQLITE_FILE;
     /// The state dir's lock file (one store per directory).
@@ -239,8 +265,10 @@ impl Default for ListQuery {
 pub struct ListPage {
     pub threads: Vec<ThreadSummary>,
     pub next_cursor: Option<String>,
-    /// Threads met on the way that could not be read (id, reason): a damaged thread is reported,
-    /// never silently skipped, and never stops the others from being listed.
+    /// Threads met on the way that could not be opened or verified (id, reason): a damaged
+    /// thread is reported, never silently skipped, and never stops the others from being listed.
+    /// Every thread the disk holds evidence of counts (a log, an anchor, a row), whether or not
+    /// it opens. They count towards the page's `limit` together with `threads`.
     pub unreadable: Vec<(String, String)>,
 }
 
@@ -256,6 +284,15 @@ pub struct VerifyReport {
     pub reason: Option<String>,
     /// Repairs this process made when it opened the thread (torn tails cut, anchors rebuilt).
     pub repairs: Vec<String>,
+    /// What limits the proof without making the chain wrong: an anchor slot fallen back on (and
+    /// the seqs that could have been lost), an accepted unanchored thread, a keyed thread checked
+    /// without its key. Each names the seqs that cannot be vouched for.
+    pub warnings: Vec<String>,
+    /// True when a key checked the anchor and the seals (keyed mode); false means only the
+    /// unkeyed chain was checked ("unkeyed"), which anyone can recompute.
+    pub keyed: bool,
+    /// Keyed mode: the highest seq the anchor's MAC or a seal vouches for.
+    pub authenticated_through: Option<u64>,
 }
 
 impl VerifyReport {
@@ -351,6 +388,12 @@ pub trait RolloutStore: Send + Sync {
     ) -> Result<Option<StoredEvent>, StoreError>;
     /// Checks the whole chain and the anchor.
     fn verify(&self, thread_id: &str) -> Result<VerifyReport, StoreError>;
+    /// Entries in the store that cannot belong to any thread (a log whose file name is not a
+    /// thread id, a row whose key is not one): (name, reason). `list` cannot report them under
+    /// an id, so a full verification asks for them here.
+    fn stray_entries(&self) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(Vec::new())
+    }
     /// Makes everything written so far durable (the only durability point for Buffered/Ephemeral).
     fn flush(&self) -> Result<(), StoreError>;
     /// Flushes and refuses every later call with `Closed`. Dropping the last handle also flushes.
@@ -385,8 +428,9 @@ pub fn open_jsonl(
     state_dir: &Path,
     options: StoreOptions,
 ) -> Result<JsonlRolloutStore, StoreError> {
-    let lock = fsutil::prepare_state_dir(state_dir)?;
-    let backend = JsonlBackend::open(state_dir)?;
+    check_options(&options)?;
+    let (dir, lock) = fsutil::prepare_state_dir(state_dir)?;
+    let backend = JsonlBackend::open(dir, &options)?;
     engine::Engine::new(backend, lock, options)
 }
 
@@ -394,9 +438,70 @@ pub fn open_sqlite(
     state_dir: &Path,
     options: StoreOptions,
 ) -> Result<SqliteRolloutStore, StoreError> {
-    let lock = fsutil::prepare_state_dir(state_dir)?;
-    let backend = SqliteBackend::open(state_dir, options.durability)?;
+    check_options(&options)?;
+    let (dir, lock) = fsutil::prepare_state_dir(state_dir)?;
+    let backend = SqliteBackend::open(dir, &options)?;
     engine::Engine::new(backend, lock, options)
+}
+
+fn check_options(options: &StoreOptions) -> Result<(), StoreError> {
+    if options.format_version == 0 {
+        return Err(StoreError::InvalidArgument(
+            "format_version must be at least 1".into(),
+        ));
+    }
+    if options.seal_every == 0 {
+        return Err(StoreError::InvalidArgument(
+            "seal_every must be at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Who is reading a chain: the thread the events must belong to, and the key (if any) that
+/// checks `sealed` events.
+#[derive(Clone, Copy)]
+pub(crate) struct ChainCtx<'a> {
+    pub thread_id: &'a str,
+    pub key: Option<&'a RolloutKey>,
+}
+
+/// Checks a stored event against the schema's `RolloutEvent` (envelope and payload): what every
+/// event read from disk must pass before it is served or folded into a thread's state.
+pub fn validate_stored_event(ev: &StoredEvent) -> Result<(), String> {
+    // The envelope is checked with a stand-in payload so the (possibly large) payload is never
+    // cloned; the payload is then checked on its own.
+    let envelope = serde_json::json!({
+        "seq": ev.seq, "prevHash": ev.prev_hash, "hash": ev.hash, "time": ev.time,
+        "traceId": ev.trace_id, "parentId": ev.parent_id, "idempotencyKey": ev.idempotency_key,
+        "payload": {"type": "checkpoint", "label": ""},
+    });
+    cc_agent_protocol::validate_protocol_definition("RolloutEvent", &envelope).map_err(|e| {
+        format!(
+            "the event does not match the schema: {}",
+            short(&e.to_string())
+        )
+    })?;
+    cc_agent_protocol::validate_protocol_definition("EventPayload", &ev.payload).map_err(|e| {
+        format!(
+            "the payload does not match the schema: {}",
+            short(&e.to_string())
+        )
+    })
+}
+
+/// Caps a message (a validator report can list many issues) for errors and `repaired` reasons.
+fn short(text: &str) -> String {
+    cap_chars(text, 300)
+}
+
+fn cap_chars(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(3)).collect();
+    out.push_str("...");
+    out
 }
 
 /// The schema's `Identifier` rule, checked before any id touches the file system.
@@ -476,7 +581,8 @@ fn is_chain_hash(s: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// Checks what the store requires of an event before it is sealed (cheap: no schema pass).
+/// Checks what the store requires of an event before it is sealed, including the schema: an
+/// event the store would refuse to read back is never written.
 fn validate_new_event(ev: &NewEvent) -> Result<(), StoreError> {
     let kind = ev
         .payload
@@ -496,6 +602,17 @@ fn validate_new_event(ev: &NewEvent) -> Result<(), StoreError> {
             "threadStarted is written by start/fork only, never appended".into(),
         ));
     }
+    if kind == "sealed" {
+        return Err(StoreError::InvalidArgument(
+            "sealed events are written by the store in keyed mode only, never appended".into(),
+        ));
+    }
+    cc_agent_protocol::validate_protocol_definition("EventPayload", &ev.payload).map_err(|e| {
+        StoreError::InvalidArgument(format!(
+            "payload does not match the schema's EventPayload: {}",
+            short(&e.to_string())
+        ))
+    })?;
     for (name, v) in [("traceId", &ev.trace_id), ("parentId", &ev.parent_id)] {
         if let Some(v) = v {
             let n = v.chars().count();

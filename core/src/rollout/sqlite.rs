@@ -1,11 +1,19 @@
 //! The SQLite backend: the same events and hashes as JSONL in one WAL database per state
 //! directory, for hosts that prefer one file and SQL tooling. SQLite's own journal makes a batch
 //! atomic, so it never has torn tails to repair; the `threads` row is the head anchor and is
-//! updated in the same transaction as the events.
+//! updated in the same transaction as the events (in keyed mode it carries the anchor's MAC).
+//!
+//! SQLite opens files by path only, so the database is opened through a path that reaches the
+//! state directory's pinned descriptor (`/proc/self/fd/N/...` on Linux, see fsutil), and SQLite
+//! keeps every file it needs open for the connection's lifetime.
 
-use super::engine::{check_event, Backend, Head, Loaded, WriteSet};
-use super::fsutil::open_private;
-use super::{Durability, StoreError, StoredEvent, VerifyReport, ZERO_HASH};
+use super::engine::{check_event, Backend, Head, Loaded, Repair, WriteSet};
+use super::fsutil::{Dir, Open};
+use super::keyed::mac_eq;
+use super::{
+    validate_thread_id, ChainCtx, Durability, RolloutKey, StoreError, StoreOptions, StoredEvent,
+    VerifyReport, ZERO_HASH,
+};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -42,8 +50,56 @@ CREATE INDEX IF NOT EXISTS events_turn ON events (thread_id, turn_completed) WHE
 /// The SQLite backend.
 pub struct SqliteBackend {
     conn: Mutex<Connection>,
+    /// After `conn`: fields drop in order, and the connection may still reach the directory
+    /// through this descriptor while it closes.
+    _dir: Dir,
     path: PathBuf,
     durability: Durability,
+    key: Option<RolloutKey>,
+    accept_unanchored: bool,
+}
+
+/// The `threads` row: the thread's head anchor.
+struct Row {
+    seq: u64,
+    hash: String,
+    archived: bool,
+    format: i64,
+    compacted_through: u64,
+    last_compaction_seq: Option<i64>,
+    mac: Option<String>,
+    key_id: Option<String>,
+}
+
+/// The text a keyed `threads` row's MAC covers.
+fn row_body(
+    seq: u64,
+    hash: &str,
+    archived: bool,
+    format: i64,
+    ct: u64,
+    lcs: Option<i64>,
+    kid: &str,
+) -> String {
+    format!(
+        "ccrow1 seq={seq} hash={hash} archived={} format={format} compactedThrough={ct} lastCompaction={} kid={kid}",
+        archived as u8,
+        lcs.map_or("-".to_string(), |s| s.to_string())
+    )
+}
+
+fn row_mac(key: &RolloutKey, id: &str, h: &Head) -> (String, String) {
+    let kid = key.key_id();
+    let body = row_body(
+        h.last_seq,
+        &h.head_hash,
+        h.archived,
+        h.format_version as i64,
+        h.compacted_through,
+        h.last_compaction_seq.map(|s| s as i64),
+        &kid,
+    );
+    (key.anchor_mac(id, &body), kid)
 }
 
 fn sq(path: &Path, what: &str, e: impl std::fmt::Display) -> StoreError {
@@ -54,6 +110,18 @@ fn sq(path: &Path, what: &str, e: impl std::fmt::Display) -> StoreError {
 }
 
 const COLS: &str = "seq, prev_hash, hash, time, trace_id, parent_id, idempotency_key, payload";
+
+/// What the `turn_completed` index column holds for an event.
+fn turn_of(e: &StoredEvent) -> Option<String> {
+    (e.kind() == "turnCompleted")
+        .then(|| {
+            e.payload
+                .get("turnId")
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        })
+        .flatten()
+}
 
 fn row_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<(StoredEvent, Option<String>)> {
     let payload: String = r.get(7)?;
@@ -78,12 +146,16 @@ fn row_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<(StoredEvent, Option<Str
 }
 
 impl SqliteBackend {
-    pub(crate) fn open(state_dir: &Path, durability: Durability) -> Result<Self, StoreError> {
-        let path = state_dir.join(SQLITE_FILE);
+    pub(crate) fn open(dir: Dir, options: &StoreOptions) -> Result<Self, StoreError> {
+        let path = dir.path().join(SQLITE_FILE);
         // Create it 0600 ourselves; SQLite gives its -wal and -shm files the same mode.
-        open_private(&path, false).map_err(|e| sq(&path, "create", e))?;
+        dir.open_file(SQLITE_FILE, Open::CreateReadWrite)
+            .map_err(|e| sq(&path, "create", e))?;
+        let pinned = dir
+            .pinned_path(SQLITE_FILE)
+            .map_err(|e| sq(&path, "open", e))?;
         let conn = Connection::open_with_flags(
-            &path,
+            &pinned,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| sq(&path, "open", e))?;
@@ -97,7 +169,7 @@ impl SqliteBackend {
                 format!("journal_mode is {mode}"),
             ));
         }
-        let sync = if durability == Durability::Sync {
+        let sync = if options.durability == Durability::Sync {
             "FULL"
         } else {
             "NORMAL"
@@ -106,11 +178,36 @@ impl SqliteBackend {
             "PRAGMA synchronous={sync}; PRAGMA busy_timeout=5000; {SCHEMA}"
         ))
         .map_err(|e| sq(&path, "initialise", e))?;
+        // Added columns: the keyed anchor's MAC and key id (NULL when written unkeyed).
+        let has_mac: bool = conn
+            .query_row(
+                "SELECT count(*) FROM pragma_table_info('threads') WHERE name = 'mac'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(|e| sq(&path, "initialise", e))?
+            > 0;
+        if !has_mac {
+            conn.execute_batch(
+                "ALTER TABLE threads ADD COLUMN mac TEXT; ALTER TABLE threads ADD COLUMN key_id TEXT;",
+            )
+            .map_err(|e| sq(&path, "upgrade", e))?;
+        }
         Ok(SqliteBackend {
             conn: Mutex::new(conn),
+            _dir: dir,
             path,
-            durability,
+            durability: options.durability,
+            key: options.key.clone(),
+            accept_unanchored: options.accept_unanchored,
         })
+    }
+
+    fn ctx<'a>(&'a self, id: &'a str) -> ChainCtx<'a> {
+        ChainCtx {
+            thread_id: id,
+            key: self.key.as_ref(),
+        }
     }
 
     /// The database file.
@@ -138,10 +235,11 @@ impl SqliteBackend {
     /// Events `first..=last`, each checked against its predecessor.
     fn range(
         c: &Connection,
-        id: &str,
+        ctx: ChainCtx<'_>,
         first: u64,
         last: u64,
     ) -> Result<Vec<StoredEvent>, StoreError> {
+        let id = ctx.thread_id;
         let corrupt = |seq, reason| StoreError::Corrupt {
             thread_id: id.to_string(),
             seq,
@@ -161,7 +259,7 @@ impl SqliteBackend {
                 return Err(corrupt(seq, format!("payload is not JSON ({b})")));
             }
             let p = prev.clone().unwrap_or_else(|| ev.prev_hash.clone());
-            check_event(&ev, seq, &p).map_err(|r| corrupt(seq, r))?;
+            check_event(&ev, seq, &p, ctx).map_err(|r| corrupt(seq, r))?;
             prev = Some(ev.hash.clone());
             if seq >= first {
                 out.push(ev);
@@ -181,25 +279,16 @@ impl Backend for SqliteBackend {
     fn new_tx(&self) {}
 
     fn load(&self, id: &str) -> Result<Option<Loaded<()>>, StoreError> {
+        let ctx = self.ctx(id);
         let c = self.conn();
-        let row = c
-            .query_row(
-                "SELECT head_seq, head_hash, archived, format_version, compacted_through, last_compaction_seq FROM threads WHERE thread_id = ?1",
-                [id],
-                |r| {
-                    Ok((
-                        r.get::<_, i64>(0)? as u64,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, bool>(2)?,
-                        r.get::<_, i64>(3)?,
-                        r.get::<_, i64>(4)? as u64,
-                        r.get::<_, Option<i64>>(5)?,
-                    ))
-                },
-            )
-            .optional()?;
+        let row = Self::row(&c, id)?;
         let mismatch = |reason: String| StoreError::AnchorMismatch {
             thread_id: id.to_string(),
+            reason,
+        };
+        let corrupt = |seq, reason| StoreError::Corrupt {
+            thread_id: id.to_string(),
+            seq,
             reason,
         };
         let max: Option<i64> = c.query_row(
@@ -207,49 +296,135 @@ impl Backend for SqliteBackend {
             [id],
             |r| r.get(0),
         )?;
-        let Some((seq, hash, archived, format, compacted_through, lcs)) = row else {
-            if let Some(m) = max {
+        let mut warnings = Vec::new();
+        let mut repairs = Vec::new();
+        let notes = Vec::new();
+        let mut read_only = None;
+        let Some(row) = row else {
+            let Some(m) = max else { return Ok(None) };
+            if !self.accept_unanchored {
                 return Err(mismatch(format!(
-                    "events up to seq {m} exist but the thread row is missing"
+                    "events up to seq {m} exist but the thread row (its head anchor) is missing, so nothing vouches that they end where they did; restore the database from a backup, or accept the events as they are with accept_unanchored (--accept-unanchored)"
                 )));
             }
-            return Ok(None);
+            // Accepted: rebuild the row from a full check of the events.
+            let events = Self::range(&c, ctx, 1, m as u64)?;
+            let mut head = Head::from_header(&events[0]).map_err(|r| corrupt(1, r))?;
+            for ev in &events[1..] {
+                head.apply(ev);
+            }
+            let w = format!(
+                "the thread row (head anchor) was missing; accepted (accept_unanchored): seqs 1..={m} were checked as a chain, but nothing vouches that seq {m} is the last one acknowledged"
+            );
+            Self::put_row(&c, id, &head, self.key.as_ref())?;
+            warnings.push(w.clone());
+            repairs.push(Repair {
+                reason: w,
+                truncated_bytes: 0,
+                broken_file: None,
+            });
+            return Ok(Some(Loaded {
+                head,
+                tx: (),
+                repairs,
+                notes,
+                warnings,
+                read_only,
+            }));
         };
+        let seq = row.seq;
+        let mut adopt = false;
+        match (&self.key, &row.mac) {
+            (Some(key), Some(mac)) => {
+                let kid = row.key_id.as_deref().unwrap_or("");
+                if kid != key.key_id() {
+                    return Err(mismatch(format!(
+                        "the thread row was written with another rollout key (key id {kid}); open the store with that key"
+                    )));
+                }
+                let body = row_body(
+                    row.seq,
+                    &row.hash,
+                    row.archived,
+                    row.format,
+                    row.compacted_through,
+                    row.last_compaction_seq,
+                    kid,
+                );
+                if !mac_eq(mac, &key.anchor_mac(id, &body)) {
+                    return Err(mismatch(
+                        "the thread row's MAC does not verify under the rollout key: the head anchor was forged or rewritten"
+                            .into(),
+                    ));
+                }
+            }
+            (Some(_), None) if self.accept_unanchored => adopt = true,
+            (Some(_), None) => {
+                return Err(mismatch(
+                    "the thread row carries no MAC: the thread was written without the rollout key, or the MAC was removed; open with accept_unanchored (--accept-unanchored) to adopt it under this key"
+                        .into(),
+                ))
+            }
+            (None, Some(_)) => {
+                let why = format!(
+                    "thread {id:?} is protected by a rollout key (key id {}); open the store with that key to write to it",
+                    row.key_id.as_deref().unwrap_or("?")
+                );
+                warnings.push(format!(
+                    "unkeyed: the thread is keyed but was opened without its key, so only the plain chain was checked ({why})"
+                ));
+                read_only = Some(why);
+            }
+            (None, None) => {}
+        }
         if max.map(|m| m as u64) != Some(seq) {
             return Err(mismatch(format!(
                 "the events end at seq {} but the head anchor records seq {seq}: acknowledged events are missing",
                 max.unwrap_or(0)
             )));
         }
-        let corrupt = |seq, reason| StoreError::Corrupt {
-            thread_id: id.to_string(),
-            seq,
-            reason,
-        };
         let (header, bad) =
             Self::event(&c, id, 1)?.ok_or_else(|| corrupt(1, "header row is missing".into()))?;
         if let Some(b) = bad {
             return Err(corrupt(1, format!("payload is not JSON ({b})")));
         }
-        check_event(&header, 1, ZERO_HASH).map_err(|r| corrupt(1, r))?;
+        check_event(&header, 1, ZERO_HASH, ctx).map_err(|r| corrupt(1, r))?;
         let mut head = Head::from_header(&header).map_err(|r| corrupt(1, r))?;
         let (last, bad) =
             Self::event(&c, id, seq)?.ok_or_else(|| corrupt(seq, "head row is missing".into()))?;
-        if bad.is_some() || last.hash != hash || last.compute_hash() != last.hash {
+        if bad.is_some() || last.hash != row.hash {
             return Err(mismatch(format!(
-                "the head event (seq {seq}) does not have the anchored hash {hash}"
+                "the head event (seq {seq}) does not have the anchored hash {}",
+                row.hash
             )));
         }
+        check_event(&last, seq, &last.prev_hash, ctx).map_err(|r| corrupt(seq, r))?;
         head.apply(&last);
-        head.archived = archived;
-        head.format_version = format as u16;
-        head.compacted_through = compacted_through;
-        head.last_compaction_seq = lcs.map(|s| s as u64);
+        head.archived = row.archived;
+        head.format_version = row.format as u16;
+        head.compacted_through = row.compacted_through;
+        head.last_compaction_seq = row.last_compaction_seq.map(|s| s as u64);
+        if adopt {
+            // Check what is being adopted before the key vouches for it.
+            Self::range(&c, ctx, 1, seq)?;
+            Self::put_row(&c, id, &head, self.key.as_ref())?;
+            let w = format!(
+                "the thread row carried no MAC (written without the rollout key); adopted under the key (accept_unanchored): seqs 1..={seq} were not authenticated when written"
+            );
+            warnings.push(w.clone());
+            repairs.push(Repair {
+                reason: w,
+                truncated_bytes: 0,
+                broken_file: None,
+            });
+        }
         Ok(Some(Loaded {
             head,
             tx: (),
-            repair: None,
-            notes: Vec::new(),
+            repairs,
+            notes,
+            warnings,
+            read_only,
         }))
     }
 
@@ -274,14 +449,7 @@ impl Backend for SqliteBackend {
                     }
                     for s in set.events {
                         let e = &s.ev;
-                        let turn = (e.kind() == "turnCompleted")
-                            .then(|| {
-                                e.payload
-                                    .get("turnId")
-                                    .and_then(|v| v.as_str())
-                                    .map(str::to_string)
-                            })
-                            .flatten();
+                        let turn = turn_of(e);
                         ins.execute(params![
                             set.id,
                             e.seq as i64,
@@ -295,19 +463,7 @@ impl Backend for SqliteBackend {
                             turn
                         ])?;
                     }
-                    let h = set.head;
-                    tx.execute(
-                        "UPDATE threads SET head_seq = ?2, head_hash = ?3, archived = ?4, format_version = ?5, compacted_through = ?6, last_compaction_seq = ?7 WHERE thread_id = ?1",
-                        params![
-                            set.id,
-                            h.last_seq as i64,
-                            h.head_hash,
-                            h.archived,
-                            h.format_version as i64,
-                            h.compacted_through as i64,
-                            h.last_compaction_seq.map(|s| s as i64)
-                        ],
-                    )?;
+                    Self::update_row(&tx, set.id, set.head, self.key.as_ref())?;
                 }
             }
             tx.commit()?;
@@ -330,7 +486,13 @@ impl Backend for SqliteBackend {
         }
     }
 
-    fn anchor(&self, _id: &str, _tx: &mut (), _head: &Head) -> Result<(), StoreError> {
+    fn anchor(
+        &self,
+        _id: &str,
+        _tx: &mut (),
+        _head: &Head,
+        _durable: bool,
+    ) -> Result<(), StoreError> {
         Ok(()) // The threads row moved with the events, in the same transaction.
     }
 
@@ -355,7 +517,7 @@ impl Backend for SqliteBackend {
         if last <= after {
             return Ok(Vec::new());
         }
-        Self::range(&self.conn(), id, after + 1, last)
+        Self::range(&self.conn(), self.ctx(id), after + 1, last)
     }
 
     fn turn_completed(
@@ -373,10 +535,21 @@ impl Backend for SqliteBackend {
             )
             .optional()?
             .flatten();
-        match seq {
-            None => Ok(None),
-            Some(s) => Ok(Self::range(&c, id, s as u64, s as u64)?.pop()),
+        let Some(s) = seq else { return Ok(None) };
+        let ev = Self::range(&c, self.ctx(id), s as u64, s as u64)?.pop();
+        // The column is an index, not evidence: the event itself must say so.
+        if let Some(ev) = &ev {
+            if turn_of(ev).as_deref() != Some(turn_id) {
+                return Err(StoreError::Corrupt {
+                    thread_id: id.to_string(),
+                    seq: s as u64,
+                    reason:
+                        "the turn_completed index names an event that does not complete that turn"
+                            .into(),
+                });
+            }
         }
+        Ok(ev)
     }
 
     fn verify(
@@ -385,6 +558,7 @@ impl Backend for SqliteBackend {
         _tx: &mut (),
         written: (u64, &str),
     ) -> Result<VerifyReport, StoreError> {
+        let ctx = self.ctx(id);
         let c = self.conn();
         let mut report = VerifyReport {
             thread_id: id.to_string(),
@@ -394,46 +568,100 @@ impl Backend for SqliteBackend {
             first_bad_seq: None,
             reason: None,
             repairs: Vec::new(),
+            warnings: Vec::new(),
+            keyed: self.key.is_some(),
+            authenticated_through: None,
         };
         let mut st = c.prepare(&format!(
-            "SELECT {COLS} FROM events WHERE thread_id = ?1 ORDER BY seq"
+            "SELECT {COLS}, turn_completed FROM events WHERE thread_id = ?1 ORDER BY seq"
         ))?;
         let mut rows = st.query([id])?;
         let mut prev = ZERO_HASH.to_string();
         let mut seq = 1;
+        let mut sealed = 0;
+        let mut folded: Option<Head> = None;
         while let Some(r) = rows.next()? {
             let (ev, bad) = row_event(r)?;
+            let indexed: Option<String> = r.get(8)?;
             let res = match bad {
                 Some(b) => Err(format!("payload is not JSON ({b})")),
-                None => check_event(&ev, seq, &prev),
+                None => check_event(&ev, seq, &prev, ctx).and_then(|()| {
+                    if indexed == turn_of(&ev) {
+                        Ok(())
+                    } else {
+                        Err("the turn_completed index column does not match the event".into())
+                    }
+                }),
             };
             if let Err(reason) = res {
                 report.first_bad_seq = Some(seq);
                 report.reason = Some(reason);
                 return Ok(report);
             }
+            if ev.kind() == "sealed" {
+                sealed = seq;
+            }
+            Head::fold(&mut folded, &ev);
             prev = ev.hash;
             report.events += 1;
             seq += 1;
         }
-        let anchored: Option<(i64, String)> = c
-            .query_row(
-                "SELECT head_seq, head_hash FROM threads WHERE thread_id = ?1",
-                [id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?;
+        let row = Self::row(&c, id)?;
         if report.events != written.0 || prev != written.1 {
             report.first_bad_seq = Some(report.events.min(written.0) + 1);
             report.reason = Some(format!(
                 "the events end at seq {} but the store's head is seq {}",
                 report.events, written.0
             ));
-        } else if anchored.as_ref().map(|(s, h)| (*s as u64, h.as_str()))
-            != Some((written.0, written.1))
-        {
+            return Ok(report);
+        }
+        let Some(row) = row else {
+            report.reason = Some("the threads row (head anchor) is missing".into());
+            return Ok(report);
+        };
+        if (row.seq, row.hash.as_str()) != (written.0, written.1) {
             report.first_bad_seq = Some(written.0);
             report.reason = Some("the threads row (head anchor) does not match the events".into());
+            return Ok(report);
+        }
+        let cached = (
+            row.archived,
+            row.format as u16,
+            row.compacted_through,
+            row.last_compaction_seq.map(|s| s as u64),
+        );
+        if let Some(h) = folded.filter(|h| h.cached_state() != cached) {
+            report.reason = Some(format!(
+                "the threads row caches (archived, format, compactedThrough, lastCompaction) = {cached:?}, the events say {:?}",
+                h.cached_state()
+            ));
+            return Ok(report);
+        }
+        match (&self.key, &row.mac) {
+            (Some(key), Some(mac)) => {
+                let kid = row.key_id.as_deref().unwrap_or("");
+                let body = row_body(
+                    row.seq,
+                    &row.hash,
+                    row.archived,
+                    row.format,
+                    row.compacted_through,
+                    row.last_compaction_seq,
+                    kid,
+                );
+                if kid != key.key_id() || !mac_eq(mac, &key.anchor_mac(id, &body)) {
+                    report.reason =
+                        Some("the threads row's MAC does not verify under the rollout key".into());
+                } else {
+                    report.authenticated_through = Some(row.seq.max(sealed));
+                }
+            }
+            (Some(_), None) => {
+                report.reason =
+                    Some("the threads row carries no MAC although the store is keyed".into())
+            }
+            (None, Some(_)) => report.keyed = false,
+            (None, None) => {}
         }
         Ok(report)
     }
@@ -443,11 +671,115 @@ impl Backend for SqliteBackend {
         let mut st = c.prepare_cached(
             "SELECT thread_id FROM threads WHERE thread_id > ?1 ORDER BY thread_id LIMIT ?2",
         )?;
-        let ids = st
+        let mut ids = st
             .query_map(params![after.unwrap_or(""), n as i64], |r| {
                 r.get::<_, String>(0)
             })?
             .collect::<Result<Vec<_>, _>>()?;
+        // Events whose thread row is gone count too: one index seek per distinct thread.
+        let mut next =
+            c.prepare_cached("SELECT min(thread_id) FROM events WHERE thread_id > ?1")?;
+        let mut cursor = after.unwrap_or("").to_string();
+        for _ in 0..n {
+            let Some(id) = next.query_row([&cursor], |r| r.get::<_, Option<String>>(0))? else {
+                break;
+            };
+            ids.push(id.clone());
+            cursor = id;
+        }
+        ids.sort();
+        ids.dedup();
+        ids.retain(|id| validate_thread_id(id).is_ok());
+        ids.truncate(n);
         Ok(ids)
+    }
+
+    fn strays(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let c = self.conn();
+        let mut st = c.prepare(
+            "SELECT thread_id FROM threads UNION SELECT DISTINCT thread_id FROM events ORDER BY 1",
+        )?;
+        let ids = st
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ids
+            .into_iter()
+            .filter(|id| validate_thread_id(id).is_err())
+            .map(|id| {
+                (
+                    format!(
+                        "{SQLITE_FILE}: thread_id {:?}",
+                        id.chars().take(140).collect::<String>()
+                    ),
+                    "rows under a key that is not a thread id: no thread can own them".into(),
+                )
+            })
+            .collect())
+    }
+}
+
+impl SqliteBackend {
+    fn row(c: &Connection, id: &str) -> Result<Option<Row>, StoreError> {
+        Ok(c.query_row(
+            "SELECT head_seq, head_hash, archived, format_version, compacted_through, last_compaction_seq, mac, key_id FROM threads WHERE thread_id = ?1",
+            [id],
+            |r| {
+                Ok(Row {
+                    seq: r.get::<_, i64>(0)? as u64,
+                    hash: r.get(1)?,
+                    archived: r.get(2)?,
+                    format: r.get(3)?,
+                    compacted_through: r.get::<_, i64>(4)? as u64,
+                    last_compaction_seq: r.get(5)?,
+                    mac: r.get(6)?,
+                    key_id: r.get(7)?,
+                })
+            },
+        )
+        .optional()?)
+    }
+
+    fn update_row(
+        c: &Connection,
+        id: &str,
+        h: &Head,
+        key: Option<&RolloutKey>,
+    ) -> Result<(), StoreError> {
+        let (mac, kid) = match key {
+            Some(k) => {
+                let (m, kid) = row_mac(k, id, h);
+                (Some(m), Some(kid))
+            }
+            None => (None, None),
+        };
+        c.execute(
+            "UPDATE threads SET head_seq = ?2, head_hash = ?3, archived = ?4, format_version = ?5, compacted_through = ?6, last_compaction_seq = ?7, mac = ?8, key_id = ?9 WHERE thread_id = ?1",
+            params![
+                id,
+                h.last_seq as i64,
+                h.head_hash,
+                h.archived,
+                h.format_version as i64,
+                h.compacted_through as i64,
+                h.last_compaction_seq.map(|s| s as i64),
+                mac,
+                kid
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Inserts or replaces the thread row for `h` (an accepted or adopted thread).
+    fn put_row(
+        c: &Connection,
+        id: &str,
+        h: &Head,
+        key: Option<&RolloutKey>,
+    ) -> Result<(), StoreError> {
+        c.execute(
+            "INSERT OR IGNORE INTO threads (thread_id, head_seq, head_hash, archived, format_version, compacted_through) VALUES (?1, 0, ?2, 0, 1, 0)",
+            params![id, ZERO_HASH],
+        )?;
+        Self::update_row(c, id, h, key)
     }
 }
