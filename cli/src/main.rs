@@ -112,6 +112,12 @@ pub struct StateArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub state: StateArgs,
+    #[command(flatten)]
+    pub key: rollout_cmd::KeyArgs,
+    /// Open threads whose head anchor is missing or damaged instead of refusing them; what nothing
+    /// vouches for is recorded in the thread and reported by `rollout verify`.
+    #[arg(long)]
+    pub accept_unanchored: bool,
     /// When an append counts as done: sync (fdatasync before any host sees it), buffered (written
     /// to the OS, synced at shutdown) or ephemeral (memory until shutdown).
     #[arg(long, value_enum, default_value = "sync")]

@@ -98,6 +98,8 @@ fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
         DurabilityArg::Buffered => Durability::Buffered,
         DurabilityArg::Ephemeral => Durability::Ephemeral,
     };
+    config.store_options.key = args.key.key()?;
+    config.store_options.accept_unanchored = args.accept_unanchored;
     let defaults = Limits::default();
     config.limits = Limits {
         max_line_bytes: args.max_line_bytes as usize,

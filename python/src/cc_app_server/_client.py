@@ -349,6 +349,13 @@ class AsyncClient(_BaseClient):
         params = _params.thread_archive(thread_id)
         return p.decode_ThreadArchiveResult(json.loads(await self._call("thread/archive", params)))
 
+    async def thread_compact(self, thread_id: str, *, summary: str | None = None) -> p.ThreadCompactResult:
+        """`thread/compact`: later turns see `summary` instead of the history before it (every
+        event stays in the rollout). Without `summary` the server's kernel writes it (the
+        OpenAI-compatible one can; others answer -32602)."""
+        params = _params.thread_compact(thread_id, summary)
+        return p.decode_ThreadCompactResult(json.loads(await self._call("thread/compact", params)))
+
     async def turn_start(self, thread_id: str, input: str | Sequence[p.UserInput], *,
                          idempotency_key: str | None = None) -> p.TurnStartResult:
         """`turn/start`: returns at once; the turn runs and reports through notifications."""
@@ -521,6 +528,10 @@ class BlockingClient(_BaseClient):
     def thread_archive(self, thread_id: str) -> p.ThreadArchiveResult:
         params = _params.thread_archive(thread_id)
         return p.decode_ThreadArchiveResult(json.loads(self._call("thread/archive", params)))
+
+    def thread_compact(self, thread_id: str, *, summary: str | None = None) -> p.ThreadCompactResult:
+        params = _params.thread_compact(thread_id, summary)
+        return p.decode_ThreadCompactResult(json.loads(self._call("thread/compact", params)))
 
     def turn_start(self, thread_id: str, input: str | Sequence[p.UserInput], *,
                    idempotency_key: str | None = None) -> p.TurnStartResult:

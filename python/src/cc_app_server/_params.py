@@ -50,6 +50,10 @@ def thread_archive(thread_id: str) -> p.Json:
     return p.encode_ThreadArchiveParams(p.ThreadArchiveParams(thread_id=thread_id))
 
 
+def thread_compact(thread_id: str, summary: str | None) -> p.Json:
+    return p.encode_ThreadCompactParams(p.ThreadCompactParams(thread_id=thread_id, summary=opt(summary)))
+
+
 def turn_start(thread_id: str, input: str | Sequence[p.UserInput], idempotency_key: str | None) -> p.Json:
     inputs: list[p.UserInput] = [p.TextInput(text=input)] if isinstance(input, str) else list(input)
     return p.encode_TurnStartParams(p.TurnStartParams(

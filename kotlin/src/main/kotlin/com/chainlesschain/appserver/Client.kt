@@ -15,6 +15,8 @@ import com.chainlesschain.appserver.protocol.ServerNotification
 import com.chainlesschain.appserver.protocol.TextInput
 import com.chainlesschain.appserver.protocol.ThreadArchiveParams
 import com.chainlesschain.appserver.protocol.ThreadArchiveResult
+import com.chainlesschain.appserver.protocol.ThreadCompactParams
+import com.chainlesschain.appserver.protocol.ThreadCompactResult
 import com.chainlesschain.appserver.protocol.ThreadForkParams
 import com.chainlesschain.appserver.protocol.ThreadForkResult
 import com.chainlesschain.appserver.protocol.ThreadListParams
@@ -127,6 +129,15 @@ class Client internal constructor(
     suspend fun threadArchive(threadId: String): ThreadArchiveResult =
         call("thread/archive", ThreadArchiveParams(threadId).toJson())
             .let { decoding("thread/archive result") { ThreadArchiveResult.fromJson(it) } }
+
+    /**
+     * Compacts the thread: later turns see [summary] instead of the history before it (every event
+     * stays in the rollout). Without [summary] the server's kernel writes it (the OpenAI-compatible
+     * one can; others fail with [ProtocolException] -32602).
+     */
+    suspend fun threadCompact(threadId: String, summary: String? = null): ThreadCompactResult =
+        call("thread/compact", ThreadCompactParams(threadId, summary).toJson())
+            .let { decoding("thread/compact result") { ThreadCompactResult.fromJson(it) } }
 
     /** Starts a turn on [threadId] with [text]; returns at once (the turn runs asynchronously). */
     suspend fun turnStart(threadId: String, text: String, idempotencyKey: String? = null): TurnStartResult =

@@ -5,6 +5,7 @@ package com.chainlesschain.appserver
 
 import com.chainlesschain.appserver.ffi.ServerStats
 import com.chainlesschain.appserver.protocol.ServerNotification
+import com.chainlesschain.appserver.protocol.ThreadCompactResult
 import com.chainlesschain.appserver.protocol.ThreadListResult
 import com.chainlesschain.appserver.protocol.ThreadReadResult
 import com.chainlesschain.appserver.protocol.ThreadResumeResult
@@ -93,6 +94,9 @@ class JavaClient internal constructor(private val client: Client) : AutoCloseabl
     fun threadResume(threadId: String): ThreadResumeResult = blocking { threadResume(threadId) }
     @Throws(AppServerException::class)
     fun threadList(): ThreadListResult = blocking { threadList() }
+
+    @Throws(AppServerException::class)
+    fun threadCompact(threadId: String, summary: String?): ThreadCompactResult = blocking { threadCompact(threadId, summary) }
 
     @Throws(AppServerException::class)
     fun turnStart(threadId: String, text: String): TurnStartResult = blocking { turnStart(threadId, text) }
