@@ -422,7 +422,7 @@ fn flood_worker(soak: &Soak, server: &AppServer, w: usize) {
                     soak.c.sent.fetch_add(1, Ordering::Relaxed);
                     pending.push(id);
                     // A host that floods still reads (docs/engine.md: one that stops is closed).
-                    if pending.len() % 64 == 0 && !h.pump(Duration::ZERO) {
+                    if pending.len().is_multiple_of(64) && !h.pump(Duration::ZERO) {
                         return;
                     }
                 }
@@ -697,7 +697,7 @@ fn stdio_flood(soak: &Arc<Soak>, bin: &Path, state: &Path, seconds: f64, pid_fil
             out.push('\n');
         }
         // Ten times the inbound queue of cheap requests behind the turns, every 10 threads.
-        let cheap = if n % 10 == 0 { OVERLOAD } else { 8 };
+        let cheap = if n.is_multiple_of(10) { OVERLOAD } else { 8 };
         for k in 0..cheap {
             id += 1;
             let line = if k % 2 == 0 {
@@ -921,6 +921,9 @@ fn stdio_interrupt_storm(soak: &Arc<Soak>, bin: &Path, state: &Path, max_threads
     }
 }
 
+/// One second: (t, in-process RSS KiB, in-process threads, child RSS KiB, child threads).
+type Sample = (f64, u64, usize, Option<u64>, Option<usize>);
+
 /// The stdio half, run as its own process (`--stdio-part`) so its bookkeeping never counts
 /// towards the in-process server's RSS.
 fn stdio_part(
@@ -1044,8 +1047,7 @@ fn main() {
         let (soak, server) = (Arc::clone(&soak), server.clone());
         handles.push(thread::spawn(move || interrupt_worker(&soak, &server)));
     }
-    // Samples: (t, in-process RSS KiB, in-process threads, stdio child RSS KiB, child threads).
-    let mut samples: Vec<(f64, u64, usize, Option<u64>, Option<usize>)> = Vec::new();
+    let mut samples: Vec<Sample> = Vec::new();
     while started.elapsed().as_secs_f64() < seconds {
         thread::sleep(Duration::from_secs(1));
         let t = started.elapsed().as_secs_f64();

@@ -177,8 +177,10 @@ fn metadata(key: &str, depth: u8) -> Value {
     json!({ key: v })
 }
 
+/// Request ids the harness makes, far from the small ids the fixtures use.
 struct Run {
     next_id: u64,
+    ids: Vec<Value>,
 }
 
 impl Run {
@@ -190,6 +192,7 @@ impl Run {
         } else {
             json!(self.next_id)
         };
+        self.ids.push(id.clone());
         json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
     }
 }
@@ -213,7 +216,7 @@ fuzz_target!(|input: Input| {
         Peer::new(server.connect().expect("connect")),
         Peer::new(server.connect().expect("connect")),
     ];
-    let mut run = Run { next_id: 0 };
+    let mut run = Run { next_id: 1_000_000, ids: Vec::new() };
     let fixtures = fixture_lines();
     for (second, op) in &input.ops {
         let p = &mut peers[*second as usize];
@@ -344,6 +347,9 @@ fuzz_target!(|input: Input| {
                 None
             }
         };
+        for id in run.ids.drain(..) {
+            p.own_id(&id);
+        }
         if let Some(line) = line {
             // Overload is an answer too (the host retries); the line was not queued.
             let _ = p.send(&line);

@@ -31,9 +31,9 @@ pub fn fuzz_config(state_dir: &Path, store: StoreKind, durability: Durability) -
     config.store = store;
     config.store_options.durability = durability;
     config.policy = ApprovalPolicy::AskEveryTime;
-    config.approval_timeout = Duration::from_millis(300);
-    config.approval_grace = Duration::from_millis(50);
-    config.settle_deadline = Duration::from_millis(150);
+    config.approval_timeout = Duration::from_millis(150);
+    config.approval_grace = Duration::from_millis(20);
+    config.settle_deadline = Duration::from_millis(100);
     config
 }
 
@@ -69,8 +69,9 @@ pub struct Peer {
     pub conn: Connection,
     pub expected_replies: u64,
     pub replies: u64,
-    /// Response ids seen (non-null), to catch a second answer to one request.
+    /// Answers seen per id the harness made unique (`own_id`), to catch a second answer.
     pub answered: HashMap<String, u32>,
+    own_ids: std::collections::HashSet<String>,
     /// Pending approval/decide requests: (id, nonce).
     pub approvals: Vec<(Value, String)>,
     /// (thread, turn) from turn/start results.
@@ -91,6 +92,7 @@ impl Peer {
             expected_replies: 0,
             replies: 0,
             answered: HashMap::new(),
+            own_ids: Default::default(),
             approvals: Vec::new(),
             turns_started: Vec::new(),
             turns_completed: HashMap::new(),
@@ -98,6 +100,11 @@ impl Peer {
             unparseable: Vec::new(),
             closed: false,
         }
+    }
+
+    /// Declares `id` (as JSON text) unique to one request: it must be answered at most once.
+    pub fn own_id(&mut self, id: &Value) {
+        self.own_ids.insert(id.to_string());
     }
 
     /// Sends one line; counts the answer it must get. Returns the send error, if any.
@@ -160,7 +167,7 @@ impl Peer {
         match v.get("method").and_then(Value::as_str) {
             None => {
                 self.replies += 1;
-                if !v["id"].is_null() {
+                if self.own_ids.contains(&v["id"].to_string()) {
                     let n = self.answered.entry(v["id"].to_string()).or_default();
                     *n += 1;
                     assert_eq!(*n, 1, "request {} answered twice: {text}", v["id"]);
