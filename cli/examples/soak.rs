@@ -606,11 +606,13 @@ fn spawn_serve(
     ordered: bool,
     watch: Vec<u64>,
     soak: &Arc<Soak>,
+    extra: &[String],
 ) -> std::io::Result<ServeChild> {
     let mut child = Command::new(bin)
         .args(["serve", "--state-dir"])
         .arg(state)
         .args(["--drain-timeout-ms", "20000", "--approval-policy", "auto"])
+        .args(extra)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -662,10 +664,46 @@ fn os_threads(pid: u32) -> Option<usize> {
 /// Over stdio: a flood of pipelined requests (turns included) written as fast as the pipe takes
 /// them while a reader keeps reading; then EOF, exit 0, every request answered in order, every
 /// notification's event in the rollout, `rollout verify` passing.
-fn stdio_flood(soak: &Arc<Soak>, bin: &Path, state: &Path, seconds: f64, pid_file: Option<&Path>) {
-    let mut c = match spawn_serve(bin, state, 0, true, Vec::new(), soak) {
+/// Floods serve children until `seconds` have passed: a child that cuts its reader off (exit 3,
+/// the slow-reader finding) is checked for what it acknowledged and replaced by a new one on a
+/// fresh state dir, so the run keeps its load. `CC_SOAK_STDIO_ARGS` adds serve flags (e.g.
+/// `--outbound-cap 100000` to measure memory past that finding).
+fn stdio_flood(soak: &Arc<Soak>, bin: &Path, root: &Path, seconds: f64, pid_file: Option<&Path>) {
+    let extra: Vec<String> = std::env::var("CC_SOAK_STDIO_ARGS")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut generation = 0;
+    while Instant::now() < until && soak.running() {
+        generation += 1;
+        let state = root.join(format!("stdio-flood-{generation}"));
+        let left = until
+            .saturating_duration_since(Instant::now())
+            .as_secs_f64();
+        if !stdio_flood_once(soak, bin, &state, left, pid_file, &extra) {
+            thread::sleep(Duration::from_secs(2));
+        }
+    }
+    println!("stdio flood: {generation} serve process(es)");
+}
+
+/// One flood generation; false when the child cut its reader off.
+fn stdio_flood_once(
+    soak: &Arc<Soak>,
+    bin: &Path,
+    state: &Path,
+    seconds: f64,
+    pid_file: Option<&Path>,
+    extra: &[String],
+) -> bool {
+    let mut c = match spawn_serve(bin, state, 0, true, Vec::new(), soak, extra) {
         Ok(c) => c,
-        Err(e) => return soak.fail(format!("cannot start {}: {e}", bin.display())),
+        Err(e) => {
+            soak.fail(format!("cannot start {}: {e}", bin.display()));
+            return false;
+        }
     };
     if let Some(f) = pid_file {
         let _ = std::fs::write(f, c.child.id().to_string());
@@ -710,7 +748,7 @@ fn stdio_flood(soak: &Arc<Soak>, bin: &Path, state: &Path, seconds: f64, pid_fil
         }
         let t = Instant::now();
         if stdin.write_all(out.as_bytes()).is_err() {
-            soak.fail("stdio flood: the server stopped reading stdin".into());
+            // The child has gone; its exit status below says why.
             break;
         }
         max_stall = max_stall.max(t.elapsed());
@@ -726,16 +764,32 @@ fn stdio_flood(soak: &Arc<Soak>, bin: &Path, state: &Path, seconds: f64, pid_fil
     }
     let _ = c.reader.join();
     println!("stdio flood: {id} requests written on {n} threads, longest write stall {:.0} ms (backpressure)", max_stall.as_secs_f64() * 1e3);
-    match status {
-        Some(s) if s.success() => {}
-        other => {
-            return soak.fail(format!(
-                "stdio flood: serve ended with {other:?}, expected exit 0"
-            ))
+    let seen = std::mem::take(&mut *c.seen.lock().unwrap());
+    match status.and_then(|s| s.code()) {
+        Some(0) => {
+            check_stdio(soak, "stdio flood", seen, id, state, bin);
+            true
+        }
+        Some(3) => {
+            soak.fail_tagged(
+                "slow-reader",
+                format!(
+                    "stdio flood: serve cut off a reader that never stopped reading (exit 3) after {} of {id} answers",
+                    seen.answered
+                ),
+            );
+            // What it did answer must still be durable and consistent.
+            let answered = seen.answered;
+            check_stdio(soak, "stdio flood (cut off)", seen, answered, state, bin);
+            false
+        }
+        _ => {
+            soak.fail(format!(
+                "stdio flood: serve ended with {status:?}, expected exit 0"
+            ));
+            false
         }
     }
-    let seen = std::mem::take(&mut *c.seen.lock().unwrap());
-    check_stdio(soak, "stdio flood", seen, id, state, bin);
 }
 
 fn wait_child(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
@@ -814,7 +868,7 @@ fn check_stdio(soak: &Soak, what: &str, seen: StdioSeen, last: u64, state: &Path
 /// Over stdio: 2,000 pipelined requests read back at 1 ms per line. A reader that keeps
 /// reading must get every answer (docs/cli.md: only a reader that stops is cut off).
 fn stdio_slow_reader(soak: &Arc<Soak>, bin: &Path, state: &Path) {
-    let mut c = match spawn_serve(bin, state, 1, true, Vec::new(), soak) {
+    let mut c = match spawn_serve(bin, state, 1, true, Vec::new(), soak, &[]) {
         Ok(c) => c,
         Err(e) => return soak.fail(format!("cannot start {}: {e}", bin.display())),
     };
@@ -840,7 +894,7 @@ fn stdio_slow_reader(soak: &Arc<Soak>, bin: &Path, state: &Path) {
 /// Over stdio: a turn that ignores cancellation, hit by 5,000 pipelined turn/interrupt; every
 /// one answered, the child's OS thread count sampled meanwhile.
 fn stdio_interrupt_storm(soak: &Arc<Soak>, bin: &Path, state: &Path, max_threads: usize) {
-    let mut c = match spawn_serve(bin, state, 0, false, vec![3], soak) {
+    let mut c = match spawn_serve(bin, state, 0, false, vec![3], soak, &[]) {
         Ok(c) => c,
         Err(e) => return soak.fail(format!("cannot start {}: {e}", bin.display())),
     };
@@ -905,10 +959,20 @@ fn stdio_interrupt_storm(soak: &Arc<Soak>, bin: &Path, state: &Path, max_threads
     let answered = c.seen.lock().unwrap().answered.saturating_sub(3);
     println!("stdio interrupt storm: {answered} of 5000 interrupts answered, peak {peak} OS threads, serve ended with {status:?}");
     soak.c.interrupts.fetch_add(5000, Ordering::Relaxed);
-    if answered != 5000 {
-        soak.fail(format!(
-            "stdio storm: {answered} of 5000 interrupts answered"
-        ));
+    if status.and_then(|s| s.code()) == Some(3) {
+        soak.fail_tagged(
+            "slow-reader",
+            format!("stdio storm: serve cut off a reader that never stopped reading (exit 3) after {answered} of 5000 interrupt answers"),
+        );
+    } else {
+        if answered != 5000 {
+            soak.fail(format!(
+                "stdio storm: {answered} of 5000 interrupts answered"
+            ));
+        }
+        if !status.is_some_and(|s| s.success()) {
+            soak.fail(format!("stdio storm: serve ended with {status:?}"));
+        }
     }
     if peak as usize > max_threads {
         soak.fail_tagged(
@@ -916,13 +980,10 @@ fn stdio_interrupt_storm(soak: &Arc<Soak>, bin: &Path, state: &Path, max_threads
             format!("stdio storm: {peak} OS threads in the server (bound {max_threads})"),
         );
     }
-    if !status.is_some_and(|s| s.success()) {
-        soak.fail(format!("stdio storm: serve ended with {status:?}"));
-    }
 }
 
-/// One second: (t, in-process RSS KiB, in-process threads, child RSS KiB, child threads).
-type Sample = (f64, u64, usize, Option<u64>, Option<usize>);
+/// One second: (t, in-process RSS KiB, in-process threads, child RSS KiB, child threads, child pid).
+type Sample = (f64, u64, usize, Option<u64>, Option<usize>, Option<u32>);
 
 /// The stdio half, run as its own process (`--stdio-part`) so its bookkeeping never counts
 /// towards the in-process server's RSS.
@@ -940,9 +1001,9 @@ fn stdio_part(
         c: Counters::default(),
     });
     let flood = {
-        let (soak, bin, state) = (Arc::clone(&soak), bin.clone(), root.join("stdio-flood"));
+        let (soak, bin, root) = (Arc::clone(&soak), bin.clone(), root.clone());
         let secs = (seconds - 10.0).max(5.0);
-        thread::spawn(move || stdio_flood(&soak, &bin, &state, secs, Some(&pid_file)))
+        thread::spawn(move || stdio_flood(&soak, &bin, &root, secs, Some(&pid_file)))
     };
     stdio_slow_reader(&soak, &bin, &root.join("stdio-slow"));
     stdio_interrupt_storm(&soak, &bin, &root.join("stdio-storm"), max_threads);
@@ -1060,6 +1121,7 @@ fn main() {
             os_threads(me).unwrap_or(0),
             child.and_then(rss_kib),
             child.and_then(os_threads),
+            child,
         );
         let c = &soak.c;
         println!(
@@ -1109,7 +1171,22 @@ fn main() {
         Some((min, max, (max - min) as f64 / min.max(1) as f64))
     };
     let inproc = spread(after.iter().map(|s| s.1).collect());
-    let child = spread(after.iter().filter_map(|s| s.3).collect());
+    // The flood's serve child is replaced when it cuts its reader off; judge the one that
+    // lived longest.
+    let mut lives: HashMap<u32, usize> = HashMap::new();
+    for s in &after {
+        if let Some(pid) = s.5 {
+            *lives.entry(pid).or_default() += 1;
+        }
+    }
+    let longest = lives.iter().max_by_key(|(_, n)| **n).map(|(p, _)| *p);
+    let child = spread(
+        after
+            .iter()
+            .filter(|s| s.5.is_some() && s.5 == longest)
+            .filter_map(|s| s.3)
+            .collect(),
+    );
     let peak_threads = samples.iter().map(|s| s.2).max().unwrap_or(0);
     let peak_child_threads = samples.iter().filter_map(|s| s.4).max().unwrap_or(0);
     if let Some((min, max, r)) = inproc {
@@ -1164,7 +1241,7 @@ fn main() {
         "inprocRssKiB": inproc.map(|(a, b, r)| json!({"min": a, "max": b, "spread": r})),
         "childRssKiB": child.map(|(a, b, r)| json!({"min": a, "max": b, "spread": r})),
         "peakThreads": peak_threads, "peakChildThreads": peak_child_threads, "maxThreads": max_threads,
-        "samples": samples.iter().map(|s| json!([s.0.round(), s.1, s.2, s.3, s.4])).collect::<Vec<_>>(),
+        "samples": samples.iter().map(|s| json!([s.0.round(), s.1, s.2, s.3, s.4, s.5])).collect::<Vec<_>>(),
         "failures": failures,
         "known": soak.known.lock().unwrap().clone(),
     });
