@@ -160,3 +160,56 @@ fn an_interrupt_storm_keeps_the_server_thread_count_bounded() {
         "the server ran {peak} OS threads for one turn and its interrupts"
     );
 }
+
+/// Soak, stdio flood: when serve gives up on its reader (exit 3) the bytes it already handed to
+/// stdout end in the middle of a JSON object — the writer was cut mid-line — although docs/cli.md
+/// promises that a client can parse every stdout line. Large answers make the cut land mid-line
+/// every time; the client reads only after the server has exited.
+#[test]
+#[ignore = "finding: on exit 3 the last stdout line is torn mid-JSON (16 of 360 cut-offs in the 30-min soak); unignore when fixed"]
+fn stdout_never_ends_in_a_torn_line() {
+    use std::io::Read;
+    let dir = state_dir();
+    let mut child = serve(dir.path());
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    // One thread whose header carries ~60 KiB of metadata: every thread/read answer is that big.
+    let metadata: serde_json::Map<String, Value> = (0..60)
+        .map(|i| (format!("k{i}"), json!("x".repeat(1000))))
+        .collect();
+    let mut text = initialize()
+        + &request(
+            2,
+            "thread/start",
+            json!({"threadId": "big", "metadata": metadata}),
+        );
+    for id in 3..1200u64 {
+        text.push_str(&request(
+            id,
+            "thread/read",
+            json!({"threadId": "big", "limit": 1}),
+        ));
+    }
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(text.as_bytes());
+    });
+    let status = wait(&mut child, Duration::from_secs(60));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(3),
+        "a client that stops reading is cut off"
+    );
+    let mut out = Vec::new();
+    stdout.read_to_end(&mut out).unwrap();
+    let _ = writer.join();
+    assert!(!out.is_empty());
+    for line in out.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        serde_json::from_slice::<Value>(line).unwrap_or_else(|e| {
+            panic!(
+                "a stdout line does not parse ({e}); it ends with {:?}",
+                String::from_utf8_lossy(&line[line.len().saturating_sub(40)..])
+            )
+        });
+    }
+    assert_eq!(out.last(), Some(&b'\n'), "stdout ends mid-line");
+}
