@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CC_SOAK_PROFILE=${CC_SOAK_PROFILE:-debug}
-export CC_SOAK_ALLOW=${CC_SOAK_ALLOW-threads,slow-reader,rss}
+export CC_SOAK_ALLOW=${CC_SOAK_ALLOW-threads,slow-reader,rss,torn-line}
 exec bash scripts/soak.sh "${CC_SOAK_SECONDS:-60}"

@@ -626,13 +626,30 @@ fn spawn_serve(
     let reader = {
         let (seen, soak) = (Arc::clone(&seen), Arc::clone(soak));
         thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
+            let mut reader = BufReader::new(stdout);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match reader.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
                 if slow_ms > 0 {
                     thread::sleep(Duration::from_millis(slow_ms));
                 }
                 soak.c.stdio_lines.fetch_add(1, Ordering::Relaxed);
-                match serde_json::from_str::<Value>(&line) {
+                if line.last() != Some(&b'\n') {
+                    // The stream ended inside a line: the cut-off writer tore it.
+                    soak.fail_tagged(
+                        "torn-line",
+                        format!(
+                            "stdio: stdout ended mid-line after {} bytes of its last line",
+                            line.len()
+                        ),
+                    );
+                    break;
+                }
+                match serde_json::from_slice::<Value>(&line) {
                     Ok(v) => seen.lock().unwrap().observe(v, ordered),
                     Err(e) => soak.fail(format!("stdio: unparseable output ({e})")),
                 }
@@ -1180,13 +1197,18 @@ fn main() {
         }
     }
     let longest = lives.iter().max_by_key(|(_, n)| **n).map(|(p, _)| *p);
-    let child = spread(
-        after
-            .iter()
-            .filter(|s| s.5.is_some() && s.5 == longest)
-            .filter_map(|s| s.3)
-            .collect(),
-    );
+    let mut of_longest: Vec<u64> = after
+        .iter()
+        .filter(|s| s.5.is_some() && s.5 == longest)
+        .filter_map(|s| s.3)
+        .collect();
+    // Its last samples catch it shutting down; and a child that lived under 10 s is not judged.
+    of_longest.truncate(of_longest.len().saturating_sub(2));
+    let child = if of_longest.len() >= 10 {
+        spread(of_longest)
+    } else {
+        None
+    };
     let peak_threads = samples.iter().map(|s| s.2).max().unwrap_or(0);
     let peak_child_threads = samples.iter().filter_map(|s| s.4).max().unwrap_or(0);
     if let Some((min, max, r)) = inproc {
