@@ -216,7 +216,10 @@ fuzz_target!(|input: Input| {
         Peer::new(server.connect().expect("connect")),
         Peer::new(server.connect().expect("connect")),
     ];
-    let mut run = Run { next_id: 1_000_000, ids: Vec::new() };
+    let mut run = Run {
+        next_id: 1_000_000,
+        ids: Vec::new(),
+    };
     let fixtures = fixture_lines();
     for (second, op) in &input.ops {
         let p = &mut peers[*second as usize];
