@@ -6,7 +6,8 @@
 #
 #   scripts/fuzz.sh SECONDS [TARGET...]
 #   env: CC_FUZZ_JOBS (libFuzzer -jobs, default 1), CC_FUZZ_STRICT=1 (also trip on the findings
-#        already filed in issue 10), CC_FUZZ_NICE (default 15), CC_FUZZ_MAX_RUNS (-runs per target).
+#        already filed in issue 10), CC_FUZZ_NICE (default 15), CC_FUZZ_MAX_RUNS (-runs per target),
+#        CC_FUZZ_CORPUS (corpora root, default fuzz/corpus).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -40,8 +41,9 @@ build_start=$(date +%s)
 echo "fuzz: build took $(( $(date +%s) - build_start )) s"
 unset RUSTFLAGS
 
+CORPUS=${CC_FUZZ_CORPUS:-fuzz/corpus}
 seed() {
-  local t=$1 dir=fuzz/corpus/$1
+  local t=$1 dir=$CORPUS/$1
   mkdir -p "$dir"
   [ -n "$(ls -A "$dir" 2>/dev/null)" ] && return 0
   case $t in
@@ -73,7 +75,7 @@ for t in "${TARGETS[@]}"; do
   [ "$JOBS" -gt 1 ] && extra+=(-jobs="$JOBS" -workers="$JOBS")
   set +e
   # shellcheck disable=SC2086
-  nice -n "$NICE" "$OUT/$t" "fuzz/corpus/$t" ${ARGS[$t]} -max_total_time="$SECONDS_EACH" \
+  nice -n "$NICE" "$OUT/$t" "$CORPUS/$t" ${ARGS[$t]} -max_total_time="$SECONDS_EACH" \
     -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 \
     -artifact_prefix="fuzz/artifacts/$t/" "${extra[@]}" >"$log" 2>&1
   rc=$?

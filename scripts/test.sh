@@ -28,7 +28,7 @@ step "kotlin: kotlinc -Werror, fixture replay on the JVM"
 bash scripts/test-kotlin.sh
 step "host boundary: C ABI under valgrind, uniffi from Python, header freshness"
 bash scripts/test-ffi.sh
-step "fuzz: every libFuzzer target for 10 s (nightly, AddressSanitizer)"
+step "fuzz: every libFuzzer target for 8 s (nightly, AddressSanitizer)"
 bash scripts/test-fuzz.sh
 step "soak: 60 s at 10x queue capacity, in-process and over stdio"
 bash scripts/test-soak.sh
