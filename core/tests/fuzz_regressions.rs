@@ -37,7 +37,6 @@ fn call(conn: &Connection, id: u64, line: &str, other: &mut Vec<Value>) -> Value
 /// Soak, in-process interrupt storm: 300 `turn/interrupt` on a turn whose kernel does not stop
 /// for a second. Each one is answered, and the process does not gain an OS thread per request.
 #[test]
-#[ignore = "finding: every unsettled turn/interrupt spawns an OS thread (315 threads at once in the in-process soak); unignore when fixed"]
 fn an_interrupt_storm_does_not_cost_a_thread_per_request() {
     let dir = tempfile::tempdir().unwrap();
     let server = AppServer::open(ServerConfig::new(dir.path().join("state"))).unwrap();
