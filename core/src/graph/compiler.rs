@@ -473,19 +473,10 @@ impl Compiler {
                 prompt: a.prompt.clone(),
                 agent_options: a.agent_options.clone(),
             },
-            GraphNode::Tool(t) => {
-                if c.outputs.len() > 1 {
-                    self.error(
-                        Code::InvalidPorts,
-                        format!("{p}/outputs"),
-                        format!("tool node {:?} has {} outputs; a tool call has one result, so at most one output", c.id, c.outputs.len()),
-                    );
-                }
-                NodeSpec::Tool {
-                    tool: t.tool.clone(),
-                    arguments: t.arguments.clone().unwrap_or_default(),
-                }
-            }
+            GraphNode::Tool(t) => NodeSpec::Tool {
+                tool: t.tool.clone(),
+                arguments: t.arguments.clone().unwrap_or_default(),
+            },
             GraphNode::Join(_) => {
                 let ok = c.outputs.len() == 1
                     && matches!(

@@ -299,8 +299,30 @@ fn outcome(a: &Attempt<'_>, turn: Result<Turn, String>) -> Outcome {
             ),
         }
     };
+    // Several outputs take the members of their names from one JSON object.
+    let members = |value: &Value, retryable: bool| -> Outcome {
+        let mut outputs = Vec::new();
+        for (j, port) in t.outputs.iter().enumerate() {
+            let Some(v) = value.get(&port.name) else {
+                return failed(
+                    "outputMissing",
+                    format!(
+                        "the result has no member {:?} for the output of that name",
+                        port.name
+                    ),
+                    retryable,
+                );
+            };
+            if let Err(m) = check_output(a.plan, a.job.tmpl, j, v) {
+                return failed("outputTypeMismatch", m, retryable);
+            }
+            outputs.push((j, v.clone()));
+        }
+        Outcome::Succeeded { outputs, tokens }
+    };
     if let NodeSpec::Tool { .. } = t.spec {
         return match lock(&a.seen.last_tool).clone() {
+            Some(ToolResult::Ok(ok)) if t.outputs.len() > 1 => members(&ok.output, false),
             Some(ToolResult::Ok(ok)) => output(ok.output),
             Some(ToolResult::Error(e)) => failed("toolFailed", e.message, false),
             Some(ToolResult::Denied(d)) => failed("toolDenied", d.reason, false),
@@ -358,21 +380,7 @@ fn outcome(a: &Attempt<'_>, turn: Result<Turn, String>) -> Outcome {
     if t.outputs.len() == 1 {
         return output(parsed);
     }
-    let mut outputs = Vec::new();
-    for (j, port) in t.outputs.iter().enumerate() {
-        let Some(v) = parsed.get(&port.name) else {
-            return failed(
-                "outputMissing",
-                format!("the agent's JSON answer has no member {:?}", port.name),
-                true,
-            );
-        };
-        if let Err(m) = check_output(a.plan, a.job.tmpl, j, v) {
-            return failed("outputTypeMismatch", m, true);
-        }
-        outputs.push((j, v.clone()));
-    }
-    Outcome::Succeeded { outputs, tokens }
+    members(&parsed, true)
 }
 
 /// Models like to wrap JSON in a Markdown fence; the node wants what is inside.

@@ -182,9 +182,7 @@ impl GraphHost {
             let mut core = lock(&run.core);
             core.stopping = true;
             for live in core.live.values() {
-                if let Some(t) = lock(&live.turn).as_ref() {
-                    t.cancel();
-                }
+                live.fence();
             }
             run.wake.notify_all();
         }
@@ -192,7 +190,7 @@ impl GraphHost {
         let _ = self.store.flush();
     }
 
-    fn remember_finished(&self, run_id: &str) {
+    pub(crate) fn remember_finished(&self, run_id: &str) {
         let mut f = lock(&self.finished);
         if f.iter().any(|r| r == run_id) {
             return;

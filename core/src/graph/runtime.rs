@@ -226,10 +226,22 @@ impl Run {
                 return Err(e);
             }
         };
+        let was_terminal = core.state.status.is_terminal();
         for e in &stored {
             core.state.apply(e);
         }
-        self.notify(core, stored.last().map_or(0, |e| e.seq));
+        let seq = stored.last().map_or(0, |e| e.seq);
+        if !was_terminal && core.state.status.is_terminal() {
+            // A finished run's log is archived at once (so the next open does not replay it),
+            // under this same lock, so the archive event takes its place in the state.
+            match self.store.set_archived(&self.id, true) {
+                Ok(ev) => core.state.apply(&ev),
+                Err(e) => {
+                    tracing::warn!(target: "cc_app_server::graph", "run {}: could not mark the finished run archived: {e}", self.id)
+                }
+            }
+        }
+        self.notify(core, seq);
         self.wake.notify_all();
         Ok(stored)
     }
@@ -325,11 +337,10 @@ impl Run {
         }
     }
 
-    /// Hides a finished run's log from the default listing (so the next open does not replay it)
-    /// and archives nothing else.
+    /// A finished run leaves the live set (it stays readable, replayed from its log).
     fn after_terminal(&self) {
-        if let Err(e) = self.store.set_archived(&self.id, true) {
-            tracing::warn!(target: "cc_app_server::graph", "run {}: could not mark the finished run archived: {e}", self.id);
+        if let Some(inner) = self.inner.upgrade() {
+            inner.graph.remember_finished(&self.id);
         }
     }
 

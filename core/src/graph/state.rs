@@ -477,6 +477,11 @@ impl RunState {
                 self.run_touched = true;
             }
             EventPayload::GraphRunCompleted(p) => self.run_completed(p),
+            // What the store itself writes (a finished run's log is archived) changes nothing.
+            EventPayload::ThreadArchived(_)
+            | EventPayload::Checkpoint(_)
+            | EventPayload::Repaired(_)
+            | EventPayload::Migrated(_) => {}
             other => {
                 let kind = ev.kind().to_string();
                 let _ = other;
