@@ -127,6 +127,9 @@ pub struct NodeInst {
     pub filled: usize,
     pub status: NodeStatus,
     pub attempts: u32,
+    /// Attempts cut off by a server restart: they do not count against maxAttempts (the
+    /// process died, not the node).
+    pub lost: u32,
     pub attempt: Option<u64>,
     pub fence: Option<u64>,
     pub thread_id: Option<String>,
@@ -461,6 +464,9 @@ impl RunState {
             EventPayload::GraphRunResumed(p) => {
                 for f in p.fenced {
                     if self.is_current(f.attempt_id, f.fence) {
+                        if let Some(n) = self.nodes.get_mut(&f.node) {
+                            n.lost += 1;
+                        }
                         self.end_attempt(f.attempt_id, AttemptStatus::Fenced, true, None);
                     }
                 }
@@ -577,6 +583,7 @@ impl RunState {
                 filled: 0,
                 status: NodeStatus::Pending,
                 attempts: 0,
+                lost: 0,
                 attempt: None,
                 fence: None,
                 thread_id: None,
@@ -726,7 +733,7 @@ impl RunState {
             return;
         }
         let limit = self.attempt_limit(node);
-        let attempts = node.attempts;
+        let attempts = node.attempts - node.lost;
         let error = error.unwrap_or_else(|| match status {
             AttemptStatus::Expired => run_error(
                 "leaseExpired",
