@@ -139,7 +139,7 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
 
 fn kinds(server: &AppServer) -> Vec<(String, Value)> {
     let mut out = Vec::new();
-    cc_app_server::graph::store::for_each_event(&**server.graph().store(), RUN, |e| {
+    cc_app_server::graph::store::for_each_event(&*server.graph().store().unwrap(), RUN, |e| {
         out.push((e.kind().to_string(), e.payload.clone()))
     })
     .unwrap();

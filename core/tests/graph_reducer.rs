@@ -53,7 +53,7 @@ fn run_log(def: Value, inputs: Value) -> Vec<StoredEvent> {
         "{s:?}"
     );
     let mut out = Vec::new();
-    cc_app_server::graph::store::for_each_event(&**server.graph().store(), "r", |e| {
+    cc_app_server::graph::store::for_each_event(&*server.graph().store().unwrap(), "r", |e| {
         out.push(e.clone())
     })
     .unwrap();

@@ -149,7 +149,7 @@ fn status(s: &impl serde::Serialize) -> String {
 
 fn events(server: &AppServer, run: &str) -> Vec<StoredEvent> {
     let mut out = Vec::new();
-    cc_app_server::graph::store::for_each_event(&**server.graph().store(), run, |e| {
+    cc_app_server::graph::store::for_each_event(&*server.graph().store().unwrap(), run, |e| {
         out.push(e.clone())
     })
     .unwrap();
@@ -812,4 +812,33 @@ fn a_restart_resumes_a_run_from_its_log() {
         "nothing appended to a finished run"
     );
     server.shutdown();
+}
+
+#[test]
+fn a_server_that_runs_no_graph_leaves_its_state_directory_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _) = open_at(dir.path(), ApprovalPolicy::AutoApprove, None);
+    assert!(server.graph().list().unwrap().is_empty());
+    assert!(server.graph().summary("nothing", false).is_err());
+    server.shutdown();
+    drop(server);
+    assert!(!dir.path().join("graph-runs").exists());
+    // The first run creates it, with the store's usual permissions.
+    let (server, _) = open_at(dir.path(), ApprovalPolicy::AutoApprove, None);
+    server
+        .graph()
+        .start(request(diamond(), "first", json!({"topic": "t"})))
+        .unwrap();
+    server
+        .graph()
+        .wait("first", Duration::from_secs(20))
+        .unwrap();
+    server.shutdown();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.path().join("graph-runs"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o700);
 }

@@ -121,7 +121,12 @@ struct Settings {
 
 /// The graph runtime of one server (a field of the engine's `Inner`).
 pub struct GraphHost {
-    pub(crate) store: Arc<dyn RolloutStore>,
+    /// `<state>/graph-runs`, opened at the server's open if it exists, else at the first run:
+    /// a server that never runs a graph leaves its state directory as it was.
+    store: Mutex<Option<Arc<dyn RolloutStore>>>,
+    kind: crate::rollout::StoreKind,
+    options: crate::rollout::StoreOptions,
+    state_dir: std::path::PathBuf,
     runs: Mutex<HashMap<String, Arc<Run>>>,
     finished: Mutex<VecDeque<String>>,
     /// idempotencyKey → (run id, params digest), rebuilt from the run headers at open.
@@ -136,13 +141,20 @@ pub struct GraphHost {
 impl GraphHost {
     /// Opens `<state>/graph-runs` with the server's store kind and options.
     pub fn open(config: &ServerConfig) -> Result<GraphHost, StoreError> {
-        let store = store::open_runs(
-            config.store,
-            &config.state_dir,
-            config.store_options.clone(),
-        )?;
+        let store = if store::runs_dir(&config.state_dir).exists() {
+            Some(store::open_runs(
+                config.store,
+                &config.state_dir,
+                config.store_options.clone(),
+            )?)
+        } else {
+            None
+        };
         Ok(GraphHost {
-            store,
+            store: Mutex::new(store),
+            kind: config.store,
+            options: config.store_options.clone(),
+            state_dir: config.state_dir.clone(),
             runs: Mutex::new(HashMap::new()),
             finished: Mutex::new(VecDeque::new()),
             keys: Mutex::new(HashMap::new()),
@@ -154,6 +166,22 @@ impl GraphHost {
             stopping: AtomicBool::new(false),
             starting: Mutex::new(()),
         })
+    }
+
+    /// The run store, if any run was ever started here.
+    pub(crate) fn existing_store(&self) -> Option<Arc<dyn RolloutStore>> {
+        lock(&self.store).clone()
+    }
+
+    /// The run store, created on first use.
+    pub(crate) fn store(&self) -> Result<Arc<dyn RolloutStore>, StoreError> {
+        let mut s = lock(&self.store);
+        if let Some(store) = &*s {
+            return Ok(Arc::clone(store));
+        }
+        let store = store::open_runs(self.kind, &self.state_dir, self.options.clone())?;
+        *s = Some(Arc::clone(&store));
+        Ok(store)
     }
 
     fn spawn_scheduler(&self, run: &Arc<Run>) {
@@ -187,7 +215,9 @@ impl GraphHost {
             run.wake.notify_all();
         }
         self.threads.join_all();
-        let _ = self.store.flush();
+        if let Some(store) = self.existing_store() {
+            let _ = store.flush();
+        }
     }
 
     pub(crate) fn remember_finished(&self, run_id: &str) {
@@ -208,7 +238,10 @@ impl GraphHost {
 /// after the engine's own recovery closed the attempts' dangling turns).
 pub(crate) fn resume(inner: &Arc<Inner>) {
     let host = &inner.graph;
-    let (runs, unreadable) = match store::list_runs(&*host.store) {
+    let Some(runs_store) = host.existing_store() else {
+        return;
+    };
+    let (runs, unreadable) = match store::list_runs(&*runs_store) {
         Ok(r) => r,
         Err(e) => {
             tracing::error!(target: "cc_app_server::graph", "cannot list graph runs, none resumed: {e}");
@@ -228,7 +261,7 @@ pub(crate) fn resume(inner: &Arc<Inner>) {
         if archived {
             continue;
         }
-        let state = match store::load(&*host.store, &header.run_id) {
+        let state = match store::load(&*runs_store, &header.run_id) {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(target: "cc_app_server::graph", "graph run {} cannot be read and was not resumed: {e}", header.run_id);
@@ -236,11 +269,18 @@ pub(crate) fn resume(inner: &Arc<Inner>) {
             }
         };
         if state.status.is_terminal() {
-            let _ = host.store.set_archived(&header.run_id, true);
+            let _ = runs_store.set_archived(&header.run_id, true);
             continue;
         }
         let resumed = state.start.is_some();
-        let run = new_run(inner, &header.run_id, state, Weak::new(), resumed);
+        let run = new_run(
+            inner,
+            Arc::clone(&runs_store),
+            &header.run_id,
+            state,
+            Weak::new(),
+            resumed,
+        );
         lock(&host.runs).insert(header.run_id.clone(), Arc::clone(&run));
         host.spawn_scheduler(&run);
     }
@@ -248,6 +288,7 @@ pub(crate) fn resume(inner: &Arc<Inner>) {
 
 fn new_run(
     inner: &Arc<Inner>,
+    runs: Arc<dyn RolloutStore>,
     id: &str,
     state: RunState,
     owner: Weak<ConnShared>,
@@ -262,7 +303,7 @@ fn new_run(
         id,
         state,
         Arc::downgrade(inner),
-        Arc::clone(&host.store),
+        runs,
         clock,
         reconciler,
         owner,
@@ -372,6 +413,7 @@ pub(crate) fn start(
         "options": options,
     }));
     let _starting = lock(&host.starting);
+    let runs_store = host.store()?;
     let same = |id: &str, digest: &str| -> Result<Arc<Run>, GraphError> {
         if digest == params_digest {
             get(inner, id)
@@ -391,7 +433,7 @@ pub(crate) fn start(
     if run_id.len() > 64 {
         return Err(GraphError::Params("runId: at most 64 characters".into()));
     }
-    match host.store.summary(&run_id) {
+    match runs_store.summary(&run_id) {
         Ok(s) => {
             let digest = RunHeader::from_metadata(&run_id, &s.metadata)
                 .map(|h| h.params_digest)
@@ -418,7 +460,7 @@ pub(crate) fn start(
         idempotency_key: req.idempotency_key.clone(),
     };
     store::create_log(
-        &*host.store,
+        &*runs_store,
         &header,
         plan.title
             .clone()
@@ -436,8 +478,8 @@ pub(crate) fn start(
         extra: Map::new(),
     };
     let events = start_events(started, &plan);
-    let state = store::load(&*host.store, &run_id)?;
-    let run = new_run(inner, &run_id, state, owner, false);
+    let state = store::load(&*runs_store, &run_id)?;
+    let run = new_run(inner, Arc::clone(&runs_store), &run_id, state, owner, false);
     {
         let mut core = lock(&run.core);
         run.commit(&mut core, events)?;
@@ -458,11 +500,14 @@ pub(crate) fn get(inner: &Arc<Inner>, run_id: &str) -> Result<Arc<Run>, GraphErr
     }
     crate::rollout::validate_thread_id(run_id)
         .map_err(|_| GraphError::NotFound(run_id.to_string()))?;
-    let state = store::load(&*host.store, run_id)?;
+    let Some(runs_store) = host.existing_store() else {
+        return Err(GraphError::NotFound(run_id.to_string()));
+    };
+    let state = store::load(&*runs_store, run_id)?;
     if state.start.is_none() && state.last_seq == 0 {
         return Err(GraphError::NotFound(run_id.to_string()));
     }
-    let run = new_run(inner, run_id, state, Weak::new(), false);
+    let run = new_run(inner, runs_store, run_id, state, Weak::new(), false);
     let run = Arc::clone(lock(&host.runs).entry(run_id.to_string()).or_insert(run));
     if lock(&run.core).state.status.is_terminal() {
         host.remember_finished(run_id);
@@ -584,11 +629,14 @@ impl GraphHandle {
 
     /// Every run in the store: (header, finished).
     pub fn list(&self) -> Result<Vec<(RunHeader, bool)>, GraphError> {
-        Ok(store::list_runs(&*self.inner.graph.store)?.0)
+        match self.inner.graph.existing_store() {
+            Some(s) => Ok(store::list_runs(&*s)?.0),
+            None => Ok(Vec::new()),
+        }
     }
 
-    /// The run store (for verification and tools).
-    pub fn store(&self) -> &Arc<dyn RolloutStore> {
-        &self.inner.graph.store
+    /// The run store (for verification and tools), created if no run was started yet.
+    pub fn store(&self) -> Result<Arc<dyn RolloutStore>, GraphError> {
+        Ok(self.inner.graph.store()?)
     }
 }

@@ -209,8 +209,7 @@ fn run_read(
     let mut value = to_value(&result)?;
     if let Some(after) = after {
         let limit = params.get("limit").and_then(Value::as_u64).unwrap_or(100) as usize;
-        let page = inner
-            .graph
+        let page = run
             .store
             .read(run_id, after, limit)
             .map_err(|e| WireError::from(GraphError::from(e)))?;
