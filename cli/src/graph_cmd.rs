@@ -34,7 +34,7 @@ The run is kept in <state-dir>/graph-runs; a run the server stopped (or crashed)
 by running the same file again with the same --run-id. Exit 0 when the run succeeded, 1 when it \
 failed or was cancelled, 2 when the file does not compile."
     )]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// A run as its log reduces to: nodes, messages, effects and receipts. Message values and
     /// tool results are hidden unless --include-content.
     Inspect(InspectArgs),
@@ -330,7 +330,7 @@ impl Session {
     }
 }
 
-pub fn run(args: RunArgs) -> u8 {
+pub fn run(args: Box<RunArgs>) -> u8 {
     let definition = match read_definition(&args.file) {
         Ok(d) => d,
         Err(e) => return fail(e, 2),
@@ -693,7 +693,7 @@ pub fn inspect(args: InspectArgs) -> u8 {
                 };
                 format!(
                     "{} {} thread {} item {} {result}",
-                    status_of(&r.source),
+                    status_of(r.source),
                     r.result_digest,
                     r.thread_id.as_deref().unwrap_or("-"),
                     r.item_id.as_deref().unwrap_or("-")

@@ -187,7 +187,7 @@ fn finish_and_verify(
             let source = e
                 .receipt
                 .as_ref()
-                .map(|r| serde_json::to_value(&r.source).unwrap());
+                .map(|r| serde_json::to_value(r.source).unwrap());
             *sources
                 .entry(source.map_or("none".into(), |s| s.as_str().unwrap().to_string()))
                 .or_default() += 1;

@@ -34,16 +34,11 @@ impl ManualClock {
 }
 
 /// The clock a run uses: the system's, or a manual one shared with a test.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub enum RunClock {
+    #[default]
     System,
     Manual(Arc<ManualClock>),
-}
-
-impl Default for RunClock {
-    fn default() -> Self {
-        RunClock::System
-    }
 }
 
 impl RunClock {

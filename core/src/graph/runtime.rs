@@ -134,6 +134,7 @@ pub(crate) struct Run {
 }
 
 impl Run {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: &str,
         state: RunState,
@@ -761,73 +762,71 @@ impl Run {
         evidence: (&str, &str, &str),
     ) -> Intent {
         let mut core = lock(&self.core);
-        loop {
-            let st = &core.state;
-            if !st.is_current(attempt, fence) {
-                let p = self.stale(st, attempt, fence, node, GraphStaleWhat::Effect);
-                let _ = self.commit(&mut core, vec![p]);
-                return Intent::Stale;
-            }
-            match st.effects.get(key) {
-                Some(e)
-                    if e.status == EffectStatus::Succeeded
-                        || (e.status == EffectStatus::Failed && e.applied != Some(false)) =>
-                {
-                    if let Some(result) = e.receipt.as_ref().and_then(|r| r.result.clone()) {
-                        return Intent::Reuse(result);
-                    }
-                }
-                Some(e) if matches!(e.status, EffectStatus::Intended | EffectStatus::Reconcile) => {
-                    // Only this attempt can have it in flight (its node was not scheduled while an
-                    // effect was unsettled); the same key twice in one attempt is a bug.
-                    return Intent::Budget(run_error(
-                        "effectInFlight",
-                        format!("effect {key} is already in flight"),
-                        Some(node),
-                    ));
-                }
-                _ => {}
-            }
-            let plan = Arc::clone(st.plan().expect("running"));
-            let n = &st.nodes[node];
-            if plan
-                .budgets
-                .max_effects
-                .is_some_and(|m| st.usage.effects >= m)
+        let st = &core.state;
+        if !st.is_current(attempt, fence) {
+            let p = self.stale(st, attempt, fence, node, GraphStaleWhat::Effect);
+            let _ = self.commit(&mut core, vec![p]);
+            return Intent::Stale;
+        }
+        match st.effects.get(key) {
+            Some(e)
+                if e.status == EffectStatus::Succeeded
+                    || (e.status == EffectStatus::Failed && e.applied != Some(false)) =>
             {
+                if let Some(result) = e.receipt.as_ref().and_then(|r| r.result.clone()) {
+                    return Intent::Reuse(result);
+                }
+            }
+            Some(e) if matches!(e.status, EffectStatus::Intended | EffectStatus::Reconcile) => {
+                // Only this attempt can have it in flight (its node was not scheduled while an
+                // effect was unsettled); the same key twice in one attempt is a bug.
                 return Intent::Budget(run_error(
-                    "budgetExhausted",
-                    "the run used all its effects (maxEffects)",
+                    "effectInFlight",
+                    format!("effect {key} is already in flight"),
                     Some(node),
                 ));
             }
-            if plan.nodes[n.tmpl]
-                .budgets
-                .max_effects
-                .is_some_and(|m| n.effects >= m)
-            {
-                return Intent::Budget(run_error(
-                    "budgetExhausted",
-                    "the node used all its effects (maxEffects)",
-                    Some(node),
-                ));
-            }
-            let p = EventPayload::GraphEffectIntended(GraphEffectIntendedEvent {
-                attempt_id: attempt,
-                fence,
-                idempotency_key: key.to_string(),
-                node: node.to_string(),
-                call: call.clone(),
-                operation_digest: operation_digest.to_string(),
-                thread_id: evidence.0.to_string(),
-                turn_id: evidence.1.to_string(),
-                item_id: evidence.2.to_string(),
-                extra: Map::new(),
-            });
-            return match self.commit(&mut core, vec![p]) {
-                Ok(_) => Intent::Proceed,
-                Err(_) => Intent::Stale,
-            };
+            _ => {}
+        }
+        let plan = Arc::clone(st.plan().expect("running"));
+        let n = &st.nodes[node];
+        if plan
+            .budgets
+            .max_effects
+            .is_some_and(|m| st.usage.effects >= m)
+        {
+            return Intent::Budget(run_error(
+                "budgetExhausted",
+                "the run used all its effects (maxEffects)",
+                Some(node),
+            ));
+        }
+        if plan.nodes[n.tmpl]
+            .budgets
+            .max_effects
+            .is_some_and(|m| n.effects >= m)
+        {
+            return Intent::Budget(run_error(
+                "budgetExhausted",
+                "the node used all its effects (maxEffects)",
+                Some(node),
+            ));
+        }
+        let p = EventPayload::GraphEffectIntended(GraphEffectIntendedEvent {
+            attempt_id: attempt,
+            fence,
+            idempotency_key: key.to_string(),
+            node: node.to_string(),
+            call: call.clone(),
+            operation_digest: operation_digest.to_string(),
+            thread_id: evidence.0.to_string(),
+            turn_id: evidence.1.to_string(),
+            item_id: evidence.2.to_string(),
+            extra: Map::new(),
+        });
+        match self.commit(&mut core, vec![p]) {
+            Ok(_) => Intent::Proceed,
+            Err(_) => Intent::Stale,
         }
     }
 
@@ -1465,7 +1464,7 @@ impl<'a> Batch<'a> {
                 node: container.clone(),
                 scope: scope.to_string(),
                 iteration: iteration as u64,
-                reason: reason.clone(),
+                reason,
                 extra: Map::new(),
             }));
         if reason == GraphScopeReason::Continue {

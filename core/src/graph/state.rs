@@ -1124,11 +1124,7 @@ impl RunState {
             .get(key)?
             .iter()
             .filter_map(|k| self.effects.get(k))
-            .find(|e| match e.status {
-                EffectStatus::Reconcile => true,
-                EffectStatus::Intended => true,
-                _ => false,
-            })
+            .find(|e| matches!(e.status, EffectStatus::Reconcile | EffectStatus::Intended))
     }
 
     /// Effects in a node's name, in intent order.

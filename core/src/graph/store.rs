@@ -117,10 +117,11 @@ pub fn load(store: &dyn RolloutStore, run_id: &str) -> Result<RunState, StoreErr
     Ok(state)
 }
 
+/// Every run's header with whether it finished, and the runs that could not be read (id, why).
+pub type RunList = (Vec<(RunHeader, bool)>, Vec<(String, String)>);
+
 /// Every run's header, archived (finished) ones included, and the runs that could not be read.
-pub fn list_runs(
-    store: &dyn RolloutStore,
-) -> Result<(Vec<(RunHeader, bool)>, Vec<(String, String)>), StoreError> {
+pub fn list_runs(store: &dyn RolloutStore) -> Result<RunList, StoreError> {
     let mut out = Vec::new();
     let mut unreadable = Vec::new();
     let mut cursor = None;
