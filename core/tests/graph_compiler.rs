@@ -445,3 +445,24 @@ fn every_rule_reports_all_its_errors_in_order() {
     let ptrs: Vec<&str> = errs.iter().map(|e| e.pointer.as_str()).collect();
     assert_eq!(ptrs, ["/edges/0/to/node", "/edges/1/from/node"]);
 }
+
+#[test]
+fn a_definition_nests_at_most_62_levels() {
+    let nest = |levels: usize| {
+        let mut v = json!(1);
+        for _ in 0..levels {
+            v = json!([v]);
+        }
+        v
+    };
+    // The definition (1) → nodes (2) → node (3) → agentOptions (4) → script (5…).
+    let at = |levels: usize| {
+        let mut d = base();
+        d["nodes"][0]["agentOptions"] = json!({"script": nest(levels)});
+        d
+    };
+    accepted(&at(58), &all());
+    let errs = errors(&at(59), &all());
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert_eq!((errs[0].code_name().as_str(), errs[0].pointer.as_str()), ("tooLarge", ""));
+}

@@ -842,3 +842,36 @@ fn a_server_that_runs_no_graph_leaves_its_state_directory_as_it_was() {
         & 0o777;
     assert_eq!(mode, 0o700);
 }
+
+#[test]
+fn values_never_nest_past_what_every_reader_parses() {
+    let s = open(ApprovalPolicy::AutoApprove);
+    let graph = s.server.graph();
+    // Each join wraps its input once more: 70 of them in a row would pass 64 levels.
+    let mut nodes = Vec::new();
+    let mut edges = vec![edge((None, "x"), (Some("j0"), "in"))];
+    for i in 0..70 {
+        nodes.push(json!({"kind": "join", "id": format!("j{i}"), "inputs": [port("in", "json")], "outputs": [port("out", "object")]}));
+        if i > 0 {
+            edges.push(edge((Some(&format!("j{}", i - 1)), "out"), (Some(&format!("j{i}")), "in")));
+        }
+    }
+    let def = json!({"graphVersion": 1, "id": "deep", "inputs": [port("x", "json")], "nodes": nodes, "edges": edges});
+    graph.start(request(def.clone(), "deep", json!({"x": 1}))).unwrap();
+    let summary = graph.wait("deep", Duration::from_secs(20)).unwrap();
+    assert_eq!(status(&summary), "failed");
+    let error = summary.error.unwrap();
+    assert_eq!(error.code, "outputTooDeep");
+    // j0 wraps 1 once (1 level); j63 reaches 64 levels, j64 would be 65.
+    assert_eq!(error.node.as_deref(), Some("j64"));
+    // The log stays readable end to end (nothing past the bound was written).
+    replays(&s.server, "deep");
+    // A run input past the bound is refused before anything is recorded.
+    let mut deep = json!(1);
+    for _ in 0..70 {
+        deep = json!([deep]);
+    }
+    let err = graph.start(request(def, "deep2", json!({"x": deep}))).unwrap_err();
+    assert_eq!(err.code(), -32602);
+    s.server.shutdown();
+}

@@ -79,6 +79,13 @@ pub fn compile(definition: &Value, grant: &GraphRunGrant) -> Result<Plan, Vec<Co
             })
             .collect());
     }
+    if !within_depth(definition, MAX_DEFINITION_DEPTH) {
+        return Err(vec![CompileError {
+            code: Code::TooLarge,
+            pointer: String::new(),
+            message: format!("the definition nests more than {MAX_DEFINITION_DEPTH} levels of arrays and objects; flatten its values"),
+        }]);
+    }
     let def: GraphDefinition = serde_json::from_value(definition.clone()).map_err(|e| {
         vec![CompileError {
             code: Code::SchemaInvalid,

@@ -292,11 +292,7 @@ fn outcome(a: &Attempt<'_>, turn: Result<Turn, String>) -> Outcome {
                 outputs: vec![(0, value)],
                 tokens,
             },
-            Err(m) => failed(
-                "outputTypeMismatch",
-                m,
-                matches!(t.spec, NodeSpec::Agent { .. }),
-            ),
+            Err((code, m)) => failed(code, m, matches!(t.spec, NodeSpec::Agent { .. })),
         }
     };
     // Several outputs take the members of their names from one JSON object.
@@ -313,8 +309,8 @@ fn outcome(a: &Attempt<'_>, turn: Result<Turn, String>) -> Outcome {
                     retryable,
                 );
             };
-            if let Err(m) = check_output(a.plan, a.job.tmpl, j, v) {
-                return failed("outputTypeMismatch", m, retryable);
+            if let Err((code, m)) = check_output(a.plan, a.job.tmpl, j, v) {
+                return failed(code, m, retryable);
             }
             outputs.push((j, v.clone()));
         }

@@ -311,6 +311,17 @@ fn new_run(
     )
 }
 
+/// What this process did for one run (`GraphHandle::run_stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunStats {
+    /// Appends to the run's log (each one durable batch).
+    pub commits: u64,
+    /// Events those appends carried.
+    pub events_appended: u64,
+    /// Attempts whose work is running in this process now.
+    pub live_attempts: usize,
+}
+
 /// What `GraphHandle::start` (and graph/run/start) takes.
 #[derive(Debug, Clone)]
 pub struct StartRequest {
@@ -373,6 +384,13 @@ fn check_inputs(plan: &Plan, inputs: &Map<String, Value>) -> Result<(), GraphErr
                 return Err(GraphError::Params(format!(
                     "inputs.{}: missing; the graph needs every input it declares",
                     p.name
+                )))
+            }
+            Some(v) if !super::plan::within_depth(v, super::plan::MAX_VALUE_DEPTH) => {
+                return Err(GraphError::Params(format!(
+                    "inputs.{}: nests more than {} levels",
+                    p.name,
+                    super::plan::MAX_VALUE_DEPTH
                 )))
             }
             Some(v) if !value_fits(p.ty, v) => {
@@ -625,6 +643,18 @@ impl GraphHandle {
     pub fn redeliver(&self, run_id: &str, message_id: &str) -> Result<bool, GraphError> {
         let run = get(&self.inner, run_id)?;
         run.redeliver(message_id).map_err(GraphError::Conflict)
+    }
+
+    /// What this process did for a run: appends to its log, events they carried, attempts
+    /// running here now (diagnostics and benchmarks).
+    pub fn run_stats(&self, run_id: &str) -> Result<RunStats, GraphError> {
+        let run = get(&self.inner, run_id)?;
+        let core = lock(&run.core);
+        Ok(RunStats {
+            commits: core.commits,
+            events_appended: core.events_appended,
+            live_attempts: core.live.len(),
+        })
     }
 
     /// Every run in the store: (header, finished).

@@ -26,6 +26,6 @@ pub(crate) mod wire;
 pub use clock::{ManualClock, RunClock};
 pub use compiler::{compile, granted, CompileError};
 pub use effects::{current_effect, EffectContext, EffectReconciler, Reconciliation};
-pub use host::{grant, GraphError, GraphHandle, GraphHost, StartRequest};
+pub use host::{grant, GraphError, GraphHandle, GraphHost, RunStats, StartRequest};
 pub use plan::Plan;
 pub use state::RunState;

@@ -11,6 +11,23 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 pub const MAX_NODES: usize = 10_000;
 /// Containers nested in containers (a loop in a subgraph in a loop…).
 pub const MAX_NESTING: usize = 8;
+/// Levels of arrays and objects a definition may nest (the value itself the first): what a
+/// client request may carry inside its envelope, so a recorded definition reads back anywhere.
+pub const MAX_DEFINITION_DEPTH: usize = 62;
+/// Levels a value carried by a message (a run input, a node's output) may nest. Recorded
+/// values are served back at most 6 levels deeper (graph/run/read), so every answer and every
+/// log line stays far inside the 127 levels every wire parser accepts — a chain of joins, each
+/// wrapping its input, is stopped here rather than writing an event nobody can read.
+pub const MAX_VALUE_DEPTH: usize = 64;
+
+/// Arrays and objects nest at most `limit` levels in `v` (itself the first).
+pub fn within_depth(v: &Value, limit: usize) -> bool {
+    match v {
+        Value::Array(a) => limit > 0 && a.iter().all(|x| within_depth(x, limit - 1)),
+        Value::Object(o) => limit > 0 && o.values().all(|x| within_depth(x, limit - 1)),
+        _ => true,
+    }
+}
 
 /// Limits; `None` is unbounded at that level.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -119,6 +119,9 @@ pub(crate) struct RunCore {
     pub resumed: bool,
     pub stopping: bool,
     scheduler: bool,
+    /// Appends this process made to the run's log, and the events they carried.
+    pub commits: u64,
+    pub events_appended: u64,
 }
 
 pub(crate) struct Run {
@@ -164,6 +167,8 @@ impl Run {
                 resumed,
                 stopping: false,
                 scheduler: false,
+                commits: 0,
+                events_appended: 0,
             }),
             wake: Condvar::new(),
             inner,
@@ -227,6 +232,8 @@ impl Run {
                 return Err(e);
             }
         };
+        core.commits += 1;
+        core.events_appended += stored.len() as u64;
         let was_terminal = core.state.status.is_terminal();
         for e in &stored {
             core.state.apply(e);
@@ -1315,6 +1322,17 @@ impl<'a> Batch<'a> {
             }
             _ => Value::Object(inputs.into_iter().collect()),
         };
+        if !super::plan::within_depth(&value, super::plan::MAX_VALUE_DEPTH) {
+            self.events.push(finished_failed(
+                attempt,
+                fence,
+                key,
+                run_error("outputTooDeep", format!("the join's output would nest more than {} levels (each join wraps its inputs once more); flatten the chain", super::plan::MAX_VALUE_DEPTH), Some(key)),
+                false,
+                0,
+            ));
+            return;
+        }
         self.succeed(key, attempt, fence, vec![(0, value)], 0);
     }
 
@@ -1536,15 +1554,28 @@ pub(crate) fn check_output(
     tmpl: usize,
     port: usize,
     value: &Value,
-) -> Result<(), String> {
+) -> Result<(), (&'static str, String)> {
     let p = &plan.nodes[tmpl].outputs[port];
+    if !super::plan::within_depth(value, super::plan::MAX_VALUE_DEPTH) {
+        return Err((
+            "outputTooDeep",
+            format!(
+                "output {:?} nests more than {} levels",
+                p.name,
+                super::plan::MAX_VALUE_DEPTH
+            ),
+        ));
+    }
     if value_fits(p.ty, value) {
         Ok(())
     } else {
-        Err(format!(
-            "output {:?} must be {}",
-            p.name,
-            super::plan::port_type_name(p.ty)
+        Err((
+            "outputTypeMismatch",
+            format!(
+                "output {:?} must be {}",
+                p.name,
+                super::plan::port_type_name(p.ty)
+            ),
         ))
     }
 }
