@@ -464,5 +464,8 @@ fn a_definition_nests_at_most_62_levels() {
     accepted(&at(58), &all());
     let errs = errors(&at(59), &all());
     assert_eq!(errs.len(), 1, "{errs:#?}");
-    assert_eq!((errs[0].code_name().as_str(), errs[0].pointer.as_str()), ("tooLarge", ""));
+    assert_eq!(
+        (errs[0].code_name().as_str(), errs[0].pointer.as_str()),
+        ("tooLarge", "")
+    );
 }

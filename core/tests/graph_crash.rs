@@ -283,7 +283,7 @@ fn crash_loop(kind: StoreKind) {
         "graph crash test {name}: {cuts} cuts ({cut_mid_run} inside a run) over {total_runs} runs, {acked_total} acknowledged states all in their logs, {resumed} resumptions, {effects} effects each applied once; receipts by source: {sources:?}"
     );
     assert!(
-        resumed > 0 && cut_mid_run > cuts / 2,
+        resumed > 0 && cut_mid_run * 3 >= cuts,
         "the cuts barely landed inside runs; the test proves nothing"
     );
 }

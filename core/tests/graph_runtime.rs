@@ -853,11 +853,16 @@ fn values_never_nest_past_what_every_reader_parses() {
     for i in 0..70 {
         nodes.push(json!({"kind": "join", "id": format!("j{i}"), "inputs": [port("in", "json")], "outputs": [port("out", "object")]}));
         if i > 0 {
-            edges.push(edge((Some(&format!("j{}", i - 1)), "out"), (Some(&format!("j{i}")), "in")));
+            edges.push(edge(
+                (Some(&format!("j{}", i - 1)), "out"),
+                (Some(&format!("j{i}")), "in"),
+            ));
         }
     }
     let def = json!({"graphVersion": 1, "id": "deep", "inputs": [port("x", "json")], "nodes": nodes, "edges": edges});
-    graph.start(request(def.clone(), "deep", json!({"x": 1}))).unwrap();
+    graph
+        .start(request(def.clone(), "deep", json!({"x": 1})))
+        .unwrap();
     let summary = graph.wait("deep", Duration::from_secs(20)).unwrap();
     assert_eq!(status(&summary), "failed");
     let error = summary.error.unwrap();
@@ -871,7 +876,9 @@ fn values_never_nest_past_what_every_reader_parses() {
     for _ in 0..70 {
         deep = json!([deep]);
     }
-    let err = graph.start(request(def, "deep2", json!({"x": deep}))).unwrap_err();
+    let err = graph
+        .start(request(def, "deep2", json!({"x": deep})))
+        .unwrap_err();
     assert_eq!(err.code(), -32602);
     s.server.shutdown();
 }

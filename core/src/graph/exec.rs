@@ -51,7 +51,7 @@ struct Attempt<'a> {
 pub(crate) fn execute(run: &Arc<Run>, job: &Job) -> Option<Outcome> {
     let inner = run.inner.upgrade()?;
     let (plan, owner, lease_ms, run_tokens) = {
-        let core = lock(&run.core);
+        let core = run.enter();
         (
             Arc::clone(core.state.plan()?),
             core.owner.clone(),
@@ -120,7 +120,7 @@ pub(crate) fn execute(run: &Arc<Run>, job: &Job) -> Option<Outcome> {
         attempt: &attempt,
     };
     let turn = node_turn(&inner, run, job, &t.id, options, owner, text, &kernel);
-    if lock(&run.core).stopping {
+    if run.enter().stopping {
         return None;
     }
     Some(outcome(&attempt, turn))

@@ -185,7 +185,7 @@ impl GraphHost {
     }
 
     fn spawn_scheduler(&self, run: &Arc<Run>) {
-        if !Run::claim_scheduler(&mut lock(&run.core)) {
+        if !Run::claim_scheduler(&mut run.enter()) {
             return;
         }
         let (r, threads) = (Arc::clone(run), Arc::clone(&self.threads));
@@ -195,7 +195,7 @@ impl GraphHost {
                 r.schedule(&threads)
             })
         {
-            lock(&run.core).broken = Some("no scheduler thread".into());
+            run.enter().broken = Some("no scheduler thread".into());
         }
     }
 
@@ -207,7 +207,7 @@ impl GraphHost {
         }
         let runs: Vec<Arc<Run>> = lock(&self.runs).values().cloned().collect();
         for run in runs {
-            let mut core = lock(&run.core);
+            let mut core = run.enter();
             core.stopping = true;
             for live in core.live.values() {
                 live.fence();
@@ -415,13 +415,15 @@ pub(crate) fn start(
     inner: &Arc<Inner>,
     req: StartRequest,
     owner: Weak<ConnShared>,
-) -> Result<Arc<Run>, GraphError> {
+) -> Result<(Arc<Run>, GraphRunSummary), GraphError> {
     let host = &inner.graph;
     if host.stopping.load(Ordering::SeqCst) || inner.shut_down.load(Ordering::SeqCst) {
         return Err(GraphError::Closed);
     }
-    let plan = compile(&req.definition, &req.grant)
-        .map_err(|errors| GraphError::Invalid(errors[0].clone()))?;
+    let plan = Arc::new(
+        compile(&req.definition, &req.grant)
+            .map_err(|errors| GraphError::Invalid(errors[0].clone()))?,
+    );
     check_inputs(&plan, &req.inputs)?;
     let options = resolved_options(req.options.as_ref());
     let params_digest = crate::approval::digest_json(&json!({
@@ -432,9 +434,11 @@ pub(crate) fn start(
     }));
     let _starting = lock(&host.starting);
     let runs_store = host.store()?;
-    let same = |id: &str, digest: &str| -> Result<Arc<Run>, GraphError> {
+    let same = |id: &str, digest: &str| -> Result<(Arc<Run>, GraphRunSummary), GraphError> {
         if digest == params_digest {
-            get(inner, id)
+            let run = get(inner, id)?;
+            let summary = run.enter().state.summary(false);
+            Ok((run, summary))
         } else {
             Err(GraphError::Conflict(format!(
                 "graph run {id:?} exists with other params; pick another id or key"
@@ -463,7 +467,7 @@ pub(crate) fn start(
     }
     let live = lock(&host.runs)
         .values()
-        .filter(|r| !lock(&r.core).state.status.is_terminal())
+        .filter(|r| !r.enter().state.status.is_terminal())
         .count();
     if live >= MAX_LIVE_RUNS {
         return Err(GraphError::Overloaded);
@@ -496,18 +500,21 @@ pub(crate) fn start(
         extra: Map::new(),
     };
     let events = start_events(started, &plan);
-    let state = store::load(&*runs_store, &run_id)?;
+    let mut state = store::load(&*runs_store, &run_id)?;
+    state.preload(Arc::clone(&plan), req.grant.clone());
     let run = new_run(inner, Arc::clone(&runs_store), &run_id, state, owner, false);
-    {
-        let mut core = lock(&run.core);
+    // The answer is the run as its start left it, taken before the scheduler can move on.
+    let summary = {
+        let mut core = run.enter();
         run.commit(&mut core, events)?;
-    }
+        core.state.summary(false)
+    };
     if let Some(key) = &req.idempotency_key {
         lock(&host.keys).insert(key.clone(), (run_id.clone(), params_digest));
     }
     lock(&host.runs).insert(run_id, Arc::clone(&run));
     host.spawn_scheduler(&run);
-    Ok(run)
+    Ok((run, summary))
 }
 
 /// A run: live, recently finished, or replayed from its log.
@@ -527,7 +534,7 @@ pub(crate) fn get(inner: &Arc<Inner>, run_id: &str) -> Result<Arc<Run>, GraphErr
     }
     let run = new_run(inner, runs_store, run_id, state, Weak::new(), false);
     let run = Arc::clone(lock(&host.runs).entry(run_id.to_string()).or_insert(run));
-    if lock(&run.core).state.status.is_terminal() {
+    if run.enter().state.status.is_terminal() {
         host.remember_finished(run_id);
     }
     Ok(run)
@@ -557,15 +564,13 @@ impl GraphHandle {
 
     /// Starts a run; returns once its start is durable.
     pub fn start(&self, req: StartRequest) -> Result<GraphRunSummary, GraphError> {
-        let run = start(&self.inner, req, Weak::new())?;
-        let s = lock(&run.core).state.summary(false);
-        Ok(s)
+        Ok(start(&self.inner, req, Weak::new())?.1)
     }
 
     /// The run's state (the reduction of its log), cloned.
     pub fn state(&self, run_id: &str) -> Result<RunState, GraphError> {
         let run = get(&self.inner, run_id)?;
-        let s = lock(&run.core).state.clone();
+        let s = run.enter().state.clone();
         Ok(s)
     }
 
@@ -575,7 +580,7 @@ impl GraphHandle {
         include_content: bool,
     ) -> Result<GraphRunSummary, GraphError> {
         let run = get(&self.inner, run_id)?;
-        let s = lock(&run.core).state.summary(include_content);
+        let s = run.enter().state.summary(include_content);
         Ok(s)
     }
 
@@ -583,14 +588,14 @@ impl GraphHandle {
     pub fn wait(&self, run_id: &str, timeout: Duration) -> Result<GraphRunSummary, GraphError> {
         let run = get(&self.inner, run_id)?;
         let deadline = Instant::now() + timeout;
-        let mut core = lock(&run.core);
+        let mut core = run.enter();
         while !core.state.status.is_terminal() && core.broken.is_none() {
             let now = Instant::now();
             if now >= deadline {
                 break;
             }
             core = run
-                .wake
+                .done
                 .wait_timeout(core, (deadline - now).min(Duration::from_millis(100)))
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
@@ -649,7 +654,7 @@ impl GraphHandle {
     /// running here now (diagnostics and benchmarks).
     pub fn run_stats(&self, run_id: &str) -> Result<RunStats, GraphError> {
         let run = get(&self.inner, run_id)?;
-        let core = lock(&run.core);
+        let core = run.enter();
         Ok(RunStats {
             commits: core.commits,
             events_appended: core.events_appended,

@@ -128,6 +128,11 @@ pub(crate) struct Run {
     pub id: String,
     pub core: Mutex<RunCore>,
     pub wake: Condvar,
+    /// Signalled when the run ends (or stops recording), for those waiting for its end.
+    pub done: Condvar,
+    /// Threads waiting for the run's lock other than the scheduler: the scheduler lets them
+    /// in between two decisions (the lock is not fair by itself).
+    contenders: std::sync::atomic::AtomicUsize,
     pub inner: Weak<Inner>,
     pub store: Arc<dyn RolloutStore>,
     pub clock: RunClock,
@@ -171,6 +176,8 @@ impl Run {
                 events_appended: 0,
             }),
             wake: Condvar::new(),
+            done: Condvar::new(),
+            contenders: std::sync::atomic::AtomicUsize::new(0),
             inner,
             store,
             clock,
@@ -189,9 +196,17 @@ impl Run {
         run
     }
 
+    /// The run's lock, for everyone but its scheduler.
+    pub fn enter(&self) -> MutexGuard<'_, RunCore> {
+        self.contenders.fetch_add(1, Ordering::SeqCst);
+        let guard = lock(&self.core);
+        self.contenders.fetch_sub(1, Ordering::SeqCst);
+        guard
+    }
+
     /// Follows the run from `conn` (its node and run notifications go there too).
     pub fn follow(&self, conn: &Arc<ConnShared>) {
-        let mut core = lock(&self.core);
+        let mut core = self.enter();
         core.followers
             .retain(|w| w.upgrade().is_some_and(|c| c.is_open()));
         if core
@@ -229,6 +244,7 @@ impl Run {
                 tracing::error!(target: "cc_app_server::graph", "run {}: an event could not be recorded ({e}); the run stops here and resumes when the server next opens", self.id);
                 core.broken = Some(e.to_string());
                 self.wake.notify_all();
+                self.done.notify_all();
                 return Err(e);
             }
         };
@@ -251,6 +267,9 @@ impl Run {
         }
         self.notify(core, seq);
         self.wake.notify_all();
+        if core.state.status.is_terminal() {
+            self.done.notify_all();
+        }
         Ok(stored)
     }
 
@@ -331,6 +350,12 @@ impl Run {
                     if !jobs.is_empty() {
                         self.dispatch(&mut core, jobs, host);
                     }
+                    // Let workers reporting results, readers and cancel in between decisions.
+                    if self.contenders.load(Ordering::SeqCst) > 0 {
+                        drop(core);
+                        std::thread::yield_now();
+                        core = lock(&self.core);
+                    }
                 }
                 Step::Wait(deadline) => {
                     core = self.clock.wait(&self.wake, core, deadline);
@@ -338,6 +363,7 @@ impl Run {
             }
         }
         core.scheduler = false;
+        self.done.notify_all();
         let done = core.state.status.is_terminal();
         drop(core);
         if done {
@@ -384,7 +410,7 @@ impl Run {
     fn work(self: Arc<Self>) {
         loop {
             let job = {
-                let mut core = lock(&self.core);
+                let mut core = self.enter();
                 loop {
                     if let Some(job) = core.jobs.pop_front() {
                         break Some(job);
@@ -402,12 +428,12 @@ impl Run {
                 }
             };
             let Some(job) = job else {
-                lock(&self.core).workers -= 1;
+                self.enter().workers -= 1;
                 return;
             };
             let attempt = job.attempt;
             let outcome = super::exec::execute(&self, &job);
-            let mut core = lock(&self.core);
+            let mut core = self.enter();
             core.live.remove(&attempt);
             if let Some(outcome) = outcome {
                 if !core.stopping {
@@ -621,7 +647,7 @@ impl Run {
     /// Cancels the run: every outstanding attempt is fenced in the same durable batch as the
     /// terminal event, then their kernels are told to stop.
     pub fn cancel(&self, reason: Option<String>) -> Result<Vec<GraphFencedAttempt>, StoreError> {
-        let mut core = lock(&self.core);
+        let mut core = self.enter();
         if core.state.status.is_terminal() {
             return Ok(Vec::new());
         }
@@ -736,7 +762,7 @@ impl Run {
 
     /// Moves an attempt's lease forward; false (refused and recorded) if it is stale.
     pub fn renew(&self, attempt: u64, fence: u64, node: &str) -> bool {
-        let mut core = lock(&self.core);
+        let mut core = self.enter();
         if !core.state.is_current(attempt, fence) {
             let p = self.stale(&core.state, attempt, fence, node, GraphStaleWhat::Renewal);
             let _ = self.commit(&mut core, vec![p]);
@@ -768,7 +794,7 @@ impl Run {
         operation_digest: &str,
         evidence: (&str, &str, &str),
     ) -> Intent {
-        let mut core = lock(&self.core);
+        let mut core = self.enter();
         let st = &core.state;
         if !st.is_current(attempt, fence) {
             let p = self.stale(st, attempt, fence, node, GraphStaleWhat::Effect);
@@ -840,14 +866,14 @@ impl Run {
     /// Records an effect's outcome. Outcomes are facts about the world and are recorded whatever
     /// the attempt's fence; the answer says whether the attempt still holds its node.
     pub fn settle_effect(&self, attempt: u64, fence: u64, outcome: EventPayload) -> bool {
-        let mut core = lock(&self.core);
+        let mut core = self.enter();
         let _ = self.commit(&mut core, vec![outcome]);
         core.state.is_current(attempt, fence)
     }
 
     /// Marks an effect as needing reconciliation (its outcome could not be learnt).
     pub fn effect_unknown(&self, key: &str, node: &str, reason: &str) {
-        let mut core = lock(&self.core);
+        let mut core = self.enter();
         let _ = self.commit(
             &mut core,
             vec![EventPayload::GraphEffectReconcile(
@@ -944,14 +970,14 @@ impl Run {
 
     /// A new reconciler (or a host decision) may settle effects that were left in reconcile.
     pub fn reconciler_changed(&self) {
-        let mut core = lock(&self.core);
+        let mut core = self.enter();
         core.reconcile_asked.clear();
         self.wake.notify_all();
     }
 
     /// The host's decision on an effect in reconcile.
     pub fn resolve_effect(&self, key: &str, applied: Option<ToolResult>) -> Result<(), String> {
-        let mut core = lock(&self.core);
+        let mut core = self.enter();
         let Some(e) = core.state.effects.get(key) else {
             return Err(format!("run {} has no effect {key}", self.id));
         };
@@ -993,7 +1019,7 @@ impl Run {
     /// duplicate and not processed again; one still in the run's custody is simply delivered to
     /// its node's next attempt.
     pub fn redeliver(&self, message_id: &str) -> Result<bool, String> {
-        let mut core = lock(&self.core);
+        let mut core = self.enter();
         let Some(m) = core.state.messages.get(message_id) else {
             return Err(format!("run {} has no message {message_id}", self.id));
         };
@@ -1525,10 +1551,11 @@ impl<'a> Batch<'a> {
 /// The first batch of a run: `graphRunStarted` and the messages carrying its inputs.
 pub(crate) fn start_events(
     started: crate::protocol::GraphRunStartedEvent,
-    plan: &Plan,
+    plan: &Arc<Plan>,
 ) -> Vec<EventPayload> {
     let inputs = started.inputs.clone();
     let mut st = RunState::new(&started.run_id);
+    st.preload(Arc::clone(plan), started.grant.clone());
     let mut events = vec![EventPayload::GraphRunStarted(started)];
     // Fold the start into a scratch state so the input messages are allocated like any other.
     let first = StoredEvent {

@@ -138,6 +138,8 @@ pub struct NodeInst {
     pub iteration: u32,
     pub tokens: u64,
     pub effects: u64,
+    /// Its place in the ready queue while ready.
+    ready_at: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -230,6 +232,10 @@ pub struct RunState {
     pub node_order: Vec<String>,
     pub scopes: HashMap<String, ScopeInst>,
     pub attempts: BTreeMap<u64, AttemptInst>,
+    /// Attempts holding a lease now (kept so the scheduler never scans every attempt).
+    running: std::collections::BTreeSet<u64>,
+    /// Body instances not yet exited (kept so the scheduler never scans every scope).
+    open_scopes: std::collections::BTreeSet<String>,
     pub messages: HashMap<String, MsgInst>,
     pub message_order: Vec<String>,
     channels: HashMap<String, Channel>,
@@ -251,6 +257,8 @@ pub struct RunState {
     /// Node keys and run-level changes since the last `take_touched`, for notifications.
     touched: Vec<String>,
     run_touched: bool,
+    /// A plan already compiled for the `graphRunStarted` to come (`preload`).
+    preloaded: Option<(Arc<Plan>, GraphRunGrant)>,
 }
 
 fn usage_zero() -> GraphUsage {
@@ -286,6 +294,8 @@ impl RunState {
             node_order: Vec::new(),
             scopes: HashMap::new(),
             attempts: BTreeMap::new(),
+            running: Default::default(),
+            open_scopes: Default::default(),
             messages: HashMap::new(),
             message_order: Vec::new(),
             channels: HashMap::new(),
@@ -303,7 +313,15 @@ impl RunState {
             failed_node: None,
             touched: Vec::new(),
             run_touched: false,
+            preloaded: None,
         }
+    }
+
+    /// Hands the reducer the plan the runtime compiled for the run's start, so folding
+    /// `graphRunStarted` does not compile the definition a second time. It is used only if the
+    /// recorded definition and grant are the ones it was compiled from.
+    pub fn preload(&mut self, plan: Arc<Plan>, grant: GraphRunGrant) {
+        self.preloaded = Some((plan, grant));
     }
 
     /// Folds a whole log.
@@ -477,6 +495,7 @@ impl RunState {
                     if let Some(a) = self.attempts.get_mut(&f.attempt_id) {
                         if a.status == AttemptStatus::Running {
                             a.status = AttemptStatus::Fenced;
+                            self.running.remove(&f.attempt_id);
                         }
                     }
                 }
@@ -508,8 +527,17 @@ impl RunState {
                 return;
             }
         };
-        let plan = match compile(&definition, &p.grant) {
-            Ok(plan) => Arc::new(plan),
+        // A plan the caller compiled from this very definition and grant (the runtime, which
+        // compiled it before writing it) is what compiling again would give: reuse it.
+        let preloaded = self.preloaded.take().filter(|(plan, grant)| {
+            *grant == p.grant && plan.digest == crate::approval::digest_json(&definition)
+        });
+        let compiled = match preloaded {
+            Some((plan, _)) => Ok(plan),
+            None => compile(&definition, &p.grant).map(Arc::new),
+        };
+        let plan = match compiled {
+            Ok(plan) => plan,
             Err(errors) => {
                 // The runtime compiled it before writing it; a refusal now means the log was
                 // written under other rules. Nothing of it may run.
@@ -560,6 +588,7 @@ impl RunState {
     fn instantiate(&mut self, key: &str, container: &str, tmpl: usize, iteration: u32) {
         let plan = Arc::clone(self.plan().expect("instantiated after start"));
         let scope = &plan.scopes[tmpl];
+        self.open_scopes.insert(key.to_string());
         self.scopes.insert(
             key.to_string(),
             ScopeInst {
@@ -591,6 +620,7 @@ impl RunState {
                 iteration: 0,
                 tokens: 0,
                 effects: 0,
+                ready_at: None,
             };
             self.nodes.insert(nk.clone(), inst);
             self.node_order.push(nk.clone());
@@ -605,12 +635,15 @@ impl RunState {
         if let Some(n) = self.nodes.get_mut(key) {
             n.status = NodeStatus::Ready;
             self.ready_tick += 1;
+            if let Some(old) = n.ready_at.replace(self.ready_tick) {
+                self.ready.remove(&old);
+            }
             self.ready.insert(self.ready_tick, key.to_string());
         }
     }
 
     fn unready(&mut self, key: &str) {
-        if let Some(tick) = self.ready.iter().find(|(_, k)| *k == key).map(|(t, _)| *t) {
+        if let Some(tick) = self.nodes.get_mut(key).and_then(|n| n.ready_at.take()) {
             self.ready.remove(&tick);
         }
     }
@@ -697,6 +730,7 @@ impl RunState {
                 refusals: 0,
             },
         );
+        self.running.insert(p.attempt_id);
         self.touch(&p.node);
     }
 
@@ -713,6 +747,7 @@ impl RunState {
             return;
         };
         a.status = status;
+        self.running.remove(&id);
         let (node_key, custody) = (a.node.clone(), a.custody.clone());
         if status != AttemptStatus::Succeeded {
             for m in &custody {
@@ -981,7 +1016,10 @@ impl RunState {
 
     fn scope_exited(&mut self, seq: u64, p: crate::protocol::GraphScopeExitedEvent) {
         match self.scopes.get_mut(&p.scope) {
-            Some(s) if !s.closed => s.closed = true,
+            Some(s) if !s.closed => {
+                s.closed = true;
+                self.open_scopes.remove(&p.scope);
+            }
             _ => {
                 self.anomaly(seq, format!("scope {} cannot be exited", p.scope));
                 return;
@@ -1073,6 +1111,7 @@ impl RunState {
             if let Some(a) = self.attempts.get_mut(&f.attempt_id) {
                 if a.status == AttemptStatus::Running {
                     a.status = AttemptStatus::Fenced;
+                    self.running.remove(&f.attempt_id);
                 }
             }
         }
@@ -1112,9 +1151,7 @@ impl RunState {
 
     /// Attempts that hold a lease now.
     pub fn running_attempts(&self) -> impl Iterator<Item = &AttemptInst> {
-        self.attempts
-            .values()
-            .filter(|a| a.status == AttemptStatus::Running)
+        self.running.iter().filter_map(|id| self.attempts.get(id))
     }
 
     /// Whether node `key` waits for an effect's outcome (intended with no live attempt that
@@ -1138,13 +1175,11 @@ impl RunState {
 
     /// Body instances whose nodes all succeeded and whose outputs are all filled.
     pub fn complete_scopes(&self) -> Vec<&ScopeInst> {
-        let mut out: Vec<&ScopeInst> = self
-            .scopes
-            .values()
-            .filter(|s| !s.closed && s.open_children == 0 && s.outputs.iter().all(Option::is_some))
-            .collect();
-        out.sort_by(|a, b| a.key.cmp(&b.key));
-        out
+        self.open_scopes
+            .iter()
+            .filter_map(|k| self.scopes.get(k))
+            .filter(|s| s.open_children == 0 && s.outputs.iter().all(Option::is_some))
+            .collect()
     }
 
     pub fn wire_status(&self, n: &NodeInst) -> GraphNodeStatus {

@@ -4,7 +4,6 @@
 
 use super::compiler::compile;
 use super::host::{self, GraphError, StartRequest};
-use super::runtime::lock;
 use crate::engine::{ConnShared, Inner};
 use crate::protocol::{
     GraphRunCancelResult, GraphRunGrant, GraphRunOptions, GraphRunReadResult, GraphRunStartResult,
@@ -149,9 +148,8 @@ fn run_start(
         options: decode::<GraphRunOptions>(params, "options")?,
         idempotency_key: decode(params, "idempotencyKey")?,
     };
-    let run = host::start(inner, req, Arc::downgrade(conn)).map_err(WireError::from)?;
+    let (run, summary) = host::start(inner, req, Arc::downgrade(conn)).map_err(WireError::from)?;
     run.follow(conn);
-    let summary = lock(&run.core).state.summary(false);
     to_value(GraphRunStartResult {
         run: summary,
         extra: Map::new(),
@@ -177,7 +175,7 @@ fn run_read(
     }
     run.follow(conn);
     let mut result = {
-        let core = lock(&run.core);
+        let core = run.enter();
         let st = &core.state;
         GraphRunReadResult {
             run: st.summary(include),
@@ -236,7 +234,7 @@ fn run_cancel(
     let fenced = run
         .cancel(reason)
         .map_err(|e| WireError::from(GraphError::from(e)))?;
-    let summary = lock(&run.core).state.summary(false);
+    let summary = run.enter().state.summary(false);
     to_value(GraphRunCancelResult {
         run: summary,
         fenced,
