@@ -170,6 +170,20 @@ fn main() {
         depth * width,
         load.split(' ').take(3).collect::<Vec<_>>().join(" ")
     );
+        // The compiler alone on each definition (schema check, rules, plan, digest).
+    for (name, def) in [
+        ("chain", chain(depth * width / 2)),
+        ("layered", layered(depth, width)),
+    ] {
+        let t: Vec<f64> = (0..rounds.max(3))
+            .map(|_| {
+                let t = Instant::now();
+                cc_app_server::graph::compile(&def, &grant(&[])).unwrap();
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        println!("compile {name} ({} nodes): {:.0} ms", depth * width, median(t));
+    }
     let cases = [
         (
             format!("chain of {} subgraphs", depth * width / 2),

@@ -1554,23 +1554,11 @@ pub(crate) fn start_events(
     plan: &Arc<Plan>,
 ) -> Vec<EventPayload> {
     let inputs = started.inputs.clone();
-    let mut st = RunState::new(&started.run_id);
-    st.preload(Arc::clone(plan), started.grant.clone());
-    let mut events = vec![EventPayload::GraphRunStarted(started)];
-    // Fold the start into a scratch state so the input messages are allocated like any other.
-    let first = StoredEvent {
-        seq: 1,
-        prev_hash: String::new(),
-        hash: String::new(),
-        time: String::new(),
-        trace_id: None,
-        parent_id: None,
-        idempotency_key: None,
-        payload: serde_json::to_value(&events[0]).expect("JSON"),
-    };
-    st.apply(&first);
-    let mut b = Batch::new(&st, plan);
+    // The input messages are the run's first: numbered from an empty state, routed by the plan.
+    let empty = RunState::new(&started.run_id);
+    let mut b = Batch::new(&empty, plan);
     b.run_inputs(&inputs);
+    let mut events = vec![EventPayload::GraphRunStarted(started)];
     events.extend(b.events);
     events
 }
