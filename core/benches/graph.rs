@@ -170,7 +170,7 @@ fn main() {
         depth * width,
         load.split(' ').take(3).collect::<Vec<_>>().join(" ")
     );
-        // The compiler alone on each definition (schema check, rules, plan, digest).
+    // The compiler alone on each definition (schema check, rules, plan, digest).
     for (name, def) in [
         ("chain", chain(depth * width / 2)),
         ("layered", layered(depth, width)),
@@ -182,7 +182,11 @@ fn main() {
                 t.elapsed().as_secs_f64() * 1e3
             })
             .collect();
-        println!("compile {name} ({} nodes): {:.0} ms", depth * width, median(t));
+        println!(
+            "compile {name} ({} nodes): {:.0} ms",
+            depth * width,
+            median(t)
+        );
     }
     let cases = [
         (

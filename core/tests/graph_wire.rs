@@ -410,3 +410,28 @@ fn cancel_over_the_wire_fences_the_attempts_before_it_answers() {
     );
     server.shutdown();
 }
+
+#[test]
+fn joining_a_run_whose_starter_left_makes_the_joiner_its_approver() {
+    let (server, _dir) = server(ApprovalPolicy::AskEveryTime);
+    let def = json!({"graphVersion": 1, "id": "join-later", "nodes": [
+        {"kind": "agent", "id": "think", "outputs": [port("o", "text")],
+         "agentOptions": {"script": {"steps": [{"type": "sleep", "ms": 300}, {"type": "message", "text": "go"}]}}},
+        {"kind": "tool", "id": "act", "tool": "act", "inputs": [port("o", "text")]}],
+        "edges": [{"from": {"node": "think", "port": "o"}, "to": {"node": "act", "port": "o"}}]});
+    let params = json!({"runId": "jl", "definition": def, "grant": grant()});
+    let (mut first, _) = Conn::open(&server, ALL);
+    first.result("graph/run/start", params.clone());
+    first.conn.close();
+    drop(first);
+    // The same params again: the same run, now followed (and approved) by this connection.
+    let (mut second, _) = Conn::open(&server, ALL);
+    let joined = second.result("graph/run/start", params);
+    assert_eq!(joined["run"]["runId"], "jl");
+    let done = second.until("acceptOnce", |m| {
+        m["method"] == "graph/run/updated" && m["params"]["run"]["status"] != "running"
+    });
+    assert_eq!(done["params"]["run"]["status"], "succeeded", "{done}");
+    assert!(second.seen.iter().any(|m| m["method"] == "approval/decide"));
+    server.shutdown();
+}

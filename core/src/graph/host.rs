@@ -437,7 +437,15 @@ pub(crate) fn start(
     let same = |id: &str, digest: &str| -> Result<(Arc<Run>, GraphRunSummary), GraphError> {
         if digest == params_digest {
             let run = get(inner, id)?;
-            let summary = run.enter().state.summary(false);
+            let summary = {
+                let mut core = run.enter();
+                // Joining a run whose starter is gone (a restart, a closed connection) makes the
+                // joiner the one its tool approvals are asked of.
+                if core.owner.strong_count() == 0 && owner.strong_count() > 0 {
+                    core.owner = owner.clone();
+                }
+                core.state.summary(false)
+            };
             Ok((run, summary))
         } else {
             Err(GraphError::Conflict(format!(
