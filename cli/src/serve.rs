@@ -87,7 +87,7 @@ pub fn run(args: ServeArgs) -> u8 {
     outcome.exit_code() as u8
 }
 
-fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
+pub(crate) fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
     let mut config = ServerConfig::new(&args.state.state_dir);
     config.store = match args.state.store.unwrap_or(StoreArg::Jsonl) {
         StoreArg::Jsonl => StoreKind::Jsonl,

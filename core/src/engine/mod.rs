@@ -10,8 +10,8 @@ pub mod history;
 mod pool;
 pub mod queue;
 mod stats;
-mod threads;
-mod turn;
+pub(crate) mod threads;
+pub(crate) mod turn;
 
 pub use config::{Limits, ServerConfig};
 pub use history::{History, HistoryEntry, HistoryTurn};
@@ -36,6 +36,9 @@ pub const IMPLEMENTED_FEATURES: &[&str] = &[
     "structured_approval",
     "bounded_transport",
     "thread_compact",
+    "typed_graph",
+    "causal_messages",
+    "graph_effect_receipts",
 ];
 
 /// Why `open` failed.
@@ -262,6 +265,8 @@ pub(crate) struct Inner {
     pub stats: Stats,
     /// Threads with a thread/compact in progress (one at a time per thread).
     pub compacting: Mutex<std::collections::HashSet<String>>,
+    /// The Graph Kernel: graph runs on `<state>/graph-runs/` (core/src/graph/).
+    pub graph: crate::graph::GraphHost,
 }
 
 /// An in-process app server over one state directory. Cheap to clone; shuts down on `shutdown`
@@ -300,6 +305,7 @@ impl AppServer {
             config.store_options.clone(),
         )?;
         let policy = (config.policy, config.workspace.clone());
+        let graph = crate::graph::GraphHost::open(&config)?;
         let inner = Arc::new(Inner {
             config,
             store,
@@ -315,8 +321,10 @@ impl AppServer {
             pool: TurnPool::new(limits.max_running_turns, limits.max_queued_turns),
             stats: Stats::default(),
             compacting: Mutex::new(Default::default()),
+            graph,
         });
         threads::recover_all(&inner)?;
+        crate::graph::host::resume(&inner);
         Ok(AppServer { inner })
     }
 
@@ -418,6 +426,11 @@ impl AppServer {
         s
     }
 
+    /// The Graph Kernel of this server (docs/graph.md).
+    pub fn graph(&self) -> crate::graph::GraphHandle {
+        crate::graph::GraphHandle::new(&self.inner)
+    }
+
     /// The rollout store this server writes (for verification and tools).
     pub fn store(&self) -> &Arc<dyn RolloutStore> {
         &self.inner.store
@@ -434,6 +447,7 @@ impl AppServer {
         if self.inner.shut_down.swap(true, Ordering::SeqCst) {
             return;
         }
+        self.inner.graph.shutdown();
         for conn in lock(&self.inner.connections)
             .drain(..)
             .filter_map(|w| w.upgrade())

@@ -18,7 +18,7 @@ use crate::protocol::{
     ServerRequest, ToolCall, ToolRequestedEvent, ToolRequestedNotification, ToolRequestedParams,
     ToolResult, ToolResultDenied, ToolResultError, ToolResultEvent, ToolResultNotification,
     ToolResultParams, Turn, TurnCompletedEvent, TurnCompletedNotification, TurnCompletedParams,
-    TurnError, TurnStatus, TurnStatusChangedEvent,
+    TurnError, TurnStatus, TurnStatusChangedEvent, UserInput,
 };
 use crate::rollout::{NewEvent, StoreError};
 use crate::time::{format_unix_millis, now_rfc3339, now_unix_millis};
@@ -238,6 +238,19 @@ pub(crate) fn run(job: Job) {
         turn,
         input,
     } = job;
+    let kernel = Arc::clone(&inner.config.kernel);
+    run_on(inner, thread, turn, input, &*kernel);
+}
+
+/// `run` with a given kernel: the graph runtime runs each node attempt as a turn this way
+/// (core/src/graph/exec.rs), so its tool calls pass this same approval gate.
+pub(crate) fn run_on(
+    inner: Arc<Inner>,
+    thread: Arc<ThreadState>,
+    turn: Arc<TurnShared>,
+    input: Vec<UserInput>,
+    kernel: &dyn crate::kernel::AgentKernel,
+) {
     if turn.is_cancelled() {
         // Interrupted while it waited for a runner: the kernel never starts.
         let error = Some(turn_error("interrupted", "the turn was interrupted"));
@@ -257,9 +270,7 @@ pub(crate) fn run(job: Job) {
             "could not record the turn's start".into(),
         )))
     } else {
-        std::panic::catch_unwind(AssertUnwindSafe(|| {
-            inner.config.kernel.run_turn(&ctx, &input)
-        }))
+        std::panic::catch_unwind(AssertUnwindSafe(|| kernel.run_turn(&ctx, &input)))
     };
     let cancelled = turn.is_cancelled();
     let interrupted = || Some(turn_error("interrupted", "the turn was interrupted"));
