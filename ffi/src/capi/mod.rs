@@ -37,6 +37,7 @@ use cc_app_server::protocol::{
 };
 use serde_json::{json, Map, Value};
 use std::ffi::{c_char, c_void, CStr};
+use std::ops::Deref;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -119,6 +120,15 @@ pub struct cc_kernel {
     pub release: cc_release_fn,
 }
 
+// ---------------------------------------------------------------------------------------------
+// The entry-point pattern (docs/ffi.md, "Entry-point pattern"). Every `extern "C"` function below
+// is one call to `on` (a call on a handle), `guarded` (no handle), `query` (a plain value back,
+// not a `cc_result`) or `free`, with its own logic as a closure returning `Outcome`
+// (`cc_server_open`, with no handle to keep a last error on, calls `catch` and fills
+// `error_buf`). Those and `catch` are the only places that catch panics, record last errors and
+// turn failures into codes; the argument helpers (`handle`, `turn_state`, `str_arg`, `out_arg`,
+// `put`, `TextOut`, `Kept`) are the only places that read or write a caller's pointers.
+
 /// A failure: the code returned and the text kept as the handle's last error.
 struct Failure(cc_result, String);
 
@@ -126,6 +136,34 @@ type Outcome<T = ()> = Result<T, Failure>;
 
 fn fail(code: cc_result, text: impl Into<String>) -> Failure {
     Failure(code, text.into())
+}
+
+impl From<ClientError> for Failure {
+    fn from(e: ClientError) -> Self {
+        let code = match e {
+            ClientError::Overloaded { .. } => CC_ERR_OVERLOADED,
+            ClientError::Timeout => CC_ERR_TIMEOUT,
+            ClientError::Closed => CC_ERR_CLOSED,
+            ClientError::LineTooLarge { .. } => CC_ERR_LINE_TOO_LARGE,
+            ClientError::Protocol { .. } => CC_ERR_PROTOCOL,
+            ClientError::InvalidJson { .. } | ClientError::InvalidArgument { .. } => {
+                CC_ERR_INVALID_ARGUMENT
+            }
+        };
+        fail(code, e.to_string())
+    }
+}
+
+impl From<KernelError> for Failure {
+    fn from(e: KernelError) -> Self {
+        let code = match e {
+            KernelError::Cancelled => CC_ERR_CANCELLED,
+            KernelError::Failed { .. } => CC_ERR_FAILED,
+            KernelError::Invalid { .. } => CC_ERR_INVALID_ARGUMENT,
+            KernelError::Expired => CC_ERR_EXPIRED,
+        };
+        fail(code, e.to_string())
+    }
 }
 
 /// Last error text, kept per handle.
@@ -141,24 +179,40 @@ impl LastError {
     }
 }
 
+/// What a handle argument stands for while a call runs: where that call's failure text goes.
+trait Handle {
+    fn last_error(&self) -> &LastError;
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The panic boundary: runs `f`, turning a panic into `CC_ERR_PANIC`.
-fn guard(f: impl FnOnce() -> cc_result) -> cc_result {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or(CC_ERR_PANIC)
-}
-
-/// Runs `f` behind the panic boundary, recording a failure's text in `last`.
-fn guarded(last: Option<&LastError>, f: impl FnOnce() -> Outcome) -> cc_result {
-    let result = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+/// The panic boundary, the one `catch_unwind` of the C ABI: a panic in `body` becomes a
+/// `CC_ERR_PANIC` failure that carries the panic's message, so the host can report it.
+fn catch<T>(body: impl FnOnce() -> Outcome<T>) -> Outcome<T> {
+    catch_unwind(AssertUnwindSafe(|| {
+        #[cfg(test)]
+        tests::panic_point(tests::PanicAt::Entry);
+        body()
+    }))
+    .unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
         Err(fail(
             CC_ERR_PANIC,
-            "internal panic caught at the C boundary",
+            format!("internal panic caught at the C boundary: {message}"),
         ))
-    });
-    match result {
+    })
+}
+
+/// An entry point without a handle: `body` behind the panic boundary, a failure's text recorded
+/// in `last` (if any), the outcome as a code.
+fn guarded(last: Option<&LastError>, body: impl FnOnce() -> Outcome) -> cc_result {
+    match catch(body) {
         Ok(()) => CC_OK,
         Err(Failure(code, text)) => {
             if let Some(last) = last {
@@ -169,8 +223,62 @@ fn guarded(last: Option<&LastError>, f: impl FnOnce() -> Outcome) -> cc_result {
     }
 }
 
+/// An entry point on a handle: `live` is the looked-up handle (`handle` or `turn_state`); a
+/// missing one is its code with no text (there is no handle to keep it on), otherwise `body`
+/// runs behind the panic boundary and a failure's text becomes that handle's last error.
+fn on<H: Handle + ?Sized>(
+    live: Result<impl Deref<Target = H>, cc_result>,
+    body: impl FnOnce(&H) -> Outcome,
+) -> cc_result {
+    match live {
+        Ok(h) => guarded(Some(h.last_error()), || body(&h)),
+        Err(code) => code,
+    }
+}
+
+/// An entry point that answers with a value, not a code: `missing` for a missing handle or a
+/// panic (whose text is still kept as the handle's last error).
+fn query<H: Handle + ?Sized, T>(
+    live: Result<impl Deref<Target = H>, cc_result>,
+    missing: T,
+    body: impl FnOnce(&H) -> T,
+) -> T {
+    let Ok(h) = live else { return missing };
+    match catch(|| Ok(body(&h))) {
+        Ok(value) => value,
+        Err(Failure(_, text)) => {
+            h.last_error().set(text);
+            missing
+        }
+    }
+}
+
+/// An owned handle argument: `CC_ERR_NULL_ARGUMENT` for NULL.
+///
+/// # Safety
+/// `p` NULL or valid for the (caller-chosen) lifetime `'a`, as each entry point documents.
+unsafe fn handle<'a, T>(p: *const T) -> Result<&'a T, cc_result> {
+    p.as_ref().ok_or(CC_ERR_NULL_ARGUMENT)
+}
+
+/// Frees a handle made by `into_handle`: NULL is a no-op, and a panic in its `Drop` stays here
+/// (there is no handle left to report it on).
+unsafe fn free<T>(p: *mut T) {
+    if !p.is_null() {
+        let _ = catch(|| {
+            drop(Box::from_raw(p));
+            Ok(())
+        });
+    }
+}
+
+/// Gives a new handle to the host.
+fn into_handle<T>(value: T) -> *mut T {
+    Box::into_raw(Box::new(value))
+}
+
 /// Borrows a C string argument.
-unsafe fn arg<'a>(p: *const c_char, name: &str) -> Outcome<&'a str> {
+unsafe fn str_arg<'a>(p: *const c_char, name: &str) -> Outcome<&'a str> {
     if p.is_null() {
         return Err(fail(CC_ERR_NULL_ARGUMENT, format!("{name} is NULL")));
     }
@@ -179,73 +287,118 @@ unsafe fn arg<'a>(p: *const c_char, name: &str) -> Outcome<&'a str> {
         .map_err(|_| fail(CC_ERR_INVALID_ARGUMENT, format!("{name} is not UTF-8")))
 }
 
-/// Writes `text` + NUL into `(buf, len)`, reporting the size it needs.
-unsafe fn write_text(text: &str, buf: *mut c_char, len: usize, out_needed: *mut usize) -> Outcome {
-    let needed = text.len() + 1;
-    if !out_needed.is_null() {
-        *out_needed = needed;
-    }
-    if buf.is_null() || len < needed {
-        return Err(fail(
-            CC_ERR_BUFFER_TOO_SMALL,
-            format!("the text needs {needed} bytes including its NUL; the buffer has {len}"),
-        ));
-    }
-    std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), text.len());
-    *buf.add(text.len()) = 0;
-    Ok(())
+/// A required out-parameter.
+unsafe fn out_arg<'a, T>(p: *mut T, name: &str) -> Outcome<&'a mut T> {
+    p.as_mut()
+        .ok_or_else(|| fail(CC_ERR_NULL_ARGUMENT, format!("{name} is NULL")))
 }
 
-/// Writes `text`; if it does not fit, keeps it (with the code it came with) in `kept`.
-unsafe fn write_or_keep(
-    kept: &Mutex<Option<(cc_result, String)>>,
-    code: cc_result,
-    text: String,
+/// Sets an optional out-parameter (NULL: the caller does not want it).
+unsafe fn put<T>(p: *mut T, value: T) {
+    if !p.is_null() {
+        *p = value;
+    }
+}
+
+/// A caller's text buffer: `(buf, len)` and `out_needed`, as every text-out entry point takes them.
+#[derive(Clone, Copy)]
+struct TextOut {
     buf: *mut c_char,
     len: usize,
-    out_needed: *mut usize,
-) -> Outcome {
-    match write_text(&text, buf, len, out_needed) {
-        Ok(()) if code == CC_OK => Ok(()),
-        Ok(()) => Err(fail(code, text)),
-        Err(too_small) => {
-            *lock(kept) = Some((code, text));
-            Err(too_small)
+    needed: *mut usize,
+}
+
+impl TextOut {
+    fn new(buf: *mut c_char, len: usize, needed: *mut usize) -> Self {
+        TextOut { buf, len, needed }
+    }
+
+    /// Writes `text` + NUL, reporting the size it needs.
+    ///
+    /// # Safety
+    /// `buf` NULL or valid for `len` bytes; `needed` NULL or valid.
+    unsafe fn write(self, text: &str) -> Outcome {
+        let needed = text.len() + 1;
+        put(self.needed, needed);
+        if self.buf.is_null() || self.len < needed {
+            return Err(fail(
+                CC_ERR_BUFFER_TOO_SMALL,
+                format!(
+                    "the text needs {needed} bytes including its NUL; the buffer has {}",
+                    self.len
+                ),
+            ));
+        }
+        #[cfg(test)]
+        tests::panic_point(tests::PanicAt::TextOut);
+        std::ptr::copy_nonoverlapping(text.as_ptr(), self.buf.cast::<u8>(), text.len());
+        *self.buf.add(text.len()) = 0;
+        Ok(())
+    }
+}
+
+/// Text from a one-shot operation that did not fit the caller's buffer, with the code it came
+/// with, kept on the handle until a call hands it out.
+#[derive(Default)]
+struct Kept(Mutex<Option<(cc_result, String)>>);
+
+impl Kept {
+    /// Writes `text` (answering `code`); if it does not fit, keeps both.
+    unsafe fn write_or_keep(&self, out: TextOut, code: cc_result, text: String) -> Outcome {
+        match out.write(&text) {
+            Ok(()) if code == CC_OK => Ok(()),
+            Ok(()) => Err(fail(code, text)),
+            Err(too_small) => {
+                *lock(&self.0) = Some((code, text));
+                Err(too_small)
+            }
+        }
+    }
+
+    /// Hands out kept text: its original code once it fits, `CC_ERR_BUFFER_TOO_SMALL` (still
+    /// kept) while it does not, `Ok(false)` when nothing is kept.
+    unsafe fn take_into(&self, out: TextOut) -> Outcome<bool> {
+        let mut slot = lock(&self.0);
+        let Some((_, text)) = slot.as_ref() else {
+            return Ok(false);
+        };
+        out.write(text)?;
+        let (code, text) = slot.take().unwrap_or((CC_OK, String::new()));
+        if code == CC_OK {
+            Ok(true)
+        } else {
+            Err(fail(code, text))
+        }
+    }
+
+    /// What a `*_last_result` call does: the kept text, or `CC_ERR_FAILED` naming `what` when
+    /// nothing is kept.
+    unsafe fn hand_out(&self, out: TextOut, what: &str) -> Outcome {
+        if self.take_into(out)? {
+            Ok(())
+        } else {
+            Err(fail(CC_ERR_FAILED, format!("no {what} is kept")))
         }
     }
 }
 
-/// Hands out kept text: its original code once it fits, `CC_ERR_BUFFER_TOO_SMALL` (still kept)
-/// while it does not, `Ok(false)` when nothing is kept.
-unsafe fn take_kept(
-    kept: &Mutex<Option<(cc_result, String)>>,
-    buf: *mut c_char,
-    len: usize,
-    out_needed: *mut usize,
-) -> Outcome<bool> {
-    let mut slot = lock(kept);
-    let Some((_, text)) = slot.as_ref() else {
-        return Ok(false);
-    };
-    write_text(text, buf, len, out_needed)?;
-    let (code, text) = slot.take().unwrap_or((CC_OK, String::new()));
-    if code == CC_OK {
-        Ok(true)
-    } else {
-        Err(fail(code, text))
-    }
+/// What a `*_last_error` call does (empty text for no handle). It does not record its own
+/// failure (a short buffer) as the last error, so the text stays there to fetch with a larger
+/// buffer.
+unsafe fn last_error_into<H: Handle + ?Sized>(h: Option<&H>, out: TextOut) -> cc_result {
+    guarded(None, || {
+        out.write(&h.map(|h| h.last_error().get()).unwrap_or_default())
+    })
 }
 
-unsafe fn last_error_into(
-    last: Option<&LastError>,
-    buf: *mut c_char,
-    len: usize,
-    out_needed: *mut usize,
-) -> cc_result {
-    guarded(None, || {
-        let text = last.map(LastError::get).unwrap_or_default();
-        write_text(&text, buf, len, out_needed)
-    })
+/// Copies as much of `text` as fits into `(buf, len)`, NUL-terminated: the one-shot error buffer
+/// of `cc_server_open`, which has no handle to keep the text on.
+unsafe fn write_truncated(buf: *mut c_char, len: usize, text: &str) {
+    if !buf.is_null() && len > 0 {
+        let n = text.len().min(len - 1);
+        std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+        *buf.add(n) = 0;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -317,7 +470,7 @@ pub unsafe extern "C" fn cc_schema_digest(
     out_needed: *mut usize,
 ) -> cc_result {
     guarded(None, || {
-        write_text(cc_agent_protocol::schema_digest(), buf, len, out_needed)
+        TextOut::new(buf, len, out_needed).write(cc_agent_protocol::schema_digest())
     })
 }
 
@@ -334,6 +487,12 @@ pub struct cc_server {
 impl Drop for cc_server {
     fn drop(&mut self) {
         self.server.shutdown();
+    }
+}
+
+impl Handle for cc_server {
+    fn last_error(&self) -> &LastError {
+        &self.last_error
     }
 }
 
@@ -495,63 +654,51 @@ pub unsafe extern "C" fn cc_server_open(
     error_buf: *mut c_char,
     error_len: usize,
 ) -> cc_result {
-    let mut reason = String::new();
-    let code = guarded(None, || {
-        let outcome = (|| {
-            if out_server.is_null() {
-                return Err(fail(CC_ERR_NULL_ARGUMENT, "out_server is NULL"));
+    // No handle yet: the failure's text goes into `error_buf` instead of a last error.
+    let opened = catch(|| {
+        let out = out_arg(out_server, "out_server")?;
+        let options = options_from_json(str_arg(config_json, "config_json")?)?;
+        let kernel = match kernel.as_ref() {
+            None => None,
+            Some(k) if k.run_turn.is_none() => {
+                return Err(fail(CC_ERR_NULL_ARGUMENT, "kernel->run_turn is NULL"))
             }
-            let options = options_from_json(arg(config_json, "config_json")?)?;
-            let kernel = match kernel.as_ref() {
-                None => None,
-                Some(k) if k.run_turn.is_none() => {
-                    return Err(fail(CC_ERR_NULL_ARGUMENT, "kernel->run_turn is NULL"))
-                }
-                Some(k) => Some(*k),
-            };
-            let mut config = options
-                .to_config(None, None)
-                .map_err(|e| fail(CC_ERR_INVALID_ARGUMENT, e.to_string()))?;
-            // Ownership of user_data passes to the server only once open succeeds: until the
-            // kernel is armed, dropping it (a failed open) does not release user_data.
-            let host_kernel = kernel.map(|kernel| {
-                Arc::new(CKernel {
-                    kernel,
-                    armed: AtomicBool::new(false),
-                })
-            });
-            if let Some(k) = &host_kernel {
-                config.kernel = Arc::clone(k) as Arc<dyn CoreKernel>;
-            }
-            let core = crate::server::AppServer::open_core(config).map_err(|e| {
-                let code = match e {
-                    crate::errors::ServerError::Store { .. } => CC_ERR_STORE,
-                    _ => CC_ERR_INVALID_ARGUMENT,
-                };
-                fail(code, e.to_string())
-            })?;
-            if let Some(k) = host_kernel {
-                k.armed.store(true, Ordering::SeqCst);
-            }
-            *out_server = Box::into_raw(Box::new(cc_server {
-                server: core,
-                last_error: LastError::default(),
-            }));
-            Ok(())
-        })();
-        if let Err(Failure(_, text)) = &outcome {
-            reason = text.clone();
+            Some(k) => Some(*k),
+        };
+        let mut config = options
+            .to_config(None, None)
+            .map_err(|e| fail(CC_ERR_INVALID_ARGUMENT, e.to_string()))?;
+        // Ownership of user_data passes to the server only once open succeeds: until the
+        // kernel is armed, dropping it (a failed open) does not release user_data.
+        let host_kernel = kernel.map(|kernel| {
+            Arc::new(CKernel {
+                kernel,
+                armed: AtomicBool::new(false),
+            })
+        });
+        if let Some(k) = &host_kernel {
+            config.kernel = Arc::clone(k) as Arc<dyn CoreKernel>;
         }
-        outcome
+        let core = crate::server::AppServer::open_core(config).map_err(|e| {
+            let code = match e {
+                crate::errors::ServerError::Store { .. } => CC_ERR_STORE,
+                _ => CC_ERR_INVALID_ARGUMENT,
+            };
+            fail(code, e.to_string())
+        })?;
+        if let Some(k) = host_kernel {
+            k.armed.store(true, Ordering::SeqCst);
+        }
+        *out = into_handle(cc_server {
+            server: core,
+            last_error: LastError::default(),
+        });
+        Ok(())
     });
-    if code != CC_OK && reason.is_empty() {
-        reason = "internal panic caught at the C boundary".into();
-    }
-    if code != CC_OK && !error_buf.is_null() && error_len > 0 {
-        let n = reason.len().min(error_len - 1);
-        std::ptr::copy_nonoverlapping(reason.as_ptr(), error_buf.cast::<u8>(), n);
-        *error_buf.add(n) = 0;
-    }
+    let Err(Failure(code, reason)) = opened else {
+        return CC_OK;
+    };
+    write_truncated(error_buf, error_len, &reason);
     code
 }
 
@@ -562,12 +709,7 @@ pub unsafe extern "C" fn cc_server_open(
 /// `server` NULL or a handle from `cc_server_open` not yet freed; not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn cc_server_free(server: *mut cc_server) {
-    if !server.is_null() {
-        let _ = guard(|| {
-            drop(Box::from_raw(server));
-            CC_OK
-        });
-    }
+    free(server)
 }
 
 /// The server's last error text.
@@ -581,7 +723,7 @@ pub unsafe extern "C" fn cc_server_last_error(
     len: usize,
     out_needed: *mut usize,
 ) -> cc_result {
-    last_error_into(server.as_ref().map(|s| &s.last_error), buf, len, out_needed)
+    last_error_into(server.as_ref(), TextOut::new(buf, len, out_needed))
 }
 
 /// Checks one thread's whole hash chain and anchor in the server's store.
@@ -595,22 +737,15 @@ pub unsafe extern "C" fn cc_server_verify_thread(
     out_ok: *mut bool,
     out_events: *mut u64,
 ) -> cc_result {
-    let Some(s) = server.as_ref() else {
-        return CC_ERR_NULL_ARGUMENT;
-    };
-    guarded(Some(&s.last_error), || {
-        let id = arg(thread_id, "thread_id")?;
+    on(handle(server), |s| {
+        let id = str_arg(thread_id, "thread_id")?;
         let report = s
             .server
             .store()
             .verify(id)
             .map_err(|e| fail(CC_ERR_STORE, e.to_string()))?;
-        if !out_ok.is_null() {
-            *out_ok = report.ok();
-        }
-        if !out_events.is_null() {
-            *out_events = report.events;
-        }
+        put(out_ok, report.ok());
+        put(out_events, report.events);
         Ok(())
     })
 }
@@ -622,8 +757,14 @@ pub unsafe extern "C" fn cc_server_verify_thread(
 /// freed (and closed) by `cc_connection_free`.
 pub struct cc_connection {
     conn: CoreConnection,
-    kept: Mutex<Option<(cc_result, String)>>,
+    kept: Kept,
     last_error: LastError,
+}
+
+impl Handle for cc_connection {
+    fn last_error(&self) -> &LastError {
+        &self.last_error
+    }
 }
 
 /// Opens a raw connection. `*out_conn` owns the new handle.
@@ -635,22 +776,17 @@ pub unsafe extern "C" fn cc_server_connect(
     server: *const cc_server,
     out_conn: *mut *mut cc_connection,
 ) -> cc_result {
-    let Some(s) = server.as_ref() else {
-        return CC_ERR_NULL_ARGUMENT;
-    };
-    guarded(Some(&s.last_error), || {
-        if out_conn.is_null() {
-            return Err(fail(CC_ERR_NULL_ARGUMENT, "out_conn is NULL"));
-        }
+    on(handle(server), |s| {
+        let out = out_arg(out_conn, "out_conn")?;
         let conn = s
             .server
             .connect()
             .map_err(|_| fail(CC_ERR_CLOSED, "the server is shut down"))?;
-        *out_conn = Box::into_raw(Box::new(cc_connection {
+        *out = into_handle(cc_connection {
             conn,
-            kept: Mutex::new(None),
+            kept: Kept::default(),
             last_error: LastError::default(),
-        }));
+        });
         Ok(())
     })
 }
@@ -666,17 +802,12 @@ pub unsafe extern "C" fn cc_connection_send(
     message: *const c_char,
     out_retry_after_ms: *mut u64,
 ) -> cc_result {
-    let Some(c) = conn.as_ref() else {
-        return CC_ERR_NULL_ARGUMENT;
-    };
-    guarded(Some(&c.last_error), || {
-        let message = arg(message, "message")?;
+    on(handle(conn), |c| {
+        let message = str_arg(message, "message")?;
         c.conn.send(message).map_err(|e| {
             let code = match e {
                 SendError::Overloaded { retry_after_ms } => {
-                    if !out_retry_after_ms.is_null() {
-                        *out_retry_after_ms = retry_after_ms;
-                    }
+                    put(out_retry_after_ms, retry_after_ms);
                     CC_ERR_OVERLOADED
                 }
                 SendError::LineTooLarge { .. } => CC_ERR_LINE_TOO_LARGE,
@@ -701,11 +832,9 @@ pub unsafe extern "C" fn cc_connection_recv(
     len: usize,
     out_needed: *mut usize,
 ) -> cc_result {
-    let Some(c) = conn.as_ref() else {
-        return CC_ERR_NULL_ARGUMENT;
-    };
-    guarded(Some(&c.last_error), || {
-        if take_kept(&c.kept, buf, len, out_needed)? {
+    let out = TextOut::new(buf, len, out_needed);
+    on(handle(conn), |c| {
+        if c.kept.take_into(out)? {
             return Ok(());
         }
         let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
@@ -713,7 +842,7 @@ pub unsafe extern "C" fn cc_connection_recv(
             RecvError::Timeout => fail(CC_ERR_TIMEOUT, "no message within the timeout"),
             RecvError::Closed => fail(CC_ERR_CLOSED, "the connection is closed"),
         })?;
-        write_or_keep(&c.kept, CC_OK, message, buf, len, out_needed)
+        c.kept.write_or_keep(out, CC_OK, message)
     })
 }
 
@@ -723,9 +852,7 @@ pub unsafe extern "C" fn cc_connection_recv(
 /// `conn` NULL or valid.
 #[no_mangle]
 pub unsafe extern "C" fn cc_connection_is_open(conn: *const cc_connection) -> bool {
-    conn.as_ref()
-        .and_then(|c| catch_unwind(AssertUnwindSafe(|| c.conn.is_open())).ok())
-        .unwrap_or(false)
+    query(handle(conn), false, |c| c.conn.is_open())
 }
 
 /// Closes the connection (pending approvals fail closed). The handle stays valid until freed.
@@ -734,13 +861,10 @@ pub unsafe extern "C" fn cc_connection_is_open(conn: *const cc_connection) -> bo
 /// `conn` NULL or valid.
 #[no_mangle]
 pub unsafe extern "C" fn cc_connection_close(conn: *const cc_connection) -> cc_result {
-    match conn.as_ref() {
-        None => CC_ERR_NULL_ARGUMENT,
-        Some(c) => guard(|| {
-            c.conn.close();
-            CC_OK
-        }),
-    }
+    on(handle(conn), |c| {
+        c.conn.close();
+        Ok(())
+    })
 }
 
 /// Closes and frees the connection. NULL is a no-op.
@@ -749,12 +873,7 @@ pub unsafe extern "C" fn cc_connection_close(conn: *const cc_connection) -> cc_r
 /// `conn` NULL or a handle from `cc_server_connect` not yet freed; not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn cc_connection_free(conn: *mut cc_connection) {
-    if !conn.is_null() {
-        let _ = guard(|| {
-            drop(Box::from_raw(conn));
-            CC_OK
-        });
-    }
+    free(conn)
 }
 
 /// The connection's last error text.
@@ -768,7 +887,7 @@ pub unsafe extern "C" fn cc_connection_last_error(
     len: usize,
     out_needed: *mut usize,
 ) -> cc_result {
-    last_error_into(conn.as_ref().map(|c| &c.last_error), buf, len, out_needed)
+    last_error_into(conn.as_ref(), TextOut::new(buf, len, out_needed))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -778,10 +897,24 @@ pub unsafe extern "C" fn cc_connection_last_error(
 /// default decline). Created by `cc_client_connect`, freed (and closed) by `cc_client_free`.
 pub struct cc_client {
     client: Client,
-    kept_result: Mutex<Option<(cc_result, String)>>,
-    kept_notification: Mutex<Option<(cc_result, String)>>,
+    kept_result: Kept,
+    kept_notification: Kept,
     last_error: LastError,
     last_code: Mutex<i64>,
+}
+
+impl Handle for cc_client {
+    fn last_error(&self) -> &LastError {
+        &self.last_error
+    }
+}
+
+impl Drop for cc_client {
+    /// Closes before the approval handler is dropped, so `cc_client_free` returning means the
+    /// callback is never called again.
+    fn drop(&mut self) {
+        self.client.close();
+    }
 }
 
 struct CApproval {
@@ -827,44 +960,23 @@ pub unsafe extern "C" fn cc_client_connect(
     request_timeout_ms: u32,
     out_client: *mut *mut cc_client,
 ) -> cc_result {
-    let Some(s) = server.as_ref() else {
-        return CC_ERR_NULL_ARGUMENT;
-    };
-    guarded(Some(&s.last_error), || {
-        if out_client.is_null() {
-            return Err(fail(CC_ERR_NULL_ARGUMENT, "out_client is NULL"));
-        }
+    on(handle(server), |s| {
+        let out = out_arg(out_client, "out_client")?;
         let handler =
             approve.map(|decide| Arc::new(CApproval { decide, user_data }) as Arc<dyn CoreHandler>);
         let mut config = ClientConfig::default();
         if request_timeout_ms > 0 {
             config.request_timeout = Duration::from_millis(request_timeout_ms.into());
         }
-        let client =
-            Client::connect_core(&s.server, handler, config).map_err(|e| client_failure(&e))?;
-        *out_client = Box::into_raw(Box::new(cc_client {
-            client,
-            kept_result: Mutex::new(None),
-            kept_notification: Mutex::new(None),
+        *out = into_handle(cc_client {
+            client: Client::connect_core(&s.server, handler, config)?,
+            kept_result: Kept::default(),
+            kept_notification: Kept::default(),
             last_error: LastError::default(),
             last_code: Mutex::new(0),
-        }));
+        });
         Ok(())
     })
-}
-
-fn client_failure(e: &ClientError) -> Failure {
-    let code = match e {
-        ClientError::Overloaded { .. } => CC_ERR_OVERLOADED,
-        ClientError::Timeout => CC_ERR_TIMEOUT,
-        ClientError::Closed => CC_ERR_CLOSED,
-        ClientError::LineTooLarge { .. } => CC_ERR_LINE_TOO_LARGE,
-        ClientError::Protocol { .. } => CC_ERR_PROTOCOL,
-        ClientError::InvalidJson { .. } | ClientError::InvalidArgument { .. } => {
-            CC_ERR_INVALID_ARGUMENT
-        }
-    };
-    fail(code, e.to_string())
 }
 
 /// Sends a request and waits for its answer. `params_json` NULL means `{}`. `CC_OK`: `buf` holds
@@ -884,16 +996,13 @@ pub unsafe extern "C" fn cc_client_request(
     len: usize,
     out_needed: *mut usize,
 ) -> cc_result {
-    let Some(c) = client.as_ref() else {
-        return CC_ERR_NULL_ARGUMENT;
-    };
-    guarded(Some(&c.last_error), || {
-        let method = arg(method, "method")?;
+    let out = TextOut::new(buf, len, out_needed);
+    on(handle(client), |c| {
+        let method = str_arg(method, "method")?;
         let params = if params_json.is_null() {
             Value::Object(Map::new())
         } else {
-            crate::client::parse_params(arg(params_json, "params_json")?)
-                .map_err(|e| client_failure(&e))?
+            crate::client::parse_params(str_arg(params_json, "params_json")?)?
         };
         let (code, text) = match c.client.request_value(method, params) {
             Ok(result) => (CC_OK, result.to_string()),
@@ -907,13 +1016,13 @@ pub unsafe extern "C" fn cc_client_request(
             }
             Err(e) => {
                 *lock(&c.last_code) = e.code();
-                return Err(client_failure(&e));
+                return Err(e.into());
             }
         };
         if code == CC_OK {
             *lock(&c.last_code) = 0;
         }
-        write_or_keep(&c.kept_result, code, text, buf, len, out_needed)
+        c.kept_result.write_or_keep(out, code, text)
     })
 }
 
@@ -929,15 +1038,9 @@ pub unsafe extern "C" fn cc_client_last_result(
     len: usize,
     out_needed: *mut usize,
 ) -> cc_result {
-    let Some(c) = client.as_ref() else {
-        return CC_ERR_NULL_ARGUMENT;
-    };
-    guarded(Some(&c.last_error), || {
-        if take_kept(&c.kept_result, buf, len, out_needed)? {
-            Ok(())
-        } else {
-            Err(fail(CC_ERR_FAILED, "no result is kept"))
-        }
+    on(handle(client), |c| {
+        c.kept_result
+            .hand_out(TextOut::new(buf, len, out_needed), "result")
     })
 }
 
@@ -948,10 +1051,7 @@ pub unsafe extern "C" fn cc_client_last_result(
 /// `client` NULL or valid.
 #[no_mangle]
 pub unsafe extern "C" fn cc_client_last_error_code(client: *const cc_client) -> i64 {
-    client
-        .as_ref()
-        .and_then(|c| catch_unwind(AssertUnwindSafe(|| *lock(&c.last_code))).ok())
-        .unwrap_or(0)
+    query(handle(client), 0, |c| *lock(&c.last_code))
 }
 
 /// Receives the next notification (a whole JSON-RPC message) into `buf`, waiting up to
@@ -968,21 +1068,13 @@ pub unsafe extern "C" fn cc_client_next_notification(
     len: usize,
     out_needed: *mut usize,
 ) -> cc_result {
-    let Some(c) = client.as_ref() else {
-        return CC_ERR_NULL_ARGUMENT;
-    };
-    guarded(Some(&c.last_error), || {
-        if take_kept(&c.kept_notification, buf, len, out_needed)? {
+    let out = TextOut::new(buf, len, out_needed);
+    on(handle(client), |c| {
+        if c.kept_notification.take_into(out)? {
             return Ok(());
         }
-        let next = c
-            .client
-            .next_notification(timeout_ms.into())
-            .map_err(|e| client_failure(&e))?;
-        match next {
-            Some(message) => {
-                write_or_keep(&c.kept_notification, CC_OK, message, buf, len, out_needed)
-            }
+        match c.client.next_notification(timeout_ms.into())? {
+            Some(message) => c.kept_notification.write_or_keep(out, CC_OK, message),
             None => Err(fail(CC_ERR_TIMEOUT, "no notification within the timeout")),
         }
     })
@@ -999,7 +1091,7 @@ pub unsafe extern "C" fn cc_client_last_error(
     len: usize,
     out_needed: *mut usize,
 ) -> cc_result {
-    last_error_into(client.as_ref().map(|c| &c.last_error), buf, len, out_needed)
+    last_error_into(client.as_ref(), TextOut::new(buf, len, out_needed))
 }
 
 /// Closes the connection and frees the client; after it returns the approval callback is never
@@ -1009,14 +1101,7 @@ pub unsafe extern "C" fn cc_client_last_error(
 /// `client` NULL or a handle from `cc_client_connect` not yet freed; not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn cc_client_free(client: *mut cc_client) {
-    if !client.is_null() {
-        let _ = guard(|| {
-            let c = Box::from_raw(client);
-            c.client.close();
-            drop(c);
-            CC_OK
-        });
-    }
+    free(client)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1032,9 +1117,15 @@ pub struct cc_turn {
 /// What a `cc_turn` token stands for while its `run_turn` runs.
 struct TurnState {
     ctx: Arc<TurnContext>,
-    kept: Mutex<Option<(cc_result, String)>>,
+    kept: Kept,
     failure: Mutex<Option<String>>,
     last_error: LastError,
+}
+
+impl Handle for TurnState {
+    fn last_error(&self) -> &LastError {
+        &self.last_error
+    }
 }
 
 /// Live turns by token. Tokens come from a counter and are never reused (a 64-bit counter does
@@ -1071,19 +1162,6 @@ impl Drop for CKernel {
     }
 }
 
-fn kernel_error_code(e: &KernelError) -> cc_result {
-    match e {
-        KernelError::Cancelled => CC_ERR_CANCELLED,
-        KernelError::Failed { .. } => CC_ERR_FAILED,
-        KernelError::Invalid { .. } => CC_ERR_INVALID_ARGUMENT,
-        KernelError::Expired => CC_ERR_EXPIRED,
-    }
-}
-
-fn kernel_failure(e: KernelError) -> Failure {
-    fail(kernel_error_code(&e), e.to_string())
-}
-
 impl CoreKernel for CKernel {
     fn run_turn(&self, ctx: &dyn CoreContext, input: &[UserInput]) -> Result<(), CoreKernelError> {
         let Some(run_turn) = self.kernel.run_turn else {
@@ -1094,7 +1172,7 @@ impl CoreKernel for CKernel {
         let lease = Lease::new(ctx);
         let state = Arc::new(TurnState {
             ctx: Arc::clone(&lease.0),
-            kept: Mutex::new(None),
+            kept: Kept::default(),
             failure: Mutex::new(None),
             last_error: LastError::default(),
         });
@@ -1132,8 +1210,8 @@ impl CoreKernel for CKernel {
     }
 }
 
-/// The live turn a token stands for: `CC_ERR_NULL_ARGUMENT` for NULL, `CC_ERR_EXPIRED` for a
-/// token whose `run_turn` has returned (or that was never handed out).
+/// The live turn a token stands for (the `handle` of a `cc_turn`): `CC_ERR_NULL_ARGUMENT` for
+/// NULL, `CC_ERR_EXPIRED` for a token whose `run_turn` has returned (or was never handed out).
 fn turn_state(turn: *const cc_turn) -> Result<Arc<TurnState>, cc_result> {
     if turn.is_null() {
         return Err(CC_ERR_NULL_ARGUMENT);
@@ -1145,6 +1223,7 @@ fn turn_state(turn: *const cc_turn) -> Result<Arc<TurnState>, cc_result> {
         .ok_or(CC_ERR_EXPIRED)
 }
 
+/// The turn text getters: `text` of the live turn into the caller's buffer.
 unsafe fn turn_text(
     turn: *const cc_turn,
     buf: *mut c_char,
@@ -1152,13 +1231,8 @@ unsafe fn turn_text(
     out_needed: *mut usize,
     text: impl FnOnce(&TurnContext) -> Result<String, KernelError>,
 ) -> cc_result {
-    let t = match turn_state(turn) {
-        Ok(t) => t,
-        Err(code) => return code,
-    };
-    guarded(Some(&t.last_error), || {
-        let text = text(&t.ctx).map_err(kernel_failure)?;
-        write_text(&text, buf, len, out_needed)
+    on(turn_state(turn), |t| {
+        TextOut::new(buf, len, out_needed).write(&text(&t.ctx)?)
     })
 }
 
@@ -1247,13 +1321,9 @@ pub unsafe extern "C" fn cc_turn_item_started(
     turn: *const cc_turn,
     item_json: *const c_char,
 ) -> cc_result {
-    let t = match turn_state(turn) {
-        Ok(t) => t,
-        Err(code) => return code,
-    };
-    guarded(Some(&t.last_error), || {
-        let item = arg(item_json, "item_json")?.to_string();
-        t.ctx.item_started(item).map_err(kernel_failure)
+    on(turn_state(turn), |t| {
+        let item = str_arg(item_json, "item_json")?.to_string();
+        Ok(t.ctx.item_started(item)?)
     })
 }
 
@@ -1267,14 +1337,10 @@ pub unsafe extern "C" fn cc_turn_item_delta(
     item_id: *const c_char,
     delta_json: *const c_char,
 ) -> cc_result {
-    let t = match turn_state(turn) {
-        Ok(t) => t,
-        Err(code) => return code,
-    };
-    guarded(Some(&t.last_error), || {
-        let id = arg(item_id, "item_id")?.to_string();
-        let delta = arg(delta_json, "delta_json")?.to_string();
-        t.ctx.item_delta(id, delta).map_err(kernel_failure)
+    on(turn_state(turn), |t| {
+        let id = str_arg(item_id, "item_id")?.to_string();
+        let delta = str_arg(delta_json, "delta_json")?.to_string();
+        Ok(t.ctx.item_delta(id, delta)?)
     })
 }
 
@@ -1287,13 +1353,9 @@ pub unsafe extern "C" fn cc_turn_item_completed(
     turn: *const cc_turn,
     item_json: *const c_char,
 ) -> cc_result {
-    let t = match turn_state(turn) {
-        Ok(t) => t,
-        Err(code) => return code,
-    };
-    guarded(Some(&t.last_error), || {
-        let item = arg(item_json, "item_json")?.to_string();
-        t.ctx.item_completed(item).map_err(kernel_failure)
+    on(turn_state(turn), |t| {
+        let item = str_arg(item_json, "item_json")?.to_string();
+        Ok(t.ctx.item_completed(item)?)
     })
 }
 
@@ -1314,16 +1376,13 @@ pub unsafe extern "C" fn cc_turn_request_tool(
     len: usize,
     out_needed: *mut usize,
 ) -> cc_result {
-    let t = match turn_state(turn) {
-        Ok(t) => t,
-        Err(code) => return code,
-    };
-    guarded(Some(&t.last_error), || {
-        let id = arg(item_id, "item_id")?.to_string();
-        let tool = arg(tool, "tool")?.to_string();
-        let args = arg(arguments_json, "arguments_json")?.to_string();
-        let result = t.ctx.request_tool(id, tool, args).map_err(kernel_failure)?;
-        write_or_keep(&t.kept, CC_OK, result, buf, len, out_needed)
+    on(turn_state(turn), |t| {
+        let id = str_arg(item_id, "item_id")?.to_string();
+        let tool = str_arg(tool, "tool")?.to_string();
+        let args = str_arg(arguments_json, "arguments_json")?.to_string();
+        let result = t.ctx.request_tool(id, tool, args)?;
+        t.kept
+            .write_or_keep(TextOut::new(buf, len, out_needed), CC_OK, result)
     })
 }
 
@@ -1340,16 +1399,9 @@ pub unsafe extern "C" fn cc_turn_last_result(
     len: usize,
     out_needed: *mut usize,
 ) -> cc_result {
-    let t = match turn_state(turn) {
-        Ok(t) => t,
-        Err(code) => return code,
-    };
-    guarded(Some(&t.last_error), || {
-        if take_kept(&t.kept, buf, len, out_needed)? {
-            Ok(())
-        } else {
-            Err(fail(CC_ERR_FAILED, "no tool result is kept"))
-        }
+    on(turn_state(turn), |t| {
+        t.kept
+            .hand_out(TextOut::new(buf, len, out_needed), "tool result")
     })
 }
 
@@ -1359,9 +1411,7 @@ pub unsafe extern "C" fn cc_turn_last_result(
 /// `turn` NULL or the handle passed to `run_turn`, during that call.
 #[no_mangle]
 pub unsafe extern "C" fn cc_turn_is_cancelled(turn: *const cc_turn) -> bool {
-    turn_state(turn)
-        .map(|t| catch_unwind(AssertUnwindSafe(|| t.ctx.is_cancelled())).unwrap_or(true))
-        .unwrap_or(true)
+    query(turn_state(turn), true, |t| t.ctx.is_cancelled())
 }
 
 /// Sleeps up to `ms`, waking early on cancellation; true when cancelled.
@@ -1371,9 +1421,7 @@ pub unsafe extern "C" fn cc_turn_is_cancelled(turn: *const cc_turn) -> bool {
 #[no_mangle]
 pub unsafe extern "C" fn cc_turn_sleep(turn: *const cc_turn, ms: u64) -> bool {
     let ms = i64::try_from(ms).unwrap_or(i64::MAX);
-    turn_state(turn)
-        .map(|t| catch_unwind(AssertUnwindSafe(|| t.ctx.sleep_cancellable(ms))).unwrap_or(true))
-        .unwrap_or(true)
+    query(turn_state(turn), true, |t| t.ctx.sleep_cancellable(ms))
 }
 
 /// Sets the reason shown to the user when `run_turn` returns a failure code (copied).
@@ -1382,12 +1430,8 @@ pub unsafe extern "C" fn cc_turn_sleep(turn: *const cc_turn, ms: u64) -> bool {
 /// `turn` the handle passed to `run_turn`, during that call; `reason` a valid C string.
 #[no_mangle]
 pub unsafe extern "C" fn cc_turn_fail(turn: *const cc_turn, reason: *const c_char) -> cc_result {
-    let t = match turn_state(turn) {
-        Ok(t) => t,
-        Err(code) => return code,
-    };
-    guarded(Some(&t.last_error), || {
-        let reason = arg(reason, "reason")?;
+    on(turn_state(turn), |t| {
+        let reason = str_arg(reason, "reason")?;
         *lock(&t.failure) = Some(reason.chars().take(1024).collect());
         Ok(())
     })
@@ -1406,7 +1450,7 @@ pub unsafe extern "C" fn cc_turn_last_error(
     out_needed: *mut usize,
 ) -> cc_result {
     match turn_state(turn) {
-        Ok(t) => last_error_into(Some(&t.last_error), buf, len, out_needed),
+        Ok(t) => last_error_into(Some(&*t), TextOut::new(buf, len, out_needed)),
         Err(code) => code,
     }
 }
@@ -1449,20 +1493,23 @@ pub unsafe extern "C" fn cc_set_log_callback(
     user_data: *mut c_void,
     level: i32,
 ) -> cc_result {
-    guard(|| {
-        let Ok(rank) = u8::try_from(level) else {
-            return CC_ERR_INVALID_ARGUMENT;
+    guarded(None, || {
+        use crate::log::{set_c_callback, CCallback, LogLevel};
+        let level = match u8::try_from(level).map(LogLevel::from_rank) {
+            Ok(Some(level)) => Some(level),
+            _ if level == CC_LOG_OFF => None,
+            _ => {
+                return Err(fail(
+                    CC_ERR_INVALID_ARGUMENT,
+                    format!("log level {level}: use CC_LOG_OFF (0) to CC_LOG_TRACE (5)"),
+                ))
+            }
         };
-        let target = match (callback, crate::log::LogLevel::from_rank(rank)) {
-            (_, None) if rank != 0 => return CC_ERR_INVALID_ARGUMENT,
-            (Some(f), Some(level)) => Some((crate::log::CCallback { f, user_data }, level)),
-            _ => None,
+        match (callback, level) {
+            (Some(f), Some(level)) => set_c_callback(Some(CCallback { f, user_data }), level),
+            _ => set_c_callback(None, LogLevel::Error),
         };
-        match target {
-            Some((cb, level)) => crate::log::set_c_callback(Some(cb), level),
-            None => crate::log::set_c_callback(None, crate::log::LogLevel::Error),
-        };
-        CC_OK
+        Ok(())
     })
 }
 

@@ -779,3 +779,235 @@ fn the_rollout_key_comes_from_the_config_and_is_never_echoed() {
         assert!(!text.contains("0f0f0f"), "the key is never echoed: {text}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The panic path. A callback written in Rust cannot panic into the library (an `extern "C"`
+// function aborts on panic), so this test-only hook is what makes a real panic happen inside an
+// entry point: `catch` (the one boundary every entry point goes through) and `TextOut::write`
+// (with a handle's kept-text lock held) call `panic_point`, which panics once where armed.
+
+/// Where the next call on this thread panics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PanicAt {
+    /// Inside the boundary, before the entry point's own logic runs.
+    Entry,
+    /// While writing text into the caller's buffer (mid-operation).
+    TextOut,
+}
+
+thread_local! {
+    static PANIC_AT: std::cell::Cell<Option<PanicAt>> = const { std::cell::Cell::new(None) };
+}
+
+pub(super) fn panic_point(here: PanicAt) {
+    if PANIC_AT.with(|armed| armed.get()) == Some(here) {
+        PANIC_AT.with(|armed| armed.set(None));
+        panic!("provoked by a test at {here:?}");
+    }
+}
+
+/// Arms a one-shot panic at `at` for the next call on this thread.
+fn panic_next(at: PanicAt) {
+    PANIC_AT.with(|armed| armed.set(Some(at)));
+}
+
+const PANIC_TEXT: &str = "internal panic caught at the C boundary: provoked by a test at";
+
+unsafe fn text_of(
+    f: impl FnOnce(*mut c_char, usize, *mut usize) -> cc_result,
+) -> (cc_result, String) {
+    let mut buf = vec![0 as c_char; 4096];
+    let code = f(buf.as_mut_ptr(), buf.len(), null_mut());
+    let text = CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned();
+    (code, text)
+}
+
+#[test]
+fn a_panic_inside_an_entry_point_is_cc_err_panic_with_its_message_and_the_handle_stays_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = open(dir.path(), json!({}), None);
+    unsafe {
+        // On a client: the request panics, its text is the client's last error, and the same
+        // handle answers the next request.
+        let mut client = null_mut();
+        assert_eq!(
+            cc_client_connect(server, None, null_mut(), 0, &mut client),
+            CC_OK
+        );
+        panic_next(PanicAt::Entry);
+        let (code, _) = request(client, "thread/start", json!({"threadId": "p"}));
+        assert_eq!(code, CC_ERR_PANIC);
+        let (code, last) = text_of(|b, l, n| cc_client_last_error(client, b, l, n));
+        assert_eq!(code, CC_OK);
+        assert!(last.starts_with(PANIC_TEXT), "{last}");
+        assert!(last.ends_with("Entry"), "the panic's own message: {last}");
+        let (code, started) = request(client, "thread/start", json!({"threadId": "p"}));
+        assert_eq!(code, CC_OK, "{started}");
+        assert_eq!(started["thread"]["id"], "p", "{started}");
+        // A value-returning entry point answers its documented fallback and keeps the text
+        // (replacing an ordinary failure's).
+        let code = cc_client_request(client, null(), null(), null_mut(), 0, null_mut());
+        assert_eq!(code, CC_ERR_NULL_ARGUMENT);
+        let (_, last) = text_of(|b, l, n| cc_client_last_error(client, b, l, n));
+        assert_eq!(last, "method is NULL");
+        panic_next(PanicAt::Entry);
+        assert_eq!(cc_client_last_error_code(client), 0);
+        let (_, last) = text_of(|b, l, n| cc_client_last_error(client, b, l, n));
+        assert!(last.starts_with(PANIC_TEXT), "{last}");
+
+        // On a raw connection, mid-operation: a message kept because it did not fit; the panic
+        // comes while it is being copied out, with the kept-text lock held. Nothing is lost:
+        // the next receive hands out the same message.
+        let mut conn = null_mut();
+        assert_eq!(cc_server_connect(server, &mut conn), CC_OK);
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1, "minimumProtocolVersion": 1, "client": {"name": "c", "version": "1"}, "features": []}});
+        assert_eq!(
+            cc_connection_send(conn, c(&init.to_string()).as_ptr(), null_mut()),
+            CC_OK
+        );
+        let mut needed = 0;
+        assert_eq!(
+            cc_connection_recv(conn, 20_000, null_mut(), 0, &mut needed),
+            CC_ERR_BUFFER_TOO_SMALL
+        );
+        panic_next(PanicAt::TextOut);
+        let (code, _) = text_of(|b, l, n| cc_connection_recv(conn, 0, b, l, n));
+        assert_eq!(code, CC_ERR_PANIC);
+        let (_, last) = text_of(|b, l, n| cc_connection_last_error(conn, b, l, n));
+        assert!(
+            last.starts_with(PANIC_TEXT) && last.ends_with("TextOut"),
+            "{last}"
+        );
+        let answer = recv(conn);
+        assert_eq!(answer["id"], 1, "{answer}");
+        assert_eq!(answer["result"]["protocolVersion"], 1, "{answer}");
+        panic_next(PanicAt::Entry);
+        assert!(!cc_connection_is_open(conn), "a panic reads as not open");
+        assert!(cc_connection_is_open(conn), "and the connection still is");
+        cc_connection_free(conn);
+
+        // No handle: the code alone, or (open) the text in error_buf.
+        panic_next(PanicAt::Entry);
+        let mut needed = 0;
+        assert_eq!(cc_schema_digest(null_mut(), 0, &mut needed), CC_ERR_PANIC);
+        assert_eq!(needed, 0, "the panic came before the digest was measured");
+        panic_next(PanicAt::Entry);
+        assert_eq!(
+            cc_set_log_callback(None, null_mut(), CC_LOG_OFF),
+            CC_ERR_PANIC
+        );
+        let other = tempfile::tempdir().unwrap();
+        let config = json!({"stateDir": other.path().to_str().unwrap()}).to_string();
+        let mut opened = null_mut();
+        let mut err = [0 as c_char; 256];
+        panic_next(PanicAt::Entry);
+        let code = cc_server_open(
+            c(&config).as_ptr(),
+            null(),
+            &mut opened,
+            err.as_mut_ptr(),
+            err.len(),
+        );
+        assert_eq!(code, CC_ERR_PANIC);
+        assert!(opened.is_null());
+        let reason = CStr::from_ptr(err.as_ptr()).to_str().unwrap();
+        assert!(reason.starts_with(PANIC_TEXT), "{reason}");
+        let code = cc_server_open(c(&config).as_ptr(), null(), &mut opened, null_mut(), 0);
+        assert_eq!(code, CC_OK);
+        cc_server_free(opened);
+
+        cc_client_free(client);
+        cc_server_free(server);
+    }
+}
+
+/// What `panicking_run_turn` saw: (what, code or bool, last error text).
+static PANIC_TURN: Mutex<Vec<(&'static str, i32, String)>> = Mutex::new(Vec::new());
+
+unsafe extern "C" fn panicking_run_turn(
+    _user_data: *mut c_void,
+    turn: *mut cc_turn,
+    _input: *const c_char,
+) -> i32 {
+    let mut seen = Vec::new();
+    let mut id = [0 as c_char; 64];
+    if cc_turn_new_item_id(turn, id.as_mut_ptr(), id.len(), null_mut()) != CC_OK {
+        return CC_ERR_FAILED as i32;
+    }
+    let id = CStr::from_ptr(id.as_ptr()).to_str().unwrap().to_string();
+    let item = c(&json!({"type": "agentMessage", "id": id, "text": "after a panic"}).to_string());
+    // This runs on an engine thread: the hook is armed here, for this thread.
+    panic_next(PanicAt::Entry);
+    let code = cc_turn_item_started(turn, item.as_ptr());
+    let (_, last) = text_of(|b, l, n| cc_turn_last_error(turn, b, l, n));
+    seen.push(("item_started", code as i32, last));
+    // An ordinary failure's text first, so the next one is seen to replace it.
+    let code = cc_turn_item_delta(turn, null(), null());
+    let (_, last) = text_of(|b, l, n| cc_turn_last_error(turn, b, l, n));
+    seen.push(("item_delta(NULL)", code as i32, last));
+    panic_next(PanicAt::Entry);
+    let cancelled = cc_turn_is_cancelled(turn);
+    let (_, last) = text_of(|b, l, n| cc_turn_last_error(turn, b, l, n));
+    seen.push(("is_cancelled", i32::from(cancelled), last));
+    // The same turn handle goes on: the item the panicking call never recorded, then done.
+    let code = cc_turn_item_started(turn, item.as_ptr());
+    seen.push(("item_started again", code as i32, String::new()));
+    let code = cc_turn_item_completed(turn, item.as_ptr());
+    *lock(&PANIC_TURN) = seen;
+    code as i32
+}
+
+#[test]
+fn a_panic_inside_a_turn_entry_point_is_reported_on_the_turn_handle_and_the_turn_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = cc_kernel {
+        run_turn: Some(panicking_run_turn),
+        user_data: null_mut(),
+        release: None,
+    };
+    let server = open(dir.path(), json!({}), Some(&kernel));
+    unsafe {
+        let mut client = null_mut();
+        assert_eq!(
+            cc_client_connect(server, None, null_mut(), 0, &mut client),
+            CC_OK
+        );
+        request(client, "thread/start", json!({"threadId": "pt"}));
+        request(
+            client,
+            "turn/start",
+            json!({"threadId": "pt", "input": [{"type": "text", "text": "hi"}]}),
+        );
+        let done = wait_notification(client, "turn/completed");
+        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+        let (code, read) = request(client, "thread/read", json!({"threadId": "pt"}));
+        assert_eq!(code, CC_OK);
+        let started: Vec<&Value> = read["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["payload"]["type"] == "itemStarted")
+            .collect();
+        assert_eq!(started.len(), 1, "recorded once, after the panic: {read}");
+        assert_eq!(started[0]["payload"]["item"]["text"], "after a panic");
+        cc_client_free(client);
+        cc_server_free(server);
+    }
+    let seen = lock(&PANIC_TURN).clone();
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert_eq!(seen[0].0, "item_started");
+    assert_eq!(seen[0].1, CC_ERR_PANIC as i32);
+    assert!(seen[0].2.starts_with(PANIC_TEXT), "{seen:?}");
+    assert_eq!(
+        seen[1],
+        (
+            "item_delta(NULL)",
+            CC_ERR_NULL_ARGUMENT as i32,
+            "item_id is NULL".to_string()
+        )
+    );
+    assert_eq!(seen[2].0, "is_cancelled");
+    assert_eq!(seen[2].1, 1, "a panic reads as cancelled (the safe answer)");
+    assert!(seen[2].2.starts_with(PANIC_TEXT), "{seen:?}");
+    assert_eq!(seen[3], ("item_started again", CC_OK as i32, String::new()));
+}
