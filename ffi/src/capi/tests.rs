@@ -811,6 +811,29 @@ fn panic_next(at: PanicAt) {
     PANIC_AT.with(|armed| armed.set(Some(at)));
 }
 
+unsafe fn connect(server: *const cc_server) -> *mut cc_client {
+    let mut client = null_mut();
+    let code = cc_client_connect(server, None, null_mut(), 0, &mut client);
+    assert_eq!(code, CC_OK);
+    client
+}
+
+/// Starts `thread`, runs one turn on it to completion and returns the thread as read back.
+unsafe fn one_completed_turn(client: *const cc_client, thread: &str) -> Value {
+    request(client, "thread/start", json!({ "threadId": thread }));
+    let input = json!([{"type": "text", "text": "hi"}]);
+    request(
+        client,
+        "turn/start",
+        json!({"threadId": thread, "input": input}),
+    );
+    let done = wait_notification(client, "turn/completed");
+    assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    let (code, read) = request(client, "thread/read", json!({ "threadId": thread }));
+    assert_eq!(code, CC_OK, "{read}");
+    read
+}
+
 const PANIC_TEXT: &str = "internal panic caught at the C boundary: provoked by a test at";
 
 unsafe fn text_of(
@@ -829,11 +852,7 @@ fn a_panic_inside_an_entry_point_is_cc_err_panic_with_its_message_and_the_handle
     unsafe {
         // On a client: the request panics, its text is the client's last error, and the same
         // handle answers the next request.
-        let mut client = null_mut();
-        assert_eq!(
-            cc_client_connect(server, None, null_mut(), 0, &mut client),
-            CC_OK
-        );
+        let client = connect(server);
         panic_next(PanicAt::Entry);
         let (code, _) = request(client, "thread/start", json!({"threadId": "p"}));
         assert_eq!(code, CC_ERR_PANIC);
@@ -967,21 +986,8 @@ fn a_panic_inside_a_turn_entry_point_is_reported_on_the_turn_handle_and_the_turn
     };
     let server = open(dir.path(), json!({}), Some(&kernel));
     unsafe {
-        let mut client = null_mut();
-        assert_eq!(
-            cc_client_connect(server, None, null_mut(), 0, &mut client),
-            CC_OK
-        );
-        request(client, "thread/start", json!({"threadId": "pt"}));
-        request(
-            client,
-            "turn/start",
-            json!({"threadId": "pt", "input": [{"type": "text", "text": "hi"}]}),
-        );
-        let done = wait_notification(client, "turn/completed");
-        assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
-        let (code, read) = request(client, "thread/read", json!({"threadId": "pt"}));
-        assert_eq!(code, CC_OK);
+        let client = connect(server);
+        let read = one_completed_turn(client, "pt");
         let started: Vec<&Value> = read["events"]
             .as_array()
             .unwrap()
