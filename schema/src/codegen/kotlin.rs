@@ -6,172 +6,15 @@
 //! Kotlin and Swift both need constraints the language-neutral model does not carry (lengths,
 //! patterns, bounds); [`schema_info`] reads them from the canonical schema the model was built from.
 
-use super::model::{pascal, Def, DefKind, Field, Model, Ty};
+use super::emit::{
+    max_depth, unique_idents, unknown_case, walk, Presence, ReaderSyntax, Readers, Target,
+};
+use super::model::{pascal, Branch, Def, DefKind, Field, Model, Ty};
 use super::GeneratedFile;
 use std::fmt::Write;
 use std::path::PathBuf;
 
-/// Constraint facts read from the raw schema, shared by the Kotlin and Swift targets.
-pub(super) mod schema_info {
-    use super::super::model::Model;
-    use serde_json::Value;
-
-    /// The canonical schema when `model` was built from it (matched by digest), so a model built
-    /// from some other document never borrows the canonical schema's constraints.
-    pub fn raw(model: &Model) -> Option<&'static Value> {
-        (crate::schema_digest() == model.digest).then(crate::schema)
-    }
-
-    pub fn def_node<'a>(raw: Option<&'a Value>, def: &str) -> Option<&'a Value> {
-        raw?.get("$defs")?.get(def)
-    }
-
-    /// The node of property `wire` of `def`, with a `oneOf [X, null]` wrapper removed.
-    pub fn prop_node<'a>(raw: Option<&'a Value>, def: &str, wire: &str) -> Option<&'a Value> {
-        let node = def_node(raw, def)?.get("properties")?.get(wire)?;
-        Some(strip_nullable(node))
-    }
-
-    pub fn strip_nullable(node: &Value) -> &Value {
-        match node.get("oneOf").and_then(Value::as_array) {
-            Some(b) if b.len() == 2 && b[1] == serde_json::json!({"type": "null"}) => &b[0],
-            _ => node,
-        }
-    }
-
-    pub fn child<'a>(node: Option<&'a Value>, key: &str) -> Option<&'a Value> {
-        node?.get(key)
-    }
-
-    /// Bounds and pattern of one schema node (absent when the node has none).
-    #[derive(Debug, Default, Clone, PartialEq)]
-    pub struct Bounds {
-        pub min_length: Option<u64>,
-        pub max_length: Option<u64>,
-        pub pattern: Option<String>,
-        pub minimum: Option<i64>,
-        pub maximum: Option<i64>,
-        pub min_items: Option<u64>,
-        pub max_items: Option<u64>,
-        pub max_properties: Option<u64>,
-        pub key_min_length: Option<u64>,
-        pub key_max_length: Option<u64>,
-    }
-
-    pub fn bounds(node: Option<&Value>) -> Bounds {
-        let Some(n) = node else {
-            return Bounds::default();
-        };
-        let u = |k: &str| n.get(k).and_then(Value::as_u64);
-        let keys = n.get("propertyNames");
-        Bounds {
-            min_length: u("minLength").filter(|&m| m > 0),
-            max_length: u("maxLength"),
-            pattern: n.get("pattern").and_then(Value::as_str).map(str::to_string),
-            minimum: n.get("minimum").and_then(Value::as_i64),
-            maximum: n.get("maximum").and_then(Value::as_i64),
-            min_items: u("minItems").filter(|&m| m > 0),
-            max_items: u("maxItems"),
-            max_properties: u("maxProperties"),
-            key_min_length: keys
-                .and_then(|k| k.get("minLength"))
-                .and_then(Value::as_u64)
-                .filter(|&m| m > 0),
-            key_max_length: keys
-                .and_then(|k| k.get("maxLength"))
-                .and_then(Value::as_u64),
-        }
-    }
-
-    /// ECMA-262 `$` (no multiline flag) matches only at the very end; Java's and ICU's `$` also
-    /// match before a final line terminator, so `"id\n"` would pass `^…$`. `\z` means what the
-    /// schema means in both engines.
-    pub fn end_anchored(pattern: &str) -> String {
-        match pattern.strip_suffix('$') {
-            Some(head) if !head.ends_with('\\') => format!("{head}\\z"),
-            _ => pattern.to_string(),
-        }
-    }
-
-    /// One branch of an object's own untagged `oneOf` (`{"required": [..], "properties": {..}}`):
-    /// the members it requires and the definitions it narrows members to when it applies.
-    pub struct RequiredBranch {
-        pub required: Vec<String>,
-        /// (member, definition) from the branch's `properties` `$ref`s.
-        pub narrows: Vec<(String, String)>,
-    }
-
-    /// `oneOf: [{"required": [..]}, ..]` on an object: exactly one of these member sets, each
-    /// possibly narrowing some members (JSON-RPC: a `result` response has a non-null `id`).
-    pub fn exactly_one_of(raw: Option<&Value>, def: &str) -> Vec<RequiredBranch> {
-        let Some(node) = def_node(raw, def) else {
-            return Vec::new();
-        };
-        if node.get("x-tag").is_some() {
-            return Vec::new();
-        }
-        let Some(branches) = node.get("oneOf").and_then(Value::as_array) else {
-            return Vec::new();
-        };
-        branches
-            .iter()
-            .map(|b| {
-                let obj = b.as_object().expect("a oneOf branch is an object");
-                for key in obj.keys() {
-                    assert!(
-                        key == "required" || key == "properties",
-                        "codegen: {def}: untagged oneOf branch keyword {key:?} is not supported"
-                    );
-                }
-                let required = obj
-                    .get("required")
-                    .and_then(Value::as_array)
-                    .map(|r| r.iter().filter_map(Value::as_str).map(str::to_string).collect())
-                    .unwrap_or_default();
-                let narrows = obj
-                    .get("properties")
-                    .and_then(Value::as_object)
-                    .map(|props| {
-                        props
-                            .iter()
-                            .map(|(k, v)| {
-                                let target = v
-                                    .get("$ref")
-                                    .and_then(Value::as_str)
-                                    .and_then(|r| r.strip_prefix("#/$defs/"))
-                                    .unwrap_or_else(|| panic!("codegen: {def}: oneOf branch property {k:?} must be a $ref"));
-                                (k.clone(), target.to_string())
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                RequiredBranch { required, narrows }
-            })
-            .collect()
-    }
-
-    /// The JSON-RPC envelope of DESIGN §4: (request unions, notification union, response struct).
-    pub struct Envelope {
-        pub requests: Vec<String>,
-        pub notifications: String,
-        pub response: String,
-    }
-
-    pub fn envelope(model: &Model) -> Option<Envelope> {
-        let has = |n: &str| model.def(n).is_some();
-        (has("ClientRequest")
-            && has("ServerRequest")
-            && has("ServerNotification")
-            && has("ClientResponse"))
-        .then(|| Envelope {
-            requests: vec!["ClientRequest".into(), "ServerRequest".into()],
-            notifications: "ServerNotification".into(),
-            response: "ClientResponse".into(),
-        })
-    }
-}
-
-use schema_info::{bounds, child};
+use super::schema_info;
 
 const PACKAGE: &str = "com.chainlesschain.appserver.protocol";
 const DIR: &str = "bindings/kotlin/src/main/kotlin/com/chainlesschain/appserver/protocol";
@@ -321,219 +164,159 @@ fn ty(t: &Ty) -> String {
     }
 }
 
-/// Regexes are compiled once, as private top-level values, numbered in order of first use.
-#[derive(Default)]
-struct Patterns(Vec<String>);
+/// Kotlin's spellings of the runtime's reader calls.
+struct Kotlin;
 
-impl Patterns {
-    fn name(&mut self, pattern: &str) -> String {
-        let i = match self.0.iter().position(|p| p == pattern) {
-            Some(i) => i,
-            None => {
-                self.0.push(pattern.to_string());
-                self.0.len() - 1
-            }
-        };
+impl ReaderSyntax for Kotlin {
+    const INTEGER_OR_STRING_READER: &'static str = "readLongOrString";
+    const OPTIONAL_READER: &'static str = "optional";
+    const TRY: &'static str = "";
+    const NULL: &'static str = "null";
+    const CONST_AROUND_VALUE: bool = true;
+
+    fn arg(name: &str, value: impl std::fmt::Display) -> String {
+        format!("{name} = {value}")
+    }
+    fn int(v: i64) -> String {
+        long_literal(v)
+    }
+    fn lambda(params: &str, body: &str) -> String {
+        format!("{{ {params} -> {body} }}")
+    }
+    fn list(items: &[String]) -> String {
+        format!("listOf({})", items.join(", "))
+    }
+    fn json_literal(v: &serde_json::Value) -> String {
+        literal(v)
+    }
+    fn string_literal(s: &str) -> String {
+        string_literal(s)
+    }
+    fn pattern_name(i: usize) -> String {
         format!("PATTERN_{i}")
     }
-}
-
-struct Gen<'m> {
-    model: &'m Model,
-    raw: Option<&'static serde_json::Value>,
-    patterns: Patterns,
-}
-
-impl Gen<'_> {
-    /// An expression decoding `j` (a JSON value at pointer `at`) as `t`, checking `node`'s bounds.
-    fn dec(
-        &mut self,
-        t: &Ty,
-        node: Option<&serde_json::Value>,
-        j: &str,
-        at: &str,
-        depth: usize,
-    ) -> String {
-        let b = bounds(node);
-        let expr = match t {
-            Ty::Named(n) => format!("decode{n}({j}, {at}, mode)"),
-            Ty::String => {
-                let mut args = vec![j.to_string(), at.to_string()];
-                if let Some(m) = b.min_length {
-                    args.push(format!("minLength = {m}"));
-                }
-                if let Some(m) = b.max_length {
-                    args.push(format!("maxLength = {m}"));
-                }
-                if let Some(p) = &b.pattern {
-                    args.push(format!("pattern = {}", self.patterns.name(p)));
-                }
-                format!("readString({})", args.join(", "))
-            }
-            Ty::Integer { .. } => {
-                let mut args = vec![j.to_string(), at.to_string()];
-                if let Some(m) = b.minimum {
-                    args.push(format!("minimum = {}", long_literal(m)));
-                }
-                if let Some(m) = b.maximum {
-                    args.push(format!("maximum = {}", long_literal(m)));
-                }
-                format!("readLong({})", args.join(", "))
-            }
-            Ty::Number => format!("readNumber({j}, {at})"),
-            Ty::Boolean => format!("readBoolean({j}, {at})"),
-            Ty::IntegerOrString => {
-                let mut args = vec![j.to_string(), at.to_string()];
-                if let Some(m) = b.minimum {
-                    args.push(format!("minimum = {}", long_literal(m)));
-                }
-                if let Some(m) = b.maximum {
-                    args.push(format!("maximum = {}", long_literal(m)));
-                }
-                if let Some(m) = b.max_length {
-                    args.push(format!("maxLength = {m}"));
-                }
-                format!("readLongOrString({})", args.join(", "))
-            }
-            Ty::Json => format!("readJson({j}, {at})"),
-            Ty::Array(inner) => {
-                let mut args = vec![j.to_string(), at.to_string()];
-                if let Some(m) = b.min_items {
-                    args.push(format!("minItems = {m}"));
-                }
-                if let Some(m) = b.max_items {
-                    args.push(format!("maxItems = {m}"));
-                }
-                let (jn, an) = (format!("j{depth}"), format!("at{depth}"));
-                let item_node = child(node, "items").map(schema_info::strip_nullable);
-                let inner = self.dec(inner, item_node, &jn, &an, depth + 1);
-                format!("readList({}) {{ {jn}, {an} -> {inner} }}", args.join(", "))
-            }
-            Ty::Map(inner) => {
-                let mut args = vec![j.to_string(), at.to_string()];
-                if let Some(m) = b.max_properties {
-                    args.push(format!("maxProperties = {m}"));
-                }
-                if let Some(m) = b.key_min_length {
-                    args.push(format!("keyMinLength = {m}"));
-                }
-                if let Some(m) = b.key_max_length {
-                    args.push(format!("keyMaxLength = {m}"));
-                }
-                let (jn, an) = (format!("j{depth}"), format!("at{depth}"));
-                let value_node = child(node, "additionalProperties")
-                    .filter(|v| v.is_object())
-                    .map(schema_info::strip_nullable);
-                let inner = self.dec(inner, value_node, &jn, &an, depth + 1);
-                format!("readMap({}) {{ {jn}, {an} -> {inner} }}", args.join(", "))
-            }
+    fn narrow(cond: &[String], member: &str, target: &str) -> String {
+        let cond = if cond.is_empty() {
+            "true".to_string()
+        } else {
+            cond.join(" && ")
         };
-        match node.and_then(|n| n.get("const")) {
-            Some(c) => format!("checkConst({expr}, {}, {at})", literal(c)),
-            None => expr,
-        }
+        format!("if ({cond} && o.has({member})) decode{target}(o.opt({member}), ptr(at, {member}), mode)")
     }
+    fn has(m: &str) -> String {
+        format!("o.has({m})")
+    }
+}
 
-    fn def(&mut self, out: &mut String, d: &Def) {
+struct Gen {
+    readers: Readers<Kotlin>,
+}
+
+impl Target for Gen {
+    fn before_def(&mut self, out: &mut String, d: &Def) {
         doc(out, "", d.description.as_deref());
-        let name = &d.name;
-        match &d.kind {
-            DefKind::Alias(t) => {
-                let node = schema_info::def_node(self.raw, name);
-                let kt = ty(t);
-                let _ = writeln!(out, "typealias {name} = {kt}\n");
-                let dec = self.dec(t, node, "j", "at", 1);
-                let _ = writeln!(
-                    out,
-                    "internal fun decode{name}(j: Any?, at: String, mode: DecodeMode): {name} = {dec}\n"
-                );
-                let enc = enc(t, "v", 1);
-                let _ = writeln!(out, "internal fun encode{name}(v: {name}): Any = {enc}\n");
-            }
-            DefKind::StringEnum {
-                values,
-                keep_unknown,
-            } => self.string_enum(out, name, values, *keep_unknown),
-            DefKind::Struct { fields, strict, .. } => self.structure(out, d, fields, *strict),
-            DefKind::Union {
-                tag,
-                branches,
-                keep_unknown,
-            } => {
-                let unknown = unknown_case(branches.iter().map(|b| b.variant.as_str()));
-                let _ = writeln!(out, "sealed interface {name} {{");
-                let _ = writeln!(out, "    fun toJson(): JSONObject = encode{name}(this)\n");
-                for b in branches {
-                    let _ = writeln!(
-                        out,
-                        "    data class {}(val value: {PACKAGE}.{}) : {name}",
-                        b.variant, b.def
-                    );
-                }
-                if *keep_unknown {
-                    let _ = writeln!(
-                        out,
-                        "\n    /** A `{tag}` this version does not know, kept as sent (receive mode only). */\n    data class {unknown}(val raw: JSONObject) : {name}"
-                    );
-                }
-                let _ = writeln!(
-                    out,
-                    "\n    companion object {{\n        fun fromJson(json: Any?, mode: DecodeMode = DecodeMode.Receive): {name} = decode{name}(json, \"\", mode)\n    }}\n}}\n"
-                );
-                let _ = writeln!(
-                    out,
-                    "internal fun decode{name}(j: Any?, at: String, mode: DecodeMode): {name} {{\n    val o = readObject(j, at){depth}\n    val t = requireMember(o, {tl}, at)\n    return when {{",
-                    tl = string_literal(tag),
-                    depth = max_depth(self.raw, name)
-                        .map(|n| format!("\n    checkDepth(o, at, {n})"))
-                        .unwrap_or_default()
-                );
-                for b in branches {
-                    let _ = writeln!(
-                        out,
-                        "        tagIs(t, {}) -> {name}.{}(decode{}(o, at, mode))",
-                        literal(&b.tag_value),
-                        b.variant,
-                        b.def
-                    );
-                }
-                let refuse = format!(
-                    "fail(ptr(at, {tl}), \"unknown {tg} \" + describeValue(t) + \" for {name}\")",
-                    tl = string_literal(tag),
-                    tg = tag.replace(['"', '\\', '$'], "")
-                );
-                if *keep_unknown {
-                    let _ = writeln!(
-                        out,
-                        "        mode == DecodeMode.Receive -> {name}.{unknown}(o)\n        else -> {refuse}"
-                    );
-                } else {
-                    let _ = writeln!(out, "        else -> {refuse}");
-                }
-                let _ = writeln!(out, "    }}\n}}\n");
-                let _ = writeln!(
-                    out,
-                    "internal fun encode{name}(v: {name}): JSONObject = when (v) {{"
-                );
-                for b in branches {
-                    let _ = writeln!(
-                        out,
-                        "    is {name}.{} -> encode{}(v.value)",
-                        b.variant, b.def
-                    );
-                }
-                if *keep_unknown {
-                    let _ = writeln!(out, "    is {name}.{unknown} -> v.raw");
-                }
-                let _ = writeln!(out, "}}\n");
-            }
-        }
     }
 
-    fn string_enum(&mut self, out: &mut String, name: &str, values: &[String], keep_unknown: bool) {
+    fn alias(&mut self, out: &mut String, d: &Def, t: &Ty) {
+        let name = &d.name;
+        let node = schema_info::def_node(self.readers.raw, name);
+        let kt = ty(t);
+        let _ = writeln!(out, "typealias {name} = {kt}\n");
+        let dec = self.readers.dec(t, node, "j", "at", 1);
+        let _ = writeln!(
+            out,
+            "internal fun decode{name}(j: Any?, at: String, mode: DecodeMode): {name} = {dec}\n"
+        );
+        let enc = enc(t, "v", 1);
+        let _ = writeln!(out, "internal fun encode{name}(v: {name}): Any = {enc}\n");
+    }
+
+    fn union(
+        &mut self,
+        out: &mut String,
+        d: &Def,
+        tag: &str,
+        branches: &[Branch],
+        keep_unknown: bool,
+    ) {
+        let name = &d.name;
+        let unknown = unknown_case(
+            branches.iter().map(|b| b.variant.as_str()),
+            "Unknown",
+            "UnknownValue",
+        );
+        let _ = writeln!(out, "sealed interface {name} {{");
+        let _ = writeln!(out, "    fun toJson(): JSONObject = encode{name}(this)\n");
+        for b in branches {
+            let _ = writeln!(
+                out,
+                "    data class {}(val value: {PACKAGE}.{}) : {name}",
+                b.variant, b.def
+            );
+        }
+        if keep_unknown {
+            let _ = writeln!(
+                out,
+                "\n    /** A `{tag}` this version does not know, kept as sent (receive mode only). */\n    data class {unknown}(val raw: JSONObject) : {name}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\n    companion object {{\n        fun fromJson(json: Any?, mode: DecodeMode = DecodeMode.Receive): {name} = decode{name}(json, \"\", mode)\n    }}\n}}\n"
+        );
+        let _ = writeln!(
+            out,
+            "internal fun decode{name}(j: Any?, at: String, mode: DecodeMode): {name} {{\n    val o = readObject(j, at){depth}\n    val t = requireMember(o, {tl}, at)\n    return when {{",
+            tl = string_literal(tag),
+            depth = max_depth(self.readers.raw, name)
+                .map(|n| format!("\n    checkDepth(o, at, {n})"))
+                .unwrap_or_default()
+        );
+        for b in branches {
+            let _ = writeln!(
+                out,
+                "        tagIs(t, {}) -> {name}.{}(decode{}(o, at, mode))",
+                literal(&b.tag_value),
+                b.variant,
+                b.def
+            );
+        }
+        let refuse = format!(
+            "fail(ptr(at, {tl}), \"unknown {tg} \" + describeValue(t) + \" for {name}\")",
+            tl = string_literal(tag),
+            tg = tag.replace(['"', '\\', '$'], "")
+        );
+        if keep_unknown {
+            let _ = writeln!(
+                out,
+                "        mode == DecodeMode.Receive -> {name}.{unknown}(o)\n        else -> {refuse}"
+            );
+        } else {
+            let _ = writeln!(out, "        else -> {refuse}");
+        }
+        let _ = writeln!(out, "    }}\n}}\n");
+        let _ = writeln!(
+            out,
+            "internal fun encode{name}(v: {name}): JSONObject = when (v) {{"
+        );
+        for b in branches {
+            let _ = writeln!(
+                out,
+                "    is {name}.{} -> encode{}(v.value)",
+                b.variant, b.def
+            );
+        }
+        if keep_unknown {
+            let _ = writeln!(out, "    is {name}.{unknown} -> v.raw");
+        }
+        let _ = writeln!(out, "}}\n");
+    }
+
+    fn string_enum(&mut self, out: &mut String, d: &Def, values: &[String], keep_unknown: bool) {
+        let name = &d.name;
         let cases: Vec<String> = values.iter().map(|v| enum_case(v)).collect();
         if keep_unknown {
-            let unknown = unknown_case(cases.iter().map(String::as_str));
+            let unknown = unknown_case(cases.iter().map(String::as_str), "Unknown", "UnknownValue");
             let _ = writeln!(out, "sealed class {name}(val wire: String) {{");
             for (v, c) in values.iter().zip(&cases) {
                 let _ = writeln!(out, "    object {c} : {name}({})", string_literal(v));
@@ -576,7 +359,7 @@ impl Gen<'_> {
 
     fn structure(&mut self, out: &mut String, d: &Def, fields: &[Field], strict: bool) {
         let name = &d.name;
-        let idents = unique_idents(fields.iter().map(|f| f.wire.as_str()));
+        let idents = unique_idents(fields.iter().map(|f| f.wire.as_str()), property_ident);
         let members: Vec<(&Field, &String)> = fields
             .iter()
             .zip(&idents)
@@ -596,11 +379,11 @@ impl Gen<'_> {
         for (f, id) in &members {
             doc(out, "    ", f.description.as_deref());
             let base = ty(&f.ty);
-            let (full, default) = match (f.required, f.nullable) {
-                (true, false) => (base, f.constant.as_ref().map(literal)),
-                (true, true) => (format!("{base}?"), None),
-                (false, false) => (format!("{base}?"), Some("null".to_string())),
-                (false, true) => (
+            let (full, default) = match Presence::of(f) {
+                Presence::Required => (base, f.constant.as_ref().map(literal)),
+                Presence::Nullable => (format!("{base}?"), None),
+                Presence::Optional => (format!("{base}?"), Some("null".to_string())),
+                Presence::OptionalNullable => (
                     format!("JsonField<{base}>"),
                     Some("JsonField.Absent".to_string()),
                 ),
@@ -642,80 +425,10 @@ impl Gen<'_> {
         if strict {
             let _ = writeln!(out, "    refuseUnknownMembers(o, at, MEMBERS_{name})");
         }
-        let sets = schema_info::exactly_one_of(self.raw, name);
-        if !sets.is_empty() {
-            let lists: Vec<String> = sets
-                .iter()
-                .map(|s| {
-                    format!(
-                        "listOf({})",
-                        s.required
-                            .iter()
-                            .map(|m| string_literal(m))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                })
-                .collect();
-            let _ = writeln!(
-                out,
-                "    requireExactlyOne(o, at, listOf({}))",
-                lists.join(", ")
-            );
-            for s in &sets {
-                let cond: Vec<String> = s
-                    .required
-                    .iter()
-                    .map(|m| format!("o.has({})", string_literal(m)))
-                    .collect();
-                for (member, target) in &s.narrows {
-                    let ml = string_literal(member);
-                    let _ = writeln!(
-                        out,
-                        "    if ({} && o.has({ml})) decode{target}(o.opt({ml}), ptr(at, {ml}), mode)",
-                        if cond.is_empty() { "true".to_string() } else { cond.join(" && ") }
-                    );
-                }
-            }
-        }
-        for f in fields.iter().filter(|f| f.is_tag) {
-            let node = schema_info::prop_node(self.raw, name, &f.wire);
-            let wl = string_literal(&f.wire);
-            let tag = f
-                .constant
-                .as_ref()
-                .map(literal)
-                .unwrap_or_else(|| "null".into());
-            let _ = node;
-            let _ = writeln!(
-                out,
-                "    checkConst(requireMember(o, {wl}, at), {tag}, ptr(at, {wl}))"
-            );
-        }
+        self.readers.object_checks(out, name, fields);
         let _ = writeln!(out, "    return {name}(");
         for (f, id) in &members {
-            let node = schema_info::prop_node(self.raw, name, &f.wire);
-            let wl = string_literal(&f.wire);
-            let at = format!("ptr(at, {wl})");
-            let line = match (f.required, f.nullable) {
-                (true, false) => {
-                    let inner =
-                        self.dec(&f.ty, node, &format!("requireMember(o, {wl}, at)"), &at, 1);
-                    inner
-                }
-                (true, true) => {
-                    let inner = self.dec(&f.ty, node, "m", &at, 1);
-                    format!("nullOr(requireMember(o, {wl}, at)) {{ m -> {inner} }}")
-                }
-                (false, false) => {
-                    let inner = self.dec(&f.ty, node, "m", &at, 1);
-                    format!("optional(o, {wl}) {{ m -> {inner} }}")
-                }
-                (false, true) => {
-                    let inner = self.dec(&f.ty, node, "m", &at, 1);
-                    format!("optionalNullable(o, {wl}) {{ m -> {inner} }}")
-                }
-            };
+            let line = self.readers.member(name, f);
             let _ = writeln!(out, "        {id} = {line},");
         }
         if !strict {
@@ -742,26 +455,26 @@ impl Gen<'_> {
                 let _ = writeln!(out, "    o.put({wl}, {tag})");
                 continue;
             }
-            match (f.required, f.nullable) {
-                (true, false) => {
+            match Presence::of(f) {
+                Presence::Required => {
                     let _ = writeln!(
                         out,
                         "    o.put({wl}, {})",
                         enc(&f.ty, &format!("v.{id}"), 1)
                     );
                 }
-                (true, true) => {
+                Presence::Nullable => {
                     let e = enc(&f.ty, &format!("v.{id}"), 1);
                     let _ = writeln!(
                         out,
                         "    o.put({wl}, if (v.{id} == null) JSONObject.NULL else {e})"
                     );
                 }
-                (false, false) => {
+                Presence::Optional => {
                     let e = enc(&f.ty, &format!("v.{id}"), 1);
                     let _ = writeln!(out, "    if (v.{id} != null) o.put({wl}, {e})");
                 }
-                (false, true) => {
+                Presence::OptionalNullable => {
                     let e = enc(&f.ty, "f.value", 1);
                     let _ = writeln!(
                         out,
@@ -773,8 +486,8 @@ impl Gen<'_> {
         let _ = writeln!(out, "    return o\n}}\n");
     }
 
-    fn envelope(&mut self, out: &mut String) {
-        let Some(env) = schema_info::envelope(self.model) else {
+    fn envelope(&mut self, out: &mut String, model: &Model) {
+        let Some(env) = schema_info::envelope(model) else {
             return;
         };
         out.push_str(
@@ -793,7 +506,7 @@ impl Gen<'_> {
             "    data class {n}Message(val value: {PACKAGE}.{n}) : ProtocolMessage {{\n        override fun toJson(): JSONObject = encode{n}(value)\n    }}\n\n    data class {resp}Message(val value: {PACKAGE}.{resp}) : ProtocolMessage {{\n        override fun toJson(): JSONObject = encode{resp}(value)\n    }}\n}}\n"
         );
         for r in &env.requests {
-            let methods: Vec<String> = match self.model.def(r).map(|d| &d.kind) {
+            let methods: Vec<String> = match model.def(r).map(|d| &d.kind) {
                 Some(DefKind::Union { branches, .. }) => {
                     branches.iter().map(|b| literal(&b.tag_value)).collect()
                 }
@@ -821,18 +534,18 @@ impl Gen<'_> {
         );
     }
 
-    fn dispatch(&self, out: &mut String) {
+    fn dispatch(&mut self, out: &mut String, model: &Model) {
         out.push_str(
             "/** The names of every definition, in schema order. */\nval DEFINITION_NAMES: List<String> = listOf(\n",
         );
-        for d in &self.model.defs {
+        for d in &model.defs {
             let _ = writeln!(out, "    {},", string_literal(&d.name));
         }
         out.push_str(")\n\n");
         out.push_str(
             "/** Decodes `json` as the named definition; `null` when wire v1 has no definition of that name. */\nfun decodeDefinition(name: String, json: Any?, mode: DecodeMode = DecodeMode.Receive): Any? = when (name) {\n",
         );
-        for d in &self.model.defs {
+        for d in &model.defs {
             let _ = writeln!(
                 out,
                 "    {} -> decode{}(json, \"\", mode)",
@@ -844,7 +557,7 @@ impl Gen<'_> {
         out.push_str(
             "/** Decodes `json` as the named definition and encodes it again (conformance replay); `null`\n * when wire v1 has no definition of that name. */\nfun roundtripDefinition(name: String, json: Any?, mode: DecodeMode = DecodeMode.Receive): Any? = when (name) {\n",
         );
-        for d in &self.model.defs {
+        for d in &model.defs {
             let _ = writeln!(
                 out,
                 "    {} -> encode{}(decode{}(json, \"\", mode))",
@@ -858,13 +571,6 @@ impl Gen<'_> {
 }
 
 /// An expression encoding the Kotlin value `v` of type `t` as an org.json value.
-/// A definition's `x-max-depth` (nesting bound), if it has one.
-fn max_depth(raw: Option<&'static serde_json::Value>, name: &str) -> Option<u64> {
-    schema_info::def_node(raw, name)?
-        .get("x-max-depth")?
-        .as_u64()
-}
-
 fn enc(t: &Ty, v: &str, depth: usize) -> String {
     match t {
         Ty::Named(n) => format!("encode{n}({v})"),
@@ -889,28 +595,6 @@ fn enum_case(wire: &str) -> String {
     }
 }
 
-/// `Unknown`, unless a real case already has that name.
-fn unknown_case<'a>(mut cases: impl Iterator<Item = &'a str>) -> &'static str {
-    if cases.any(|c| c == "Unknown") {
-        "UnknownValue"
-    } else {
-        "Unknown"
-    }
-}
-
-/// Property identifiers for a struct's wire names, made unique in schema order.
-fn unique_idents<'a>(wires: impl Iterator<Item = &'a str>) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for w in wires {
-        let mut id = property_ident(w);
-        while out.contains(&id) {
-            id.push('_');
-        }
-        out.push(id);
-    }
-    out
-}
-
 /// The Kotlin runtime (`ProtocolRuntime.kt`): a real source file so it reads, diffs and lints as Kotlin.
 /// The generator only prepends the AUTO-GENERATED header; the bytes that follow are the file's, so
 /// `scripts/test-kotlin.sh` compiles this very source (with `-Werror`) in the same kotlinc run that
@@ -920,16 +604,10 @@ const RUNTIME: &str = include_str!("runtime/ProtocolRuntime.kt");
 /// Every Kotlin file the generator writes.
 pub fn generate(model: &Model) -> Vec<GeneratedFile> {
     let mut gen = Gen {
-        model,
-        raw: schema_info::raw(model),
-        patterns: Patterns::default(),
+        readers: Readers::new(schema_info::raw(model)),
     };
     let mut body = String::new();
-    for d in &model.defs {
-        gen.def(&mut body, d);
-    }
-    gen.envelope(&mut body);
-    gen.dispatch(&mut body);
+    walk(model, &mut gen, &mut body);
 
     let mut types = header(model);
     let _ = writeln!(
@@ -942,16 +620,9 @@ pub fn generate(model: &Model) -> Vec<GeneratedFile> {
         string_literal(&model.digest),
         string_literal(&model.schema_id)
     );
-    for (i, p) in gen.patterns.0.iter().enumerate() {
-        let _ = writeln!(
-            types,
-            "private val PATTERN_{i}: Regex = Regex({})",
-            string_literal(&schema_info::end_anchored(p))
-        );
-    }
-    if !gen.patterns.0.is_empty() {
-        types.push('\n');
-    }
+    gen.readers.pattern_decls(&mut types, |name, lit| {
+        format!("private val {name}: Regex = Regex({lit})")
+    });
     types.push_str(&body);
 
     let mut runtime = header(model);

@@ -15,6 +15,7 @@
 //!   one of the runtime's own names gets a trailing `_` (`type` → `type_`, `class` → `class_`). The
 //!   wire name never changes.
 
+use super::emit::Presence;
 use super::model::{Def, DefKind, Field, Model, Ty};
 use super::GeneratedFile;
 use serde_json::Value;
@@ -177,7 +178,9 @@ fn comment(out: &mut String, indent: &str, text: Option<&str>) {
 
 /// A required, non-null constant: typed as its `Literal`, defaulted, checked by the decoder.
 fn fixed(f: &Field) -> Option<&Value> {
-    f.constant.as_ref().filter(|_| f.required && !f.nullable)
+    f.constant
+        .as_ref()
+        .filter(|_| Presence::of(f) == Presence::Required)
 }
 
 fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
@@ -205,11 +208,11 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
             continue;
         }
         let base = ty(&f.ty);
-        let line = match (f.required, f.nullable) {
-            (true, false) => format!("{ident}: {base}"),
-            (true, true) => format!("{ident}: {base} | None"),
-            (false, false) => format!("{ident}: {base} | Missing = MISSING"),
-            (false, true) => format!("{ident}: {base} | None | Missing = MISSING"),
+        let line = match Presence::of(f) {
+            Presence::Required => format!("{ident}: {base}"),
+            Presence::Nullable => format!("{ident}: {base} | None"),
+            Presence::Optional => format!("{ident}: {base} | Missing = MISSING"),
+            Presence::OptionalNullable => format!("{ident}: {base} | None | Missing = MISSING"),
         };
         let _ = writeln!(out, "    {line}");
     }
@@ -259,7 +262,7 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
         if let Some(c) = &f.constant {
             let w = json_string(&f.wire);
             let check = format!("_const(o[{w}], _member_path(path, {w}), {})", literal(c));
-            if f.required && !f.nullable {
+            if Presence::of(f) == Presence::Required {
                 let _ = writeln!(out, "    {check}");
             } else {
                 let _ = writeln!(
@@ -281,11 +284,11 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
             &format!("_member_path(path, {w})"),
             0,
         );
-        let expr = match (f.required, f.nullable) {
-            (true, false) => value,
-            (true, true) => format!("None if o[{w}] is None else {value}"),
-            (false, false) => format!("{value} if {w} in o else MISSING"),
-            (false, true) => {
+        let expr = match Presence::of(f) {
+            Presence::Required => value,
+            Presence::Nullable => format!("None if o[{w}] is None else {value}"),
+            Presence::Optional => format!("{value} if {w} in o else MISSING"),
+            Presence::OptionalNullable => {
                 format!("MISSING if {w} not in o else None if o[{w}] is None else {value}")
             }
         };
@@ -311,25 +314,25 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
             continue;
         }
         let v = format!("value.{ident}");
-        match (f.required, f.nullable) {
-            (true, false) => {
+        match Presence::of(f) {
+            Presence::Required => {
                 let _ = writeln!(out, "    out[{w}] = {}", enc(&f.ty, &v, 0));
             }
-            (true, true) => {
+            Presence::Nullable => {
                 let _ = writeln!(
                     out,
                     "    out[{w}] = None if {v} is None else {}",
                     enc(&f.ty, &v, 0)
                 );
             }
-            (false, false) => {
+            Presence::Optional => {
                 let _ = writeln!(
                     out,
                     "    if not isinstance({v}, Missing):\n        out[{w}] = {}",
                     enc(&f.ty, &v, 0)
                 );
             }
-            (false, true) => {
+            Presence::OptionalNullable => {
                 let _ = writeln!(
                     out,
                     "    if not isinstance({v}, Missing):\n        out[{w}] = None if {v} is None else {}",

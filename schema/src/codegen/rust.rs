@@ -2,6 +2,7 @@
 //! (`Option` that must be present) and optional-nullable (`Option<Option>`) survive a round trip as
 //! themselves, and every tagged union is an enum whose tag lives only in the enum.
 
+use super::emit::{slash_doc as doc, Presence};
 use super::model::{pascal, Def, DefKind, Field, Model, Ty};
 use std::fmt::Write;
 
@@ -49,19 +50,6 @@ fn ty(t: &Ty) -> String {
     }
 }
 
-fn doc(out: &mut String, indent: &str, text: Option<&str>) {
-    if let Some(text) = text {
-        for line in text.lines() {
-            let _ = writeln!(
-                out,
-                "{indent}///{}{}",
-                if line.is_empty() { "" } else { " " },
-                line.trim_end()
-            );
-        }
-    }
-}
-
 fn rust_literal(v: &serde_json::Value) -> String {
     match v {
         serde_json::Value::String(s) => format!("{s:?}"),
@@ -76,17 +64,17 @@ fn field(out: &mut String, f: &Field, model: &Model) {
         let _ = writeln!(out, "    #[serde(rename = {:?})]", f.wire);
     }
     let base = ty(&f.ty);
-    let (attr, full) = match (f.required, f.nullable) {
-        (true, false) => (None, base),
-        (true, true) => (Some("deserialize_with = \"nullable\""), format!("Option<{base}>")),
+    let (attr, full) = match Presence::of(f) {
+        Presence::Required => (None, base),
+        Presence::Nullable => (Some("deserialize_with = \"nullable\""), format!("Option<{base}>")),
         // `null` is a value of a free JSON member, so it must stay present rather than collapse
         // into "missing".
-        (false, false) if is_free_json(&f.ty, model) => (
+        Presence::Optional if is_free_json(&f.ty, model) => (
             Some("default, skip_serializing_if = \"Option::is_none\", deserialize_with = \"present\""),
             format!("Option<{base}>"),
         ),
-        (false, false) => (Some("default, skip_serializing_if = \"Option::is_none\""), format!("Option<{base}>")),
-        (false, true) => (
+        Presence::Optional => (Some("default, skip_serializing_if = \"Option::is_none\""), format!("Option<{base}>")),
+        Presence::OptionalNullable => (
             Some("default, skip_serializing_if = \"Option::is_none\", deserialize_with = \"optional_nullable\""),
             format!("Option<Option<{base}>>"),
         ),
