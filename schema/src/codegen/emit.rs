@@ -49,6 +49,8 @@ pub trait Target {
     );
     /// Called before each definition (doc comments).
     fn before_def(&mut self, _out: &mut String, _d: &Def) {}
+    /// Called after each definition (separators).
+    fn after_def(&mut self, _out: &mut String, _d: &Def) {}
     /// The JSON-RPC message envelope, after every definition.
     fn envelope(&mut self, _out: &mut String, _model: &Model) {}
     /// Decode/round-trip by definition name, last.
@@ -73,9 +75,37 @@ pub fn walk(model: &Model, target: &mut impl Target, out: &mut String) {
                 keep_unknown,
             } => target.union(out, d, tag, branches, *keep_unknown),
         }
+        target.after_def(out, d);
     }
     target.envelope(out, model);
     target.dispatch(out, model);
+}
+
+/// One line per definition, in schema order, between `open` and `close` (name lists and by-name
+/// dispatch tables).
+pub fn per_def(
+    out: &mut String,
+    model: &Model,
+    open: &str,
+    line: impl Fn(&str) -> String,
+    close: &str,
+) {
+    out.push_str(open);
+    for d in &model.defs {
+        let _ = writeln!(out, "{}", line(&d.name));
+    }
+    out.push_str(close);
+}
+
+/// Refuses a model whose definition names clash with what a target's runtime defines.
+pub fn assert_no_clash(model: &Model, reserved: &[&str], language: &str) {
+    for d in &model.defs {
+        assert!(
+            !reserved.contains(&d.name.as_str()),
+            "definition {} clashes with a name the {language} runtime defines",
+            d.name
+        );
+    }
 }
 
 /// The case for an unknown value: `unknown`, unless a real case already has that name.
@@ -103,6 +133,30 @@ pub fn unique_idents<'a>(
             id.push('_');
         }
         out.push(id);
+    }
+    out
+}
+
+/// The camel-case core of a member identifier: separators dropped, the letter after one upper-cased
+/// (`retry_after_ms` → `retryAfterMs`), and `_` in front when nothing or a digit would lead. The
+/// target then applies its own keyword rule.
+pub fn lower_camel(wire: &str) -> String {
+    let mut out = String::new();
+    let mut upper = false;
+    for c in wire.chars() {
+        if c.is_ascii_alphanumeric() {
+            if upper && !out.is_empty() {
+                out.push(c.to_ascii_uppercase());
+            } else {
+                out.push(c);
+            }
+            upper = false;
+        } else {
+            upper = true;
+        }
+    }
+    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
     }
     out
 }

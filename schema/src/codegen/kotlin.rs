@@ -7,7 +7,8 @@
 //! patterns, bounds); [`schema_info`] reads them from the canonical schema the model was built from.
 
 use super::emit::{
-    max_depth, unique_idents, unknown_case, walk, Presence, ReaderSyntax, Readers, Target,
+    lower_camel, max_depth, per_def, unique_idents, unknown_case, walk, Presence, ReaderSyntax,
+    Readers, Target,
 };
 use super::model::{pascal, Branch, Def, DefKind, Field, Model, Ty};
 use super::GeneratedFile;
@@ -55,23 +56,7 @@ const KEYWORDS: &[&str] = &[
 /// rather than backticks, because a backticked `class` would compile to a JVM getter `getClass()`
 /// that clashes with `Object.getClass()`.
 pub fn property_ident(wire: &str) -> String {
-    let mut out = String::new();
-    let mut upper = false;
-    for c in wire.chars() {
-        if c.is_ascii_alphanumeric() {
-            if upper && !out.is_empty() {
-                out.push(c.to_ascii_uppercase());
-            } else {
-                out.push(c);
-            }
-            upper = false;
-        } else {
-            upper = true;
-        }
-    }
-    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
-        out.insert(0, '_');
-    }
+    let mut out = lower_camel(wire);
     if let Some(first) = out.chars().next() {
         if first.is_ascii_uppercase() && wire.chars().nth(1).is_some_and(|c| c.is_lowercase()) {
             out.replace_range(0..1, &first.to_ascii_lowercase().to_string());
@@ -535,38 +520,27 @@ impl Target for Gen {
     }
 
     fn dispatch(&mut self, out: &mut String, model: &Model) {
-        out.push_str(
+        per_def(
+            out,
+            model,
             "/** The names of every definition, in schema order. */\nval DEFINITION_NAMES: List<String> = listOf(\n",
+            |n| format!("    {},", string_literal(n)),
+            ")\n\n",
         );
-        for d in &model.defs {
-            let _ = writeln!(out, "    {},", string_literal(&d.name));
-        }
-        out.push_str(")\n\n");
-        out.push_str(
+        per_def(
+            out,
+            model,
             "/** Decodes `json` as the named definition; `null` when wire v1 has no definition of that name. */\nfun decodeDefinition(name: String, json: Any?, mode: DecodeMode = DecodeMode.Receive): Any? = when (name) {\n",
+            |n| format!("    {} -> decode{n}(json, \"\", mode)", string_literal(n)),
+            "    else -> null\n}\n\n",
         );
-        for d in &model.defs {
-            let _ = writeln!(
-                out,
-                "    {} -> decode{}(json, \"\", mode)",
-                string_literal(&d.name),
-                d.name
-            );
-        }
-        out.push_str("    else -> null\n}\n\n");
-        out.push_str(
+        per_def(
+            out,
+            model,
             "/** Decodes `json` as the named definition and encodes it again (conformance replay); `null`\n * when wire v1 has no definition of that name. */\nfun roundtripDefinition(name: String, json: Any?, mode: DecodeMode = DecodeMode.Receive): Any? = when (name) {\n",
+            |n| format!("    {} -> encode{n}(decode{n}(json, \"\", mode))", string_literal(n)),
+            "    else -> null\n}\n",
         );
-        for d in &model.defs {
-            let _ = writeln!(
-                out,
-                "    {} -> encode{}(decode{}(json, \"\", mode))",
-                string_literal(&d.name),
-                d.name,
-                d.name
-            );
-        }
-        out.push_str("    else -> null\n}\n");
     }
 }
 

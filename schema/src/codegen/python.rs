@@ -15,8 +15,8 @@
 //!   one of the runtime's own names gets a trailing `_` (`type` → `type_`, `class` → `class_`). The
 //!   wire name never changes.
 
-use super::emit::Presence;
-use super::model::{Def, DefKind, Field, Model, Ty};
+use super::emit::{assert_no_clash, per_def, walk, Presence, Target};
+use super::model::{Branch, Def, DefKind, Field, Model, Ty};
 use super::GeneratedFile;
 use serde_json::Value;
 use std::fmt::Write;
@@ -192,7 +192,6 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
             "{name}: two members map to the Python identifier {a}"
         );
     }
-    comment(out, "", d.description.as_deref());
     let _ = writeln!(out, "@dataclass(frozen=True, kw_only=True)\nclass {name}:");
     if fields.is_empty() && strict {
         let _ = writeln!(out, "    pass");
@@ -350,113 +349,133 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
     let _ = writeln!(out, "    return out\n");
 }
 
-fn def(out: &mut String, d: &Def) {
-    let name = &d.name;
-    match &d.kind {
-        DefKind::Alias(t) => {
-            comment(out, "", d.description.as_deref());
-            let _ = writeln!(out, "{name}: TypeAlias = {}\n", json_string(&ty(t)));
+/// Python's spellings of each kind of definition, called by [`walk`] in schema order.
+struct Python;
+
+impl Target for Python {
+    fn before_def(&mut self, out: &mut String, d: &Def) {
+        comment(out, "", d.description.as_deref());
+    }
+
+    fn after_def(&mut self, out: &mut String, _d: &Def) {
+        out.push('\n');
+    }
+
+    fn alias(&mut self, out: &mut String, d: &Def, t: &Ty) {
+        let name = &d.name;
+        let _ = writeln!(out, "{name}: TypeAlias = {}\n", json_string(&ty(t)));
+        let _ = writeln!(
+            out,
+            "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    return {}\n",
+            dec(t, "raw", "path", 0)
+        );
+        let _ = writeln!(
+            out,
+            "\ndef encode_{name}(value: {name}) -> Json:\n    return {}\n",
+            enc(t, "value", 0)
+        );
+    }
+
+    fn string_enum(&mut self, out: &mut String, d: &Def, values: &[String], keep_unknown: bool) {
+        let name = &d.name;
+        let known: Vec<String> = values.iter().map(|v| json_string(v)).collect();
+        let alias = format!(
+            "Literal[{}]{}",
+            known.join(", "),
+            if keep_unknown { " | UnknownValue" } else { "" }
+        );
+        let _ = writeln!(out, "{name}: TypeAlias = {}\n", json_string(&alias));
+        let _ = writeln!(
+            out,
+            "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    s = _str(raw, path)"
+        );
+        for v in &known {
+            let _ = writeln!(out, "    if s == {v}:\n        return {v}");
+        }
+        if keep_unknown {
+            let _ = writeln!(out, "    return UnknownValue(raw=s)\n");
+        } else {
             let _ = writeln!(
                 out,
-                "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    return {}\n",
-                dec(t, "raw", "path", 0)
-            );
-            let _ = writeln!(
-                out,
-                "\ndef encode_{name}(value: {name}) -> Json:\n    return {}\n",
-                enc(t, "value", 0)
+                "    raise DecodeError(path, \"unknown {name} \" + repr(s))\n"
             );
         }
-        DefKind::StringEnum {
-            values,
-            keep_unknown,
-        } => {
-            comment(out, "", d.description.as_deref());
-            let known: Vec<String> = values.iter().map(|v| json_string(v)).collect();
-            let alias = format!(
-                "Literal[{}]{}",
-                known.join(", "),
-                if *keep_unknown { " | UnknownValue" } else { "" }
-            );
-            let _ = writeln!(out, "{name}: TypeAlias = {}\n", json_string(&alias));
+        let body = if keep_unknown {
+            "value.raw if isinstance(value, UnknownValue) else value"
+        } else {
+            "value"
+        };
+        let _ = writeln!(
+            out,
+            "\ndef encode_{name}(value: {name}) -> Json:\n    return {body}\n"
+        );
+    }
+
+    fn structure(&mut self, out: &mut String, d: &Def, fields: &[Field], strict: bool) {
+        struct_def(out, d, fields, strict);
+    }
+
+    fn union(
+        &mut self,
+        out: &mut String,
+        d: &Def,
+        tag: &str,
+        branches: &[Branch],
+        keep_unknown: bool,
+    ) {
+        let name = &d.name;
+        let mut cases: Vec<String> = branches.iter().map(|b| b.def.clone()).collect();
+        if keep_unknown {
+            cases.push("UnknownCase".into());
+        }
+        let _ = writeln!(
+            out,
+            "{name}: TypeAlias = {}\n",
+            json_string(&cases.join(" | "))
+        );
+        let t = json_string(tag);
+        let _ = writeln!(
+            out,
+            "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    o = _object(raw, path)\n    tag = o.get({t}, MISSING)"
+        );
+        for b in branches {
             let _ = writeln!(
                 out,
-                "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    s = _str(raw, path)"
-            );
-            for v in &known {
-                let _ = writeln!(out, "    if s == {v}:\n        return {v}");
-            }
-            if *keep_unknown {
-                let _ = writeln!(out, "    return UnknownValue(raw=s)\n");
-            } else {
-                let _ = writeln!(
-                    out,
-                    "    raise DecodeError(path, \"unknown {name} \" + repr(s))\n"
-                );
-            }
-            let body = if *keep_unknown {
-                "value.raw if isinstance(value, UnknownValue) else value"
-            } else {
-                "value"
-            };
-            let _ = writeln!(
-                out,
-                "\ndef encode_{name}(value: {name}) -> Json:\n    return {body}\n"
+                "    if _is_tag(tag, {}):\n        return decode_{}(o, path)",
+                literal(&b.tag_value),
+                b.def
             );
         }
-        DefKind::Struct { fields, strict, .. } => struct_def(out, d, fields, *strict),
-        DefKind::Union {
-            tag,
-            branches,
-            keep_unknown,
-        } => {
-            comment(out, "", d.description.as_deref());
-            let mut cases: Vec<String> = branches.iter().map(|b| b.def.clone()).collect();
-            if *keep_unknown {
-                cases.push("UnknownCase".into());
-            }
+        if keep_unknown {
+            let _ = writeln!(out, "    return UnknownCase(raw=o)\n");
+        } else {
             let _ = writeln!(
                 out,
-                "{name}: TypeAlias = {}\n",
-                json_string(&cases.join(" | "))
+                "    if isinstance(tag, Missing):\n        raise DecodeError(_member_path(path, {t}), \"missing tag of {name}\")\n    raise DecodeError(_member_path(path, {t}), \"unknown {tag} \" + repr(tag) + \" of {name}\")\n"
             );
-            let t = json_string(tag);
+        }
+        let _ = writeln!(out, "\ndef encode_{name}(value: {name}) -> Json:");
+        for b in branches {
             let _ = writeln!(
                 out,
-                "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    o = _object(raw, path)\n    tag = o.get({t}, MISSING)"
+                "    if isinstance(value, {d}):\n        return encode_{d}(value)",
+                d = b.def
             );
-            for b in branches {
-                let _ = writeln!(
-                    out,
-                    "    if _is_tag(tag, {}):\n        return decode_{}(o, path)",
-                    literal(&b.tag_value),
-                    b.def
-                );
-            }
-            if *keep_unknown {
-                let _ = writeln!(out, "    return UnknownCase(raw=o)\n");
-            } else {
-                let _ = writeln!(
-                    out,
-                    "    if isinstance(tag, Missing):\n        raise DecodeError(_member_path(path, {t}), \"missing tag of {name}\")\n    raise DecodeError(_member_path(path, {t}), \"unknown {tag} \" + repr(tag) + \" of {name}\")\n"
-                );
-            }
-            let _ = writeln!(out, "\ndef encode_{name}(value: {name}) -> Json:");
-            for b in branches {
-                let _ = writeln!(
-                    out,
-                    "    if isinstance(value, {d}):\n        return encode_{d}(value)",
-                    d = b.def
-                );
-            }
-            if *keep_unknown {
-                let _ = writeln!(out, "    return value.raw\n");
-            } else {
-                let _ = writeln!(out, "    _assert_never(value)\n");
-            }
+        }
+        if keep_unknown {
+            let _ = writeln!(out, "    return value.raw\n");
+        } else {
+            let _ = writeln!(out, "    _assert_never(value)\n");
         }
     }
-    out.push('\n');
+
+    fn envelope(&mut self, out: &mut String, model: &Model) {
+        envelope(out, model);
+    }
+
+    fn dispatch(&mut self, out: &mut String, model: &Model) {
+        dispatch(out, model);
+    }
 }
 
 fn envelope(out: &mut String, model: &Model) {
@@ -515,19 +534,30 @@ fn envelope(out: &mut String, model: &Model) {
     out.push_str("    _assert_never(value)\n\n");
 }
 
+fn dispatch(out: &mut String, model: &Model) {
+    per_def(
+        out,
+        model,
+        "# Every definition's name, in schema order.\nDEFINITION_NAMES: Final = (\n",
+        |n| format!("    {},", json_string(n)),
+        ")\n\n\n",
+    );
+    per_def(
+        out,
+        model,
+        "def roundtrip_definition(name: str, raw: Json) -> Json:\n    \"\"\"Decodes `raw` as the named definition and encodes it again (for conformance tests).\n\n    Raises `KeyError` when no definition has that name and `DecodeError` when `raw` does not decode.\n    \"\"\"\n",
+        |n| format!("    if name == {}:\n        return encode_{n}(decode_{n}(raw))", json_string(n)),
+        "    raise KeyError(name)\n",
+    );
+}
+
 /// The Python runtime: a real, importable Python file (`DecodeError`, `UnknownCase`, the decode helpers) that
 /// the generator splices into `__init__.py` between the header and the generated types.
 const RUNTIME: &str = include_str!("runtime/protocol_runtime.py");
 
 /// The generated package's `__init__.py`.
 pub fn module(model: &Model) -> String {
-    for d in &model.defs {
-        assert!(
-            !RUNTIME_NAMES.contains(&d.name.as_str()),
-            "definition {} clashes with a name the Python runtime defines",
-            d.name
-        );
-    }
+    assert_no_clash(model, RUNTIME_NAMES, "Python");
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -541,25 +571,7 @@ pub fn module(model: &Model) -> String {
         json_string(&model.digest),
         json_string(&model.schema_id)
     );
-    for d in &model.defs {
-        def(&mut out, d);
-    }
-    envelope(&mut out, model);
-    out.push_str("# Every definition's name, in schema order.\nDEFINITION_NAMES: Final = (\n");
-    for d in &model.defs {
-        let _ = writeln!(out, "    {},", json_string(&d.name));
-    }
-    out.push_str(")\n\n\n");
-    out.push_str("def roundtrip_definition(name: str, raw: Json) -> Json:\n    \"\"\"Decodes `raw` as the named definition and encodes it again (for conformance tests).\n\n    Raises `KeyError` when no definition has that name and `DecodeError` when `raw` does not decode.\n    \"\"\"\n");
-    for d in &model.defs {
-        let _ = writeln!(
-            out,
-            "    if name == {}:\n        return encode_{n}(decode_{n}(raw))",
-            json_string(&d.name),
-            n = d.name
-        );
-    }
-    out.push_str("    raise KeyError(name)\n");
+    walk(model, &mut Python, &mut out);
     out
 }
 

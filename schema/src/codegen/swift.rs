@@ -7,7 +7,8 @@
 //! type-checked and replayed by `.github/workflows/swift-protocol.yml` on macOS.
 
 use super::emit::{
-    slash_doc, unique_idents, unknown_case, walk, Presence, ReaderSyntax, Readers, Target,
+    lower_camel, per_def, slash_doc, unique_idents, unknown_case, walk, Presence, ReaderSyntax,
+    Readers, Target,
 };
 use super::model::{pascal, Branch, Def, DefKind, Field, Model, Ty};
 use super::schema_info;
@@ -84,23 +85,7 @@ const KEYWORDS: &[&str] = &[
 
 /// lowerCamelCase Swift identifier for a wire name; keywords get a `_` suffix (`in` → `in_`).
 pub fn ident(wire: &str) -> String {
-    let mut out = String::new();
-    let mut upper = false;
-    for c in wire.chars() {
-        if c.is_ascii_alphanumeric() {
-            if upper && !out.is_empty() {
-                out.push(c.to_ascii_uppercase());
-            } else {
-                out.push(c);
-            }
-            upper = false;
-        } else {
-            upper = true;
-        }
-    }
-    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
-        out.insert(0, '_');
-    }
+    let mut out = lower_camel(wire);
     if KEYWORDS.contains(&out.as_str()) || out == "extra" {
         out.push('_');
     }
@@ -598,22 +583,20 @@ impl Target for Gen {
     }
 
     fn dispatch(&mut self, out: &mut String, model: &Model) {
-        out.push_str("/// The names of every definition, in schema order.\npublic let definitionNames: [String] = [\n");
-        for d in &model.defs {
-            let _ = writeln!(out, "    {},", string_literal(&d.name));
-        }
-        out.push_str("]\n\n");
-        out.push_str("/// Decodes `json` as the named definition and encodes it again (conformance replay); nil when\n/// wire v1 has no definition of that name.\npublic func roundtripDefinition(_ name: String, _ json: JSONValue, mode: DecodeMode = .receive) throws -> JSONValue? {\n    switch name {\n");
-        for d in &model.defs {
-            let _ = writeln!(
-                out,
-                "    case {}: return encode{}(try decode{}(json, \"\", mode))",
-                string_literal(&d.name),
-                d.name,
-                d.name
-            );
-        }
-        out.push_str("    default: return nil\n    }\n}\n");
+        per_def(
+            out,
+            model,
+            "/// The names of every definition, in schema order.\npublic let definitionNames: [String] = [\n",
+            |n| format!("    {},", string_literal(n)),
+            "]\n\n",
+        );
+        per_def(
+            out,
+            model,
+            "/// Decodes `json` as the named definition and encodes it again (conformance replay); nil when\n/// wire v1 has no definition of that name.\npublic func roundtripDefinition(_ name: String, _ json: JSONValue, mode: DecodeMode = .receive) throws -> JSONValue? {\n    switch name {\n",
+            |n| format!("    case {}: return encode{n}(try decode{n}(json, \"\", mode))", string_literal(n)),
+            "    default: return nil\n    }\n}\n",
+        );
     }
 }
 
