@@ -4,7 +4,7 @@
 //! [`Target`] impl for the walk, a [`ReaderSyntax`] table for the readers — so a new language
 //! costs a table and its own idioms, not a copy of the walk.
 
-use super::model::{Def, DefKind, Field, Model, Ty};
+use super::model::{Branch, Def, DefKind, Field, Model, Ty};
 use super::schema_info::{self, bounds, child};
 use serde_json::Value;
 use std::fmt::Write;
@@ -34,19 +34,20 @@ impl Presence {
     }
 }
 
+/// A tagged union's parts, as [`Target::union`] gets them.
+#[derive(Clone, Copy)]
+pub struct UnionDef<'a> {
+    pub tag: &'a str,
+    pub branches: &'a [Branch],
+    pub keep_unknown: bool,
+}
+
 /// What a target writes for each kind of definition. [`walk`] calls these in schema order.
 pub trait Target {
     fn alias(&mut self, out: &mut String, d: &Def, t: &Ty);
     fn string_enum(&mut self, out: &mut String, d: &Def, values: &[String], keep_unknown: bool);
     fn structure(&mut self, out: &mut String, d: &Def, fields: &[Field], strict: bool);
-    fn union(
-        &mut self,
-        out: &mut String,
-        d: &Def,
-        tag: &str,
-        branches: &[super::model::Branch],
-        keep_unknown: bool,
-    );
+    fn union(&mut self, out: &mut String, d: &Def, u: UnionDef<'_>);
     /// Called before each definition (doc comments).
     fn before_def(&mut self, _out: &mut String, _d: &Def) {}
     /// Called after each definition (separators).
@@ -73,7 +74,15 @@ pub fn walk(model: &Model, target: &mut impl Target, out: &mut String) {
                 tag,
                 branches,
                 keep_unknown,
-            } => target.union(out, d, tag, branches, *keep_unknown),
+            } => target.union(
+                out,
+                d,
+                UnionDef {
+                    tag,
+                    branches,
+                    keep_unknown: *keep_unknown,
+                },
+            ),
         }
         target.after_def(out, d);
     }
@@ -157,6 +166,25 @@ pub fn lower_camel(wire: &str) -> String {
     }
     if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
         out.insert(0, '_');
+    }
+    out
+}
+
+/// The snake_case core of a member identifier: `threadId` → `thread_id`, any other separator → `_`.
+/// The target then applies its own keyword rule.
+pub fn snake(wire: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in wire.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 && !out.ends_with('_') {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else if c.is_ascii_alphanumeric() || c == '_' {
+            out.push(c);
+        } else {
+            out.push('_');
+        }
     }
     out
 }

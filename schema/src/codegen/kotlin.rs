@@ -8,9 +8,9 @@
 
 use super::emit::{
     lower_camel, max_depth, per_def, unique_idents, unknown_case, walk, Presence, ReaderSyntax,
-    Readers, Target,
+    Readers, Target, UnionDef,
 };
-use super::model::{pascal, Branch, Def, DefKind, Field, Model, Ty};
+use super::model::{pascal, Def, DefKind, Field, Model, Ty};
 use super::GeneratedFile;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -216,14 +216,12 @@ impl Target for Gen {
         let _ = writeln!(out, "internal fun encode{name}(v: {name}): Any = {enc}\n");
     }
 
-    fn union(
-        &mut self,
-        out: &mut String,
-        d: &Def,
-        tag: &str,
-        branches: &[Branch],
-        keep_unknown: bool,
-    ) {
+    fn union(&mut self, out: &mut String, d: &Def, u: UnionDef<'_>) {
+        let UnionDef {
+            tag,
+            branches,
+            keep_unknown,
+        } = u;
         let name = &d.name;
         let unknown = unknown_case(
             branches.iter().map(|b| b.variant.as_str()),

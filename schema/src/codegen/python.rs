@@ -15,8 +15,8 @@
 //!   one of the runtime's own names gets a trailing `_` (`type` → `type_`, `class` → `class_`). The
 //!   wire name never changes.
 
-use super::emit::{assert_no_clash, per_def, walk, Presence, Target};
-use super::model::{Branch, Def, DefKind, Field, Model, Ty};
+use super::emit::{assert_no_clash, per_def, snake, walk, Presence, Target, UnionDef};
+use super::model::{Def, DefKind, Field, Model, Ty};
 use super::GeneratedFile;
 use serde_json::Value;
 use std::fmt::Write;
@@ -61,19 +61,7 @@ const ENVELOPE: &[&str] = &[
 /// The Python identifier for a wire name: snake_case, `_` appended to reserved words, `f_`
 /// prefixed when it would start with a digit.
 pub fn field_ident(wire: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in wire.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 && !out.ends_with('_') {
-                out.push('_');
-            }
-            out.push(c.to_ascii_lowercase());
-        } else if c.is_ascii_alphanumeric() || c == '_' {
-            out.push(c);
-        } else {
-            out.push('_');
-        }
-    }
+    let mut out = snake(wire);
     if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
         out.insert_str(0, "f_");
     }
@@ -415,14 +403,12 @@ impl Target for Python {
         struct_def(out, d, fields, strict);
     }
 
-    fn union(
-        &mut self,
-        out: &mut String,
-        d: &Def,
-        tag: &str,
-        branches: &[Branch],
-        keep_unknown: bool,
-    ) {
+    fn union(&mut self, out: &mut String, d: &Def, u: UnionDef<'_>) {
+        let UnionDef {
+            tag,
+            branches,
+            keep_unknown,
+        } = u;
         let name = &d.name;
         let mut cases: Vec<String> = branches.iter().map(|b| b.def.clone()).collect();
         if keep_unknown {

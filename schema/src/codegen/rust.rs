@@ -2,7 +2,7 @@
 //! (`Option` that must be present) and optional-nullable (`Option<Option>`) survive a round trip as
 //! themselves, and every tagged union is an enum whose tag lives only in the enum.
 
-use super::emit::{slash_doc as doc, Presence};
+use super::emit::{slash_doc as doc, snake, Presence};
 use super::model::{pascal, Def, DefKind, Field, Model, Ty};
 use std::fmt::Write;
 
@@ -16,19 +16,7 @@ const KEYWORDS: &[&str] = &[
 
 /// snake_case identifier for a wire name, with `_` appended to keywords (`type` → `type_`).
 pub fn field_ident(wire: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in wire.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 && !out.ends_with('_') {
-                out.push('_');
-            }
-            out.push(c.to_ascii_lowercase());
-        } else if c.is_ascii_alphanumeric() || c == '_' {
-            out.push(c);
-        } else {
-            out.push('_');
-        }
-    }
+    let mut out = snake(wire);
     if KEYWORDS.contains(&out.as_str()) || out.starts_with(|c: char| c.is_ascii_digit()) {
         out.push('_');
     }

@@ -8,9 +8,9 @@
 
 use super::emit::{
     lower_camel, per_def, slash_doc, unique_idents, unknown_case, walk, Presence, ReaderSyntax,
-    Readers, Target,
+    Readers, Target, UnionDef,
 };
-use super::model::{pascal, Branch, Def, DefKind, Field, Model, Ty};
+use super::model::{pascal, Def, DefKind, Field, Model, Ty};
 use super::schema_info;
 use super::GeneratedFile;
 use std::fmt::Write;
@@ -321,14 +321,12 @@ impl Target for Gen {
         Self::codable(out, name);
     }
 
-    fn union(
-        &mut self,
-        out: &mut String,
-        d: &Def,
-        tag: &str,
-        branches: &[Branch],
-        keep_unknown: bool,
-    ) {
+    fn union(&mut self, out: &mut String, d: &Def, u: UnionDef<'_>) {
+        let UnionDef {
+            tag,
+            branches,
+            keep_unknown,
+        } = u;
         let name = &d.name;
         let cases: Vec<String> = branches.iter().map(|b| case_name(&b.variant)).collect();
         let unknown = unknown_case(cases.iter().map(String::as_str), "unknown", "unknownValue");

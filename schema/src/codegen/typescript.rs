@@ -14,8 +14,8 @@
 //! - the decoders check shapes (types, presence, null, constants, tags); lengths, patterns and
 //!   ranges are the schema validator's job.
 
-use super::emit::{assert_no_clash, per_def, walk, Target};
-use super::model::{Branch, Def, DefKind, Field, Model, Ty};
+use super::emit::{assert_no_clash, per_def, walk, Target, UnionDef};
+use super::model::{Def, DefKind, Field, Model, Ty};
 use super::GeneratedFile;
 use serde_json::Value;
 use std::fmt::Write;
@@ -306,14 +306,12 @@ impl Target for TypeScript {
         struct_codec(out, d, fields, strict);
     }
 
-    fn union(
-        &mut self,
-        out: &mut String,
-        d: &Def,
-        tag: &str,
-        branches: &[Branch],
-        keep_unknown: bool,
-    ) {
+    fn union(&mut self, out: &mut String, d: &Def, u: UnionDef<'_>) {
+        let UnionDef {
+            tag,
+            branches,
+            keep_unknown,
+        } = u;
         let name = &d.name;
         let mut cases: Vec<String> = branches.iter().map(|b| b.def.clone()).collect();
         if keep_unknown {
