@@ -106,6 +106,15 @@ pub fn per_def(
     out.push_str(close);
 }
 
+/// The tag values of union definition `union` in branch order (none when it is no union): the
+/// methods of a request union, for the envelope's request/notification split.
+pub fn union_tags<'m>(model: &'m Model, union: &str) -> Vec<&'m Value> {
+    match model.def(union).map(|d| &d.kind) {
+        Some(DefKind::Union { branches, .. }) => branches.iter().map(|b| &b.tag_value).collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Refuses a model whose definition names clash with what a target's runtime defines.
 pub fn assert_no_clash(model: &Model, reserved: &[&str], language: &str) {
     for d in &model.defs {

@@ -7,10 +7,10 @@
 //! patterns, bounds); [`schema_info`] reads them from the canonical schema the model was built from.
 
 use super::emit::{
-    lower_camel, max_depth, per_def, unique_idents, unknown_case, walk, Presence, ReaderSyntax,
-    Readers, Target, UnionDef,
+    lower_camel, max_depth, per_def, union_tags, unique_idents, unknown_case, walk, Presence,
+    ReaderSyntax, Readers, Target, UnionDef,
 };
-use super::model::{pascal, Def, DefKind, Field, Model, Ty};
+use super::model::{pascal, Def, Field, Model, Ty};
 use super::GeneratedFile;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -489,12 +489,7 @@ impl Target for Gen {
             "    data class {n}Message(val value: {PACKAGE}.{n}) : ProtocolMessage {{\n        override fun toJson(): JSONObject = encode{n}(value)\n    }}\n\n    data class {resp}Message(val value: {PACKAGE}.{resp}) : ProtocolMessage {{\n        override fun toJson(): JSONObject = encode{resp}(value)\n    }}\n}}\n"
         );
         for r in &env.requests {
-            let methods: Vec<String> = match model.def(r).map(|d| &d.kind) {
-                Some(DefKind::Union { branches, .. }) => {
-                    branches.iter().map(|b| literal(&b.tag_value)).collect()
-                }
-                _ => Vec::new(),
-            };
+            let methods: Vec<String> = union_tags(model, r).into_iter().map(literal).collect();
             let _ = writeln!(
                 out,
                 "private val METHODS_{r}: Set<Any> = setOf({})\n",
@@ -614,7 +609,7 @@ pub fn generate(model: &Model) -> Vec<GeneratedFile> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::model::{Branch, Def, Field};
+    use crate::codegen::model::{Branch, Def, DefKind, Field};
 
     fn field(wire: &str, required: bool, nullable: bool) -> Field {
         Field {

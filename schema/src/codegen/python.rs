@@ -15,7 +15,7 @@
 //!   one of the runtime's own names gets a trailing `_` (`type` → `type_`, `class` → `class_`). The
 //!   wire name never changes.
 
-use super::emit::{assert_no_clash, per_def, snake, walk, Presence, Target, UnionDef};
+use super::emit::{assert_no_clash, per_def, snake, union_tags, walk, Presence, Target, UnionDef};
 use super::model::{Def, DefKind, Field, Model, Ty};
 use super::GeneratedFile;
 use serde_json::Value;
@@ -468,14 +468,7 @@ fn envelope(out: &mut String, model: &Model) {
     if ENVELOPE.iter().any(|n| model.def(n).is_none()) {
         return;
     }
-    let tags = |n: &str| -> Vec<String> {
-        match model.def(n).map(|d| &d.kind) {
-            Some(DefKind::Union { branches, .. }) => {
-                branches.iter().map(|b| literal(&b.tag_value)).collect()
-            }
-            _ => Vec::new(),
-        }
-    };
+    let tags = |n: &str| -> Vec<String> { union_tags(model, n).into_iter().map(literal).collect() };
     let _ = writeln!(
         out,
         "# Any wire v1 message, told apart the JSON-RPC way: `method` + `id` is a request (the client's\n# or the server's, by method), `method` alone a notification, `result` or `error` a response.\nMessage: TypeAlias = {}\n",

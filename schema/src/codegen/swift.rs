@@ -7,10 +7,10 @@
 //! type-checked and replayed by `.github/workflows/swift-protocol.yml` on macOS.
 
 use super::emit::{
-    lower_camel, per_def, slash_doc, unique_idents, unknown_case, walk, Presence, ReaderSyntax,
-    Readers, Target, UnionDef,
+    lower_camel, per_def, slash_doc, union_tags, unique_idents, unknown_case, walk, Presence,
+    ReaderSyntax, Readers, Target, UnionDef,
 };
-use super::model::{pascal, Def, DefKind, Field, Model, Ty};
+use super::model::{pascal, Def, Field, Model, Ty};
 use super::schema_info;
 use super::GeneratedFile;
 use std::fmt::Write;
@@ -546,13 +546,10 @@ impl Target for Gen {
         }
         out.push_str("        }\n    }\n}\n\n");
         for r in &env.requests {
-            let methods: Vec<String> = match model.def(r).map(|d| &d.kind) {
-                Some(DefKind::Union { branches, .. }) => branches
-                    .iter()
-                    .filter_map(|b| b.tag_value.as_str().map(string_literal))
-                    .collect(),
-                _ => Vec::new(),
-            };
+            let methods: Vec<String> = union_tags(model, r)
+                .into_iter()
+                .filter_map(|v| v.as_str().map(string_literal))
+                .collect();
             let _ = writeln!(
                 out,
                 "private let methods{r}: Set<String> = [{}]\n",

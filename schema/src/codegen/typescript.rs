@@ -14,8 +14,8 @@
 //! - the decoders check shapes (types, presence, null, constants, tags); lengths, patterns and
 //!   ranges are the schema validator's job.
 
-use super::emit::{assert_no_clash, per_def, walk, Target, UnionDef};
-use super::model::{Def, DefKind, Field, Model, Ty};
+use super::emit::{assert_no_clash, per_def, union_tags, walk, Target, UnionDef};
+use super::model::{Def, Field, Model, Ty};
 use super::GeneratedFile;
 use serde_json::Value;
 use std::fmt::Write;
@@ -381,12 +381,7 @@ impl Target for TypeScript {
 
 /// The tag values of a union definition, as TypeScript literals.
 fn tags_of(model: &Model, union: &str) -> Vec<String> {
-    match model.def(union).map(|d| &d.kind) {
-        Some(DefKind::Union { branches, .. }) => {
-            branches.iter().map(|b| literal(&b.tag_value)).collect()
-        }
-        _ => Vec::new(),
-    }
+    union_tags(model, union).into_iter().map(literal).collect()
 }
 
 fn envelope(out: &mut String, model: &Model) {
