@@ -439,3 +439,110 @@ impl<S: ReaderSyntax> Readers<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::model;
+
+    /// A target that only records what the walk asked for, in order.
+    #[derive(Default)]
+    struct Trace(Vec<String>);
+
+    impl Target for Trace {
+        fn alias(&mut self, _: &mut String, d: &Def, _: &Ty) {
+            self.0.push(format!("alias {}", d.name));
+        }
+        fn string_enum(&mut self, _: &mut String, d: &Def, values: &[String], _: bool) {
+            self.0.push(format!("enum {} {}", d.name, values.len()));
+        }
+        fn structure(&mut self, _: &mut String, d: &Def, fields: &[Field], _: bool) {
+            self.0.push(format!("struct {} {}", d.name, fields.len()));
+        }
+        fn union(&mut self, _: &mut String, d: &Def, u: UnionDef<'_>) {
+            self.0
+                .push(format!("union {} {} {}", d.name, u.tag, u.branches.len()));
+        }
+        fn after_def(&mut self, out: &mut String, _: &Def) {
+            out.push('.');
+        }
+        fn envelope(&mut self, _: &mut String, _: &Model) {
+            self.0.push("envelope".into());
+        }
+        fn dispatch(&mut self, _: &mut String, _: &Model) {
+            self.0.push("dispatch".into());
+        }
+    }
+
+    #[test]
+    fn walk_visits_every_definition_in_schema_order_then_envelope_then_dispatch() {
+        let m = model::build(crate::schema());
+        let mut trace = Trace::default();
+        let mut out = String::new();
+        walk(&m, &mut trace, &mut out);
+        assert_eq!(trace.0.len(), m.defs.len() + 2);
+        assert_eq!(
+            out.len(),
+            m.defs.len(),
+            "after_def runs once per definition"
+        );
+        for (seen, d) in trace.0.iter().zip(&m.defs) {
+            assert_eq!(seen.split(' ').nth(1), Some(d.name.as_str()));
+        }
+        assert_eq!(trace.0[m.defs.len()..], ["envelope", "dispatch"]);
+        assert!(trace
+            .0
+            .iter()
+            .any(|t| t.starts_with("union ServerNotification method ")));
+    }
+
+    #[test]
+    fn presence_keeps_the_four_wire_states_apart() {
+        let f = |required, nullable| Field {
+            wire: "x".into(),
+            ty: Ty::String,
+            required,
+            nullable,
+            constant: None,
+            is_tag: false,
+            description: None,
+        };
+        assert_eq!(Presence::of(&f(true, false)), Presence::Required);
+        assert_eq!(Presence::of(&f(true, true)), Presence::Nullable);
+        assert_eq!(Presence::of(&f(false, false)), Presence::Optional);
+        assert_eq!(Presence::of(&f(false, true)), Presence::OptionalNullable);
+    }
+
+    #[test]
+    fn identifier_cores_and_uniqueness() {
+        assert_eq!(lower_camel("retry_after_ms"), "retryAfterMs");
+        assert_eq!(lower_camel("thread/start"), "threadStart");
+        assert_eq!(lower_camel("2fa"), "_2fa");
+        assert_eq!(lower_camel("--"), "_");
+        assert_eq!(snake("threadId"), "thread_id");
+        assert_eq!(snake("a-b"), "a_b");
+        assert_eq!(
+            unique_idents(["a_b", "aB", "a-b"].into_iter(), lower_camel),
+            ["aB", "aB_", "aB__"]
+        );
+        let cases = ["Unknown", "Other"];
+        assert_eq!(
+            unknown_case(cases.into_iter(), "Unknown", "UnknownValue"),
+            "UnknownValue"
+        );
+        assert_eq!(
+            unknown_case(["Other"].into_iter(), "Unknown", "UnknownValue"),
+            "Unknown"
+        );
+    }
+
+    #[test]
+    fn union_tags_are_in_branch_order_and_empty_for_non_unions() {
+        let m = model::build(crate::schema());
+        let tags = union_tags(&m, "ClientRequest");
+        assert!(!tags.is_empty());
+        assert_eq!(tags[0], &Value::from("initialize"));
+        assert!(union_tags(&m, "ClientResponse").is_empty());
+        assert!(union_tags(&m, "NoSuchDefinition").is_empty());
+    }
+}
