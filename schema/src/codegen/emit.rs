@@ -90,6 +90,42 @@ pub fn walk(model: &Model, target: &mut impl Target, out: &mut String) {
     target.dispatch(out, model);
 }
 
+/// A target's spelling of each type expression: a table, so the recursion over [`Ty`] is written once.
+pub struct TypeNames {
+    pub string: &'static str,
+    /// An integer the schema lets go negative.
+    pub signed: &'static str,
+    /// An integer with a non-negative `minimum`.
+    pub unsigned: &'static str,
+    pub number: &'static str,
+    pub boolean: &'static str,
+    /// A JSON-RPC request id: a non-negative integer or a string.
+    pub integer_or_string: &'static str,
+    /// Any JSON value.
+    pub json: &'static str,
+    /// Written before and after the item type of an array.
+    pub array: [&'static str; 2],
+    /// Written before and after the value type of a string-keyed map.
+    pub map: [&'static str; 2],
+}
+
+impl TypeNames {
+    pub fn spell(&self, t: &Ty) -> String {
+        match t {
+            Ty::String => self.string.into(),
+            Ty::Integer { signed: true } => self.signed.into(),
+            Ty::Integer { signed: false } => self.unsigned.into(),
+            Ty::Number => self.number.into(),
+            Ty::Boolean => self.boolean.into(),
+            Ty::IntegerOrString => self.integer_or_string.into(),
+            Ty::Json => self.json.into(),
+            Ty::Named(n) => n.clone(),
+            Ty::Array(inner) => format!("{}{}{}", self.array[0], self.spell(inner), self.array[1]),
+            Ty::Map(inner) => format!("{}{}{}", self.map[0], self.spell(inner), self.map[1]),
+        }
+    }
+}
+
 /// One line per definition, in schema order, between `open` and `close` (name lists and by-name
 /// dispatch tables).
 pub fn per_def(

@@ -8,7 +8,7 @@
 
 use super::emit::{
     lower_camel, max_depth, per_def, union_tags, unique_idents, unknown_case, walk, Presence,
-    ReaderSyntax, Readers, Target, UnionDef,
+    ReaderSyntax, Readers, Target, TypeNames, UnionDef,
 };
 use super::model::{pascal, Def, Field, Model, Ty};
 use super::GeneratedFile;
@@ -134,19 +134,22 @@ fn header(model: &Model) -> String {
     )
 }
 
+/// How this target spells each type expression.
+const TYPES: TypeNames = TypeNames {
+    string: "String",
+    signed: "Long",
+    unsigned: "Long",
+    number: "Double",
+    boolean: "Boolean",
+    // A Long or a String.
+    integer_or_string: "Any",
+    json: "Any",
+    array: ["List<", ">"],
+    map: ["Map<String, ", ">"],
+};
+
 fn ty(t: &Ty) -> String {
-    match t {
-        Ty::String => "String".into(),
-        Ty::Integer { .. } => "Long".into(),
-        Ty::Number => "Double".into(),
-        Ty::Boolean => "Boolean".into(),
-        // A Long or a String.
-        Ty::IntegerOrString => "Any".into(),
-        Ty::Json => "Any".into(),
-        Ty::Named(n) => n.clone(),
-        Ty::Array(inner) => format!("List<{}>", ty(inner)),
-        Ty::Map(inner) => format!("Map<String, {}>", ty(inner)),
-    }
+    TYPES.spell(t)
 }
 
 /// Kotlin's spellings of the runtime's reader calls.

@@ -15,7 +15,9 @@
 //!   one of the runtime's own names gets a trailing `_` (`type` → `type_`, `class` → `class_`). The
 //!   wire name never changes.
 
-use super::emit::{assert_no_clash, per_def, snake, union_tags, walk, Presence, Target, UnionDef};
+use super::emit::{
+    assert_no_clash, per_def, snake, union_tags, walk, Presence, Target, TypeNames, UnionDef,
+};
 use super::model::{Def, DefKind, Field, Model, Ty};
 use super::GeneratedFile;
 use serde_json::Value;
@@ -85,18 +87,21 @@ fn literal(v: &Value) -> String {
     }
 }
 
+/// How this target spells each type expression.
+const TYPES: TypeNames = TypeNames {
+    string: "str",
+    signed: "int",
+    unsigned: "int",
+    number: "float",
+    boolean: "bool",
+    integer_or_string: "int | str",
+    json: "Json",
+    array: ["list[", "]"],
+    map: ["dict[str, ", "]"],
+};
+
 fn ty(t: &Ty) -> String {
-    match t {
-        Ty::String => "str".into(),
-        Ty::Integer { .. } => "int".into(),
-        Ty::Number => "float".into(),
-        Ty::Boolean => "bool".into(),
-        Ty::IntegerOrString => "int | str".into(),
-        Ty::Json => "Json".into(),
-        Ty::Named(n) => n.clone(),
-        Ty::Array(inner) => format!("list[{}]", ty(inner)),
-        Ty::Map(inner) => format!("dict[str, {}]", ty(inner)),
-    }
+    TYPES.spell(t)
 }
 
 /// An expression decoding `raw` (a `Json` expression) found at `path` (a `str` expression).

@@ -2,7 +2,7 @@
 //! (`Option` that must be present) and optional-nullable (`Option<Option>`) survive a round trip as
 //! themselves, and every tagged union is an enum whose tag lives only in the enum.
 
-use super::emit::{slash_doc as doc, snake, Presence};
+use super::emit::{slash_doc as doc, snake, Presence, TypeNames};
 use super::model::{pascal, Def, DefKind, Field, Model, Ty};
 use std::fmt::Write;
 
@@ -23,19 +23,21 @@ pub fn field_ident(wire: &str) -> String {
     out
 }
 
+/// How this target spells each type expression.
+const TYPES: TypeNames = TypeNames {
+    string: "String",
+    signed: "i64",
+    unsigned: "u64",
+    number: "f64",
+    boolean: "bool",
+    integer_or_string: "IntegerOrString",
+    json: "Value",
+    array: ["Vec<", ">"],
+    map: ["Map<String, ", ">"],
+};
+
 fn ty(t: &Ty) -> String {
-    match t {
-        Ty::String => "String".into(),
-        Ty::Integer { signed: true } => "i64".into(),
-        Ty::Integer { signed: false } => "u64".into(),
-        Ty::Number => "f64".into(),
-        Ty::Boolean => "bool".into(),
-        Ty::IntegerOrString => "IntegerOrString".into(),
-        Ty::Json => "Value".into(),
-        Ty::Named(n) => n.clone(),
-        Ty::Array(inner) => format!("Vec<{}>", ty(inner)),
-        Ty::Map(inner) => format!("Map<String, {}>", ty(inner)),
-    }
+    TYPES.spell(t)
 }
 
 fn rust_literal(v: &serde_json::Value) -> String {

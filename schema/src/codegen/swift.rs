@@ -8,7 +8,7 @@
 
 use super::emit::{
     lower_camel, per_def, slash_doc, union_tags, unique_idents, unknown_case, walk, Presence,
-    ReaderSyntax, Readers, Target, UnionDef,
+    ReaderSyntax, Readers, Target, TypeNames, UnionDef,
 };
 use super::model::{pascal, Def, Field, Model, Ty};
 use super::schema_info;
@@ -142,19 +142,22 @@ fn header(model: &Model) -> String {
     )
 }
 
+/// How this target spells each type expression.
+const TYPES: TypeNames = TypeNames {
+    string: "String",
+    signed: "Int64",
+    unsigned: "Int64",
+    number: "Double",
+    boolean: "Bool",
+    // `.number` or `.string`, kept as written.
+    integer_or_string: "JSONValue",
+    json: "JSONValue",
+    array: ["[", "]"],
+    map: ["[String: ", "]"],
+};
+
 fn ty(t: &Ty) -> String {
-    match t {
-        Ty::String => "String".into(),
-        Ty::Integer { .. } => "Int64".into(),
-        Ty::Number => "Double".into(),
-        Ty::Boolean => "Bool".into(),
-        // `.number` or `.string`, kept as written.
-        Ty::IntegerOrString => "JSONValue".into(),
-        Ty::Json => "JSONValue".into(),
-        Ty::Named(n) => n.clone(),
-        Ty::Array(inner) => format!("[{}]", ty(inner)),
-        Ty::Map(inner) => format!("[String: {}]", ty(inner)),
-    }
+    TYPES.spell(t)
 }
 
 fn enc(t: &Ty, v: &str, depth: usize) -> String {

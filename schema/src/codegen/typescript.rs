@@ -14,7 +14,7 @@
 //! - the decoders check shapes (types, presence, null, constants, tags); lengths, patterns and
 //!   ranges are the schema validator's job.
 
-use super::emit::{assert_no_clash, per_def, union_tags, walk, Target, UnionDef};
+use super::emit::{assert_no_clash, per_def, union_tags, walk, Target, TypeNames, UnionDef};
 use super::model::{Def, Field, Model, Ty};
 use super::GeneratedFile;
 use serde_json::Value;
@@ -65,17 +65,21 @@ fn json_string(s: &str) -> String {
     serde_json::to_string(s).expect("a string serializes")
 }
 
+/// How this target spells each type expression.
+const TYPES: TypeNames = TypeNames {
+    string: "string",
+    signed: "number",
+    unsigned: "number",
+    number: "number",
+    boolean: "boolean",
+    integer_or_string: "number | string",
+    json: "Json",
+    array: ["Array<", ">"],
+    map: ["{ [key: string]: ", " }"],
+};
+
 fn ty(t: &Ty) -> String {
-    match t {
-        Ty::String => "string".into(),
-        Ty::Integer { .. } | Ty::Number => "number".into(),
-        Ty::Boolean => "boolean".into(),
-        Ty::IntegerOrString => "number | string".into(),
-        Ty::Json => "Json".into(),
-        Ty::Named(n) => n.clone(),
-        Ty::Array(inner) => format!("Array<{}>", ty(inner)),
-        Ty::Map(inner) => format!("{{ [key: string]: {} }}", ty(inner)),
-    }
+    TYPES.spell(t)
 }
 
 /// An expression of type `(raw: Json, path: string) => T`.
