@@ -220,11 +220,7 @@ impl Target for Gen {
     }
 
     fn union(&mut self, out: &mut String, d: &Def, u: UnionDef<'_>) {
-        let UnionDef {
-            tag,
-            branches,
-            keep_unknown,
-        } = u;
+        let (tag, branches, keep_unknown) = (u.tag, u.branches, u.keep_unknown);
         let name = &d.name;
         let unknown = unknown_case(
             branches.iter().map(|b| b.variant.as_str()),

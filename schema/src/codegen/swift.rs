@@ -325,11 +325,7 @@ impl Target for Gen {
     }
 
     fn union(&mut self, out: &mut String, d: &Def, u: UnionDef<'_>) {
-        let UnionDef {
-            tag,
-            branches,
-            keep_unknown,
-        } = u;
+        let (tag, branches, keep_unknown) = (u.tag, u.branches, u.keep_unknown);
         let name = &d.name;
         let cases: Vec<String> = branches.iter().map(|b| case_name(&b.variant)).collect();
         let unknown = unknown_case(cases.iter().map(String::as_str), "unknown", "unknownValue");

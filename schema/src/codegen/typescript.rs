@@ -311,11 +311,7 @@ impl Target for TypeScript {
     }
 
     fn union(&mut self, out: &mut String, d: &Def, u: UnionDef<'_>) {
-        let UnionDef {
-            tag,
-            branches,
-            keep_unknown,
-        } = u;
+        let (tag, branches, keep_unknown) = (u.tag, u.branches, u.keep_unknown);
         let name = &d.name;
         let mut cases: Vec<String> = branches.iter().map(|b| b.def.clone()).collect();
         if keep_unknown {
