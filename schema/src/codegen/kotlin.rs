@@ -6,172 +6,16 @@
 //! Kotlin and Swift both need constraints the language-neutral model does not carry (lengths,
 //! patterns, bounds); [`schema_info`] reads them from the canonical schema the model was built from.
 
-use super::model::{pascal, Def, DefKind, Field, Model, Ty};
+use super::emit::{
+    lower_camel, max_depth, per_def, union_tags, unique_idents, unknown_case, walk, Presence,
+    ReaderSyntax, Readers, Target, TypeNames, UnionDef,
+};
+use super::model::{pascal, Def, Field, Model, Ty};
 use super::GeneratedFile;
 use std::fmt::Write;
 use std::path::PathBuf;
 
-/// Constraint facts read from the raw schema, shared by the Kotlin and Swift targets.
-pub(super) mod schema_info {
-    use super::super::model::Model;
-    use serde_json::Value;
-
-    /// The canonical schema when `model` was built from it (matched by digest), so a model built
-    /// from some other document never borrows the canonical schema's constraints.
-    pub fn raw(model: &Model) -> Option<&'static Value> {
-        (crate::schema_digest() == model.digest).then(crate::schema)
-    }
-
-    pub fn def_node<'a>(raw: Option<&'a Value>, def: &str) -> Option<&'a Value> {
-        raw?.get("$defs")?.get(def)
-    }
-
-    /// The node of property `wire` of `def`, with a `oneOf [X, null]` wrapper removed.
-    pub fn prop_node<'a>(raw: Option<&'a Value>, def: &str, wire: &str) -> Option<&'a Value> {
-        let node = def_node(raw, def)?.get("properties")?.get(wire)?;
-        Some(strip_nullable(node))
-    }
-
-    pub fn strip_nullable(node: &Value) -> &Value {
-        match node.get("oneOf").and_then(Value::as_array) {
-            Some(b) if b.len() == 2 && b[1] == serde_json::json!({"type": "null"}) => &b[0],
-            _ => node,
-        }
-    }
-
-    pub fn child<'a>(node: Option<&'a Value>, key: &str) -> Option<&'a Value> {
-        node?.get(key)
-    }
-
-    /// Bounds and pattern of one schema node (absent when the node has none).
-    #[derive(Debug, Default, Clone, PartialEq)]
-    pub struct Bounds {
-        pub min_length: Option<u64>,
-        pub max_length: Option<u64>,
-        pub pattern: Option<String>,
-        pub minimum: Option<i64>,
-        pub maximum: Option<i64>,
-        pub min_items: Option<u64>,
-        pub max_items: Option<u64>,
-        pub max_properties: Option<u64>,
-        pub key_min_length: Option<u64>,
-        pub key_max_length: Option<u64>,
-    }
-
-    pub fn bounds(node: Option<&Value>) -> Bounds {
-        let Some(n) = node else {
-            return Bounds::default();
-        };
-        let u = |k: &str| n.get(k).and_then(Value::as_u64);
-        let keys = n.get("propertyNames");
-        Bounds {
-            min_length: u("minLength").filter(|&m| m > 0),
-            max_length: u("maxLength"),
-            pattern: n.get("pattern").and_then(Value::as_str).map(str::to_string),
-            minimum: n.get("minimum").and_then(Value::as_i64),
-            maximum: n.get("maximum").and_then(Value::as_i64),
-            min_items: u("minItems").filter(|&m| m > 0),
-            max_items: u("maxItems"),
-            max_properties: u("maxProperties"),
-            key_min_length: keys
-                .and_then(|k| k.get("minLength"))
-                .and_then(Value::as_u64)
-                .filter(|&m| m > 0),
-            key_max_length: keys
-                .and_then(|k| k.get("maxLength"))
-                .and_then(Value::as_u64),
-        }
-    }
-
-    /// ECMA-262 `$` (no multiline flag) matches only at the very end; Java's and ICU's `$` also
-    /// match before a final line terminator, so `"id\n"` would pass `^…$`. `\z` means what the
-    /// schema means in both engines.
-    pub fn end_anchored(pattern: &str) -> String {
-        match pattern.strip_suffix('$') {
-            Some(head) if !head.ends_with('\\') => format!("{head}\\z"),
-            _ => pattern.to_string(),
-        }
-    }
-
-    /// One branch of an object's own untagged `oneOf` (`{"required": [..], "properties": {..}}`):
-    /// the members it requires and the definitions it narrows members to when it applies.
-    pub struct RequiredBranch {
-        pub required: Vec<String>,
-        /// (member, definition) from the branch's `properties` `$ref`s.
-        pub narrows: Vec<(String, String)>,
-    }
-
-    /// `oneOf: [{"required": [..]}, ..]` on an object: exactly one of these member sets, each
-    /// possibly narrowing some members (JSON-RPC: a `result` response has a non-null `id`).
-    pub fn exactly_one_of(raw: Option<&Value>, def: &str) -> Vec<RequiredBranch> {
-        let Some(node) = def_node(raw, def) else {
-            return Vec::new();
-        };
-        if node.get("x-tag").is_some() {
-            return Vec::new();
-        }
-        let Some(branches) = node.get("oneOf").and_then(Value::as_array) else {
-            return Vec::new();
-        };
-        branches
-            .iter()
-            .map(|b| {
-                let obj = b.as_object().expect("a oneOf branch is an object");
-                for key in obj.keys() {
-                    assert!(
-                        key == "required" || key == "properties",
-                        "codegen: {def}: untagged oneOf branch keyword {key:?} is not supported"
-                    );
-                }
-                let required = obj
-                    .get("required")
-                    .and_then(Value::as_array)
-                    .map(|r| r.iter().filter_map(Value::as_str).map(str::to_string).collect())
-                    .unwrap_or_default();
-                let narrows = obj
-                    .get("properties")
-                    .and_then(Value::as_object)
-                    .map(|props| {
-                        props
-                            .iter()
-                            .map(|(k, v)| {
-                                let target = v
-                                    .get("$ref")
-                                    .and_then(Value::as_str)
-                                    .and_then(|r| r.strip_prefix("#/$defs/"))
-                                    .unwrap_or_else(|| panic!("codegen: {def}: oneOf branch property {k:?} must be a $ref"));
-                                (k.clone(), target.to_string())
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                RequiredBranch { required, narrows }
-            })
-            .collect()
-    }
-
-    /// The JSON-RPC envelope of DESIGN §4: (request unions, notification union, response struct).
-    pub struct Envelope {
-        pub requests: Vec<String>,
-        pub notifications: String,
-        pub response: String,
-    }
-
-    pub fn envelope(model: &Model) -> Option<Envelope> {
-        let has = |n: &str| model.def(n).is_some();
-        (has("ClientRequest")
-            && has("ServerRequest")
-            && has("ServerNotification")
-            && has("ClientResponse"))
-        .then(|| Envelope {
-            requests: vec!["ClientRequest".into(), "ServerRequest".into()],
-            notifications: "ServerNotification".into(),
-            response: "ClientResponse".into(),
-        })
-    }
-}
-
-use schema_info::{bounds, child};
+use super::schema_info;
 
 const PACKAGE: &str = "com.chainlesschain.appserver.protocol";
 const DIR: &str = "bindings/kotlin/src/main/kotlin/com/chainlesschain/appserver/protocol";
@@ -212,23 +56,7 @@ const KEYWORDS: &[&str] = &[
 /// rather than backticks, because a backticked `class` would compile to a JVM getter `getClass()`
 /// that clashes with `Object.getClass()`.
 pub fn property_ident(wire: &str) -> String {
-    let mut out = String::new();
-    let mut upper = false;
-    for c in wire.chars() {
-        if c.is_ascii_alphanumeric() {
-            if upper && !out.is_empty() {
-                out.push(c.to_ascii_uppercase());
-            } else {
-                out.push(c);
-            }
-            upper = false;
-        } else {
-            upper = true;
-        }
-    }
-    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
-        out.insert(0, '_');
-    }
+    let mut out = lower_camel(wire);
     if let Some(first) = out.chars().next() {
         if first.is_ascii_uppercase() && wire.chars().nth(1).is_some_and(|c| c.is_lowercase()) {
             out.replace_range(0..1, &first.to_ascii_lowercase().to_string());
@@ -306,234 +134,171 @@ fn header(model: &Model) -> String {
     )
 }
 
+/// How this target spells each type expression.
+const TYPES: TypeNames = TypeNames {
+    string: "String",
+    signed: "Long",
+    unsigned: "Long",
+    number: "Double",
+    boolean: "Boolean",
+    // A Long or a String.
+    integer_or_string: "Any",
+    json: "Any",
+    array: ["List<", ">"],
+    map: ["Map<String, ", ">"],
+};
+
 fn ty(t: &Ty) -> String {
-    match t {
-        Ty::String => "String".into(),
-        Ty::Integer { .. } => "Long".into(),
-        Ty::Number => "Double".into(),
-        Ty::Boolean => "Boolean".into(),
-        // A Long or a String.
-        Ty::IntegerOrString => "Any".into(),
-        Ty::Json => "Any".into(),
-        Ty::Named(n) => n.clone(),
-        Ty::Array(inner) => format!("List<{}>", ty(inner)),
-        Ty::Map(inner) => format!("Map<String, {}>", ty(inner)),
-    }
+    TYPES.spell(t)
 }
 
-/// Regexes are compiled once, as private top-level values, numbered in order of first use.
-#[derive(Default)]
-struct Patterns(Vec<String>);
+/// Kotlin's spellings of the runtime's reader calls.
+struct Kotlin;
 
-impl Patterns {
-    fn name(&mut self, pattern: &str) -> String {
-        let i = match self.0.iter().position(|p| p == pattern) {
-            Some(i) => i,
-            None => {
-                self.0.push(pattern.to_string());
-                self.0.len() - 1
-            }
-        };
+impl ReaderSyntax for Kotlin {
+    const INTEGER_OR_STRING_READER: &'static str = "readLongOrString";
+    const OPTIONAL_READER: &'static str = "optional";
+    const TRY: &'static str = "";
+    const NULL: &'static str = "null";
+    const CONST_AROUND_VALUE: bool = true;
+
+    fn arg(name: &str, value: impl std::fmt::Display) -> String {
+        format!("{name} = {value}")
+    }
+    fn int(v: i64) -> String {
+        long_literal(v)
+    }
+    fn lambda(params: &str, body: &str) -> String {
+        format!("{{ {params} -> {body} }}")
+    }
+    fn list(items: &[String]) -> String {
+        format!("listOf({})", items.join(", "))
+    }
+    fn json_literal(v: &serde_json::Value) -> String {
+        literal(v)
+    }
+    fn string_literal(s: &str) -> String {
+        string_literal(s)
+    }
+    fn pattern_name(i: usize) -> String {
         format!("PATTERN_{i}")
     }
-}
-
-struct Gen<'m> {
-    model: &'m Model,
-    raw: Option<&'static serde_json::Value>,
-    patterns: Patterns,
-}
-
-impl Gen<'_> {
-    /// An expression decoding `j` (a JSON value at pointer `at`) as `t`, checking `node`'s bounds.
-    fn dec(
-        &mut self,
-        t: &Ty,
-        node: Option<&serde_json::Value>,
-        j: &str,
-        at: &str,
-        depth: usize,
-    ) -> String {
-        let b = bounds(node);
-        let expr = match t {
-            Ty::Named(n) => format!("decode{n}({j}, {at}, mode)"),
-            Ty::String => {
-                let mut args = vec![j.to_string(), at.to_string()];
-                if let Some(m) = b.min_length {
-                    args.push(format!("minLength = {m}"));
-                }
-                if let Some(m) = b.max_length {
-                    args.push(format!("maxLength = {m}"));
-                }
-                if let Some(p) = &b.pattern {
-                    args.push(format!("pattern = {}", self.patterns.name(p)));
-                }
-                format!("readString({})", args.join(", "))
-            }
-            Ty::Integer { .. } => {
-                let mut args = vec![j.to_string(), at.to_string()];
-                if let Some(m) = b.minimum {
-                    args.push(format!("minimum = {}", long_literal(m)));
-                }
-                if let Some(m) = b.maximum {
-                    args.push(format!("maximum = {}", long_literal(m)));
-                }
-                format!("readLong({})", args.join(", "))
-            }
-            Ty::Number => format!("readNumber({j}, {at})"),
-            Ty::Boolean => format!("readBoolean({j}, {at})"),
-            Ty::IntegerOrString => {
-                let mut args = vec![j.to_string(), at.to_string()];
-                if let Some(m) = b.minimum {
-                    args.push(format!("minimum = {}", long_literal(m)));
-                }
-                if let Some(m) = b.maximum {
-                    args.push(format!("maximum = {}", long_literal(m)));
-                }
-                if let Some(m) = b.max_length {
-                    args.push(format!("maxLength = {m}"));
-                }
-                format!("readLongOrString({})", args.join(", "))
-            }
-            Ty::Json => format!("readJson({j}, {at})"),
-            Ty::Array(inner) => {
-                let mut args = vec![j.to_string(), at.to_string()];
-                if let Some(m) = b.min_items {
-                    args.push(format!("minItems = {m}"));
-                }
-                if let Some(m) = b.max_items {
-                    args.push(format!("maxItems = {m}"));
-                }
-                let (jn, an) = (format!("j{depth}"), format!("at{depth}"));
-                let item_node = child(node, "items").map(schema_info::strip_nullable);
-                let inner = self.dec(inner, item_node, &jn, &an, depth + 1);
-                format!("readList({}) {{ {jn}, {an} -> {inner} }}", args.join(", "))
-            }
-            Ty::Map(inner) => {
-                let mut args = vec![j.to_string(), at.to_string()];
-                if let Some(m) = b.max_properties {
-                    args.push(format!("maxProperties = {m}"));
-                }
-                if let Some(m) = b.key_min_length {
-                    args.push(format!("keyMinLength = {m}"));
-                }
-                if let Some(m) = b.key_max_length {
-                    args.push(format!("keyMaxLength = {m}"));
-                }
-                let (jn, an) = (format!("j{depth}"), format!("at{depth}"));
-                let value_node = child(node, "additionalProperties")
-                    .filter(|v| v.is_object())
-                    .map(schema_info::strip_nullable);
-                let inner = self.dec(inner, value_node, &jn, &an, depth + 1);
-                format!("readMap({}) {{ {jn}, {an} -> {inner} }}", args.join(", "))
-            }
+    fn narrow(cond: &[String], member: &str, target: &str) -> String {
+        let cond = if cond.is_empty() {
+            "true".to_string()
+        } else {
+            cond.join(" && ")
         };
-        match node.and_then(|n| n.get("const")) {
-            Some(c) => format!("checkConst({expr}, {}, {at})", literal(c)),
-            None => expr,
-        }
+        format!("if ({cond} && o.has({member})) decode{target}(o.opt({member}), ptr(at, {member}), mode)")
     }
+    fn has(m: &str) -> String {
+        format!("o.has({m})")
+    }
+}
 
-    fn def(&mut self, out: &mut String, d: &Def) {
+struct Gen {
+    readers: Readers<Kotlin>,
+}
+
+impl Target for Gen {
+    fn before_def(&mut self, out: &mut String, d: &Def) {
         doc(out, "", d.description.as_deref());
-        let name = &d.name;
-        match &d.kind {
-            DefKind::Alias(t) => {
-                let node = schema_info::def_node(self.raw, name);
-                let kt = ty(t);
-                let _ = writeln!(out, "typealias {name} = {kt}\n");
-                let dec = self.dec(t, node, "j", "at", 1);
-                let _ = writeln!(
-                    out,
-                    "internal fun decode{name}(j: Any?, at: String, mode: DecodeMode): {name} = {dec}\n"
-                );
-                let enc = enc(t, "v", 1);
-                let _ = writeln!(out, "internal fun encode{name}(v: {name}): Any = {enc}\n");
-            }
-            DefKind::StringEnum {
-                values,
-                keep_unknown,
-            } => self.string_enum(out, name, values, *keep_unknown),
-            DefKind::Struct { fields, strict, .. } => self.structure(out, d, fields, *strict),
-            DefKind::Union {
-                tag,
-                branches,
-                keep_unknown,
-            } => {
-                let unknown = unknown_case(branches.iter().map(|b| b.variant.as_str()));
-                let _ = writeln!(out, "sealed interface {name} {{");
-                let _ = writeln!(out, "    fun toJson(): JSONObject = encode{name}(this)\n");
-                for b in branches {
-                    let _ = writeln!(
-                        out,
-                        "    data class {}(val value: {PACKAGE}.{}) : {name}",
-                        b.variant, b.def
-                    );
-                }
-                if *keep_unknown {
-                    let _ = writeln!(
-                        out,
-                        "\n    /** A `{tag}` this version does not know, kept as sent (receive mode only). */\n    data class {unknown}(val raw: JSONObject) : {name}"
-                    );
-                }
-                let _ = writeln!(
-                    out,
-                    "\n    companion object {{\n        fun fromJson(json: Any?, mode: DecodeMode = DecodeMode.Receive): {name} = decode{name}(json, \"\", mode)\n    }}\n}}\n"
-                );
-                let _ = writeln!(
-                    out,
-                    "internal fun decode{name}(j: Any?, at: String, mode: DecodeMode): {name} {{\n    val o = readObject(j, at){depth}\n    val t = requireMember(o, {tl}, at)\n    return when {{",
-                    tl = string_literal(tag),
-                    depth = max_depth(self.raw, name)
-                        .map(|n| format!("\n    checkDepth(o, at, {n})"))
-                        .unwrap_or_default()
-                );
-                for b in branches {
-                    let _ = writeln!(
-                        out,
-                        "        tagIs(t, {}) -> {name}.{}(decode{}(o, at, mode))",
-                        literal(&b.tag_value),
-                        b.variant,
-                        b.def
-                    );
-                }
-                let refuse = format!(
-                    "fail(ptr(at, {tl}), \"unknown {tg} \" + describeValue(t) + \" for {name}\")",
-                    tl = string_literal(tag),
-                    tg = tag.replace(['"', '\\', '$'], "")
-                );
-                if *keep_unknown {
-                    let _ = writeln!(
-                        out,
-                        "        mode == DecodeMode.Receive -> {name}.{unknown}(o)\n        else -> {refuse}"
-                    );
-                } else {
-                    let _ = writeln!(out, "        else -> {refuse}");
-                }
-                let _ = writeln!(out, "    }}\n}}\n");
-                let _ = writeln!(
-                    out,
-                    "internal fun encode{name}(v: {name}): JSONObject = when (v) {{"
-                );
-                for b in branches {
-                    let _ = writeln!(
-                        out,
-                        "    is {name}.{} -> encode{}(v.value)",
-                        b.variant, b.def
-                    );
-                }
-                if *keep_unknown {
-                    let _ = writeln!(out, "    is {name}.{unknown} -> v.raw");
-                }
-                let _ = writeln!(out, "}}\n");
-            }
-        }
     }
 
-    fn string_enum(&mut self, out: &mut String, name: &str, values: &[String], keep_unknown: bool) {
+    fn alias(&mut self, out: &mut String, d: &Def, t: &Ty) {
+        let name = &d.name;
+        let node = schema_info::def_node(self.readers.raw, name);
+        let kt = ty(t);
+        let _ = writeln!(out, "typealias {name} = {kt}\n");
+        let dec = self.readers.dec(t, node, "j", "at", 1);
+        let _ = writeln!(
+            out,
+            "internal fun decode{name}(j: Any?, at: String, mode: DecodeMode): {name} = {dec}\n"
+        );
+        let enc = enc(t, "v", 1);
+        let _ = writeln!(out, "internal fun encode{name}(v: {name}): Any = {enc}\n");
+    }
+
+    fn union(&mut self, out: &mut String, d: &Def, u: UnionDef<'_>) {
+        let (tag, branches, keep_unknown) = (u.tag, u.branches, u.keep_unknown);
+        let name = &d.name;
+        let unknown = unknown_case(
+            branches.iter().map(|b| b.variant.as_str()),
+            "Unknown",
+            "UnknownValue",
+        );
+        let _ = writeln!(out, "sealed interface {name} {{");
+        let _ = writeln!(out, "    fun toJson(): JSONObject = encode{name}(this)\n");
+        for b in branches {
+            let _ = writeln!(
+                out,
+                "    data class {}(val value: {PACKAGE}.{}) : {name}",
+                b.variant, b.def
+            );
+        }
+        if keep_unknown {
+            let _ = writeln!(
+                out,
+                "\n    /** A `{tag}` this version does not know, kept as sent (receive mode only). */\n    data class {unknown}(val raw: JSONObject) : {name}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\n    companion object {{\n        fun fromJson(json: Any?, mode: DecodeMode = DecodeMode.Receive): {name} = decode{name}(json, \"\", mode)\n    }}\n}}\n"
+        );
+        let _ = writeln!(
+            out,
+            "internal fun decode{name}(j: Any?, at: String, mode: DecodeMode): {name} {{\n    val o = readObject(j, at){depth}\n    val t = requireMember(o, {tl}, at)\n    return when {{",
+            tl = string_literal(tag),
+            depth = max_depth(self.readers.raw, name)
+                .map(|n| format!("\n    checkDepth(o, at, {n})"))
+                .unwrap_or_default()
+        );
+        for b in branches {
+            let _ = writeln!(
+                out,
+                "        tagIs(t, {}) -> {name}.{}(decode{}(o, at, mode))",
+                literal(&b.tag_value),
+                b.variant,
+                b.def
+            );
+        }
+        let refuse = format!(
+            "fail(ptr(at, {tl}), \"unknown {tg} \" + describeValue(t) + \" for {name}\")",
+            tl = string_literal(tag),
+            tg = tag.replace(['"', '\\', '$'], "")
+        );
+        if keep_unknown {
+            let _ = writeln!(
+                out,
+                "        mode == DecodeMode.Receive -> {name}.{unknown}(o)\n        else -> {refuse}"
+            );
+        } else {
+            let _ = writeln!(out, "        else -> {refuse}");
+        }
+        let _ = writeln!(out, "    }}\n}}\n");
+        let _ = writeln!(
+            out,
+            "internal fun encode{name}(v: {name}): JSONObject = when (v) {{"
+        );
+        for b in branches {
+            let _ = writeln!(
+                out,
+                "    is {name}.{} -> encode{}(v.value)",
+                b.variant, b.def
+            );
+        }
+        if keep_unknown {
+            let _ = writeln!(out, "    is {name}.{unknown} -> v.raw");
+        }
+        let _ = writeln!(out, "}}\n");
+    }
+
+    fn string_enum(&mut self, out: &mut String, d: &Def, values: &[String], keep_unknown: bool) {
+        let name = &d.name;
         let cases: Vec<String> = values.iter().map(|v| enum_case(v)).collect();
         if keep_unknown {
-            let unknown = unknown_case(cases.iter().map(String::as_str));
+            let unknown = unknown_case(cases.iter().map(String::as_str), "Unknown", "UnknownValue");
             let _ = writeln!(out, "sealed class {name}(val wire: String) {{");
             for (v, c) in values.iter().zip(&cases) {
                 let _ = writeln!(out, "    object {c} : {name}({})", string_literal(v));
@@ -576,7 +341,7 @@ impl Gen<'_> {
 
     fn structure(&mut self, out: &mut String, d: &Def, fields: &[Field], strict: bool) {
         let name = &d.name;
-        let idents = unique_idents(fields.iter().map(|f| f.wire.as_str()));
+        let idents = unique_idents(fields.iter().map(|f| f.wire.as_str()), property_ident);
         let members: Vec<(&Field, &String)> = fields
             .iter()
             .zip(&idents)
@@ -596,11 +361,11 @@ impl Gen<'_> {
         for (f, id) in &members {
             doc(out, "    ", f.description.as_deref());
             let base = ty(&f.ty);
-            let (full, default) = match (f.required, f.nullable) {
-                (true, false) => (base, f.constant.as_ref().map(literal)),
-                (true, true) => (format!("{base}?"), None),
-                (false, false) => (format!("{base}?"), Some("null".to_string())),
-                (false, true) => (
+            let (full, default) = match Presence::of(f) {
+                Presence::Required => (base, f.constant.as_ref().map(literal)),
+                Presence::Nullable => (format!("{base}?"), None),
+                Presence::Optional => (format!("{base}?"), Some("null".to_string())),
+                Presence::OptionalNullable => (
                     format!("JsonField<{base}>"),
                     Some("JsonField.Absent".to_string()),
                 ),
@@ -642,80 +407,10 @@ impl Gen<'_> {
         if strict {
             let _ = writeln!(out, "    refuseUnknownMembers(o, at, MEMBERS_{name})");
         }
-        let sets = schema_info::exactly_one_of(self.raw, name);
-        if !sets.is_empty() {
-            let lists: Vec<String> = sets
-                .iter()
-                .map(|s| {
-                    format!(
-                        "listOf({})",
-                        s.required
-                            .iter()
-                            .map(|m| string_literal(m))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                })
-                .collect();
-            let _ = writeln!(
-                out,
-                "    requireExactlyOne(o, at, listOf({}))",
-                lists.join(", ")
-            );
-            for s in &sets {
-                let cond: Vec<String> = s
-                    .required
-                    .iter()
-                    .map(|m| format!("o.has({})", string_literal(m)))
-                    .collect();
-                for (member, target) in &s.narrows {
-                    let ml = string_literal(member);
-                    let _ = writeln!(
-                        out,
-                        "    if ({} && o.has({ml})) decode{target}(o.opt({ml}), ptr(at, {ml}), mode)",
-                        if cond.is_empty() { "true".to_string() } else { cond.join(" && ") }
-                    );
-                }
-            }
-        }
-        for f in fields.iter().filter(|f| f.is_tag) {
-            let node = schema_info::prop_node(self.raw, name, &f.wire);
-            let wl = string_literal(&f.wire);
-            let tag = f
-                .constant
-                .as_ref()
-                .map(literal)
-                .unwrap_or_else(|| "null".into());
-            let _ = node;
-            let _ = writeln!(
-                out,
-                "    checkConst(requireMember(o, {wl}, at), {tag}, ptr(at, {wl}))"
-            );
-        }
+        self.readers.object_checks(out, name, fields);
         let _ = writeln!(out, "    return {name}(");
         for (f, id) in &members {
-            let node = schema_info::prop_node(self.raw, name, &f.wire);
-            let wl = string_literal(&f.wire);
-            let at = format!("ptr(at, {wl})");
-            let line = match (f.required, f.nullable) {
-                (true, false) => {
-                    let inner =
-                        self.dec(&f.ty, node, &format!("requireMember(o, {wl}, at)"), &at, 1);
-                    inner
-                }
-                (true, true) => {
-                    let inner = self.dec(&f.ty, node, "m", &at, 1);
-                    format!("nullOr(requireMember(o, {wl}, at)) {{ m -> {inner} }}")
-                }
-                (false, false) => {
-                    let inner = self.dec(&f.ty, node, "m", &at, 1);
-                    format!("optional(o, {wl}) {{ m -> {inner} }}")
-                }
-                (false, true) => {
-                    let inner = self.dec(&f.ty, node, "m", &at, 1);
-                    format!("optionalNullable(o, {wl}) {{ m -> {inner} }}")
-                }
-            };
+            let line = self.readers.member(name, f);
             let _ = writeln!(out, "        {id} = {line},");
         }
         if !strict {
@@ -742,26 +437,26 @@ impl Gen<'_> {
                 let _ = writeln!(out, "    o.put({wl}, {tag})");
                 continue;
             }
-            match (f.required, f.nullable) {
-                (true, false) => {
+            match Presence::of(f) {
+                Presence::Required => {
                     let _ = writeln!(
                         out,
                         "    o.put({wl}, {})",
                         enc(&f.ty, &format!("v.{id}"), 1)
                     );
                 }
-                (true, true) => {
+                Presence::Nullable => {
                     let e = enc(&f.ty, &format!("v.{id}"), 1);
                     let _ = writeln!(
                         out,
                         "    o.put({wl}, if (v.{id} == null) JSONObject.NULL else {e})"
                     );
                 }
-                (false, false) => {
+                Presence::Optional => {
                     let e = enc(&f.ty, &format!("v.{id}"), 1);
                     let _ = writeln!(out, "    if (v.{id} != null) o.put({wl}, {e})");
                 }
-                (false, true) => {
+                Presence::OptionalNullable => {
                     let e = enc(&f.ty, "f.value", 1);
                     let _ = writeln!(
                         out,
@@ -773,8 +468,8 @@ impl Gen<'_> {
         let _ = writeln!(out, "    return o\n}}\n");
     }
 
-    fn envelope(&mut self, out: &mut String) {
-        let Some(env) = schema_info::envelope(self.model) else {
+    fn envelope(&mut self, out: &mut String, model: &Model) {
+        let Some(env) = schema_info::envelope(model) else {
             return;
         };
         out.push_str(
@@ -793,12 +488,7 @@ impl Gen<'_> {
             "    data class {n}Message(val value: {PACKAGE}.{n}) : ProtocolMessage {{\n        override fun toJson(): JSONObject = encode{n}(value)\n    }}\n\n    data class {resp}Message(val value: {PACKAGE}.{resp}) : ProtocolMessage {{\n        override fun toJson(): JSONObject = encode{resp}(value)\n    }}\n}}\n"
         );
         for r in &env.requests {
-            let methods: Vec<String> = match self.model.def(r).map(|d| &d.kind) {
-                Some(DefKind::Union { branches, .. }) => {
-                    branches.iter().map(|b| literal(&b.tag_value)).collect()
-                }
-                _ => Vec::new(),
-            };
+            let methods: Vec<String> = union_tags(model, r).into_iter().map(literal).collect();
             let _ = writeln!(
                 out,
                 "private val METHODS_{r}: Set<Any> = setOf({})\n",
@@ -821,50 +511,32 @@ impl Gen<'_> {
         );
     }
 
-    fn dispatch(&self, out: &mut String) {
-        out.push_str(
+    fn dispatch(&mut self, out: &mut String, model: &Model) {
+        per_def(
+            out,
+            model,
             "/** The names of every definition, in schema order. */\nval DEFINITION_NAMES: List<String> = listOf(\n",
+            |n| format!("    {},", string_literal(n)),
+            ")\n\n",
         );
-        for d in &self.model.defs {
-            let _ = writeln!(out, "    {},", string_literal(&d.name));
-        }
-        out.push_str(")\n\n");
-        out.push_str(
+        per_def(
+            out,
+            model,
             "/** Decodes `json` as the named definition; `null` when wire v1 has no definition of that name. */\nfun decodeDefinition(name: String, json: Any?, mode: DecodeMode = DecodeMode.Receive): Any? = when (name) {\n",
+            |n| format!("    {} -> decode{n}(json, \"\", mode)", string_literal(n)),
+            "    else -> null\n}\n\n",
         );
-        for d in &self.model.defs {
-            let _ = writeln!(
-                out,
-                "    {} -> decode{}(json, \"\", mode)",
-                string_literal(&d.name),
-                d.name
-            );
-        }
-        out.push_str("    else -> null\n}\n\n");
-        out.push_str(
+        per_def(
+            out,
+            model,
             "/** Decodes `json` as the named definition and encodes it again (conformance replay); `null`\n * when wire v1 has no definition of that name. */\nfun roundtripDefinition(name: String, json: Any?, mode: DecodeMode = DecodeMode.Receive): Any? = when (name) {\n",
+            |n| format!("    {} -> encode{n}(decode{n}(json, \"\", mode))", string_literal(n)),
+            "    else -> null\n}\n",
         );
-        for d in &self.model.defs {
-            let _ = writeln!(
-                out,
-                "    {} -> encode{}(decode{}(json, \"\", mode))",
-                string_literal(&d.name),
-                d.name,
-                d.name
-            );
-        }
-        out.push_str("    else -> null\n}\n");
     }
 }
 
 /// An expression encoding the Kotlin value `v` of type `t` as an org.json value.
-/// A definition's `x-max-depth` (nesting bound), if it has one.
-fn max_depth(raw: Option<&'static serde_json::Value>, name: &str) -> Option<u64> {
-    schema_info::def_node(raw, name)?
-        .get("x-max-depth")?
-        .as_u64()
-}
-
 fn enc(t: &Ty, v: &str, depth: usize) -> String {
     match t {
         Ty::Named(n) => format!("encode{n}({v})"),
@@ -889,523 +561,19 @@ fn enum_case(wire: &str) -> String {
     }
 }
 
-/// `Unknown`, unless a real case already has that name.
-fn unknown_case<'a>(mut cases: impl Iterator<Item = &'a str>) -> &'static str {
-    if cases.any(|c| c == "Unknown") {
-        "UnknownValue"
-    } else {
-        "Unknown"
-    }
-}
-
-/// Property identifiers for a struct's wire names, made unique in schema order.
-fn unique_idents<'a>(wires: impl Iterator<Item = &'a str>) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for w in wires {
-        let mut id = property_ident(w);
-        while out.contains(&id) {
-            id.push('_');
-        }
-        out.push(id);
-    }
-    out
-}
-
-const RUNTIME: &str = r##"@file:Suppress("UNUSED_PARAMETER")
-
-package @PACKAGE@
-
-import org.json.JSONArray
-import org.json.JSONObject
-import java.math.BigDecimal
-import java.math.BigInteger
-import java.nio.ByteBuffer
-import java.nio.charset.CharacterCodingException
-import java.nio.charset.CodingErrorAction
-import java.nio.charset.StandardCharsets
-
-/**
- * How strictly to decode. [Receive] is what a host's event pump uses: display unions and enums keep
- * a value this version does not know as `Unknown`, so a newer server never breaks an older client.
- * [Conformance] refuses everything the schema refuses (what the Rust validator and the shared
- * fixtures mean). Security-sensitive unions and enums refuse unknown values in both modes.
- */
-enum class DecodeMode { Receive, Conformance }
-
-/** A refusal: where (a JSON pointer into the decoded value, `""` for the whole value) and why. */
-class ProtocolDecodeException(val pointer: String, val reason: String) :
-    IllegalArgumentException("at " + (if (pointer.isEmpty()) "(root)" else pointer) + ": " + reason)
-
-/**
- * An optional member that may also be `null`: missing, present as `null`, and present with a value
- * are three different things on the wire and stay three different things here.
- */
-sealed class JsonField<out T> {
-    /** The member is not on the wire. */
-    object Absent : JsonField<Nothing>() {
-        override fun toString(): String = "Absent"
-    }
-
-    /** The member is on the wire as `null`. */
-    object Null : JsonField<Nothing>() {
-        override fun toString(): String = "Null"
-    }
-
-    /** The member is on the wire with a value. */
-    data class Value<out T>(val value: T) : JsonField<T>()
-
-    /** The value, or `null` when absent or `null`. */
-    fun orNull(): T? = if (this is Value) value else null
-}
-
-/**
- * Strict RFC 8259 JSON for the wire: org.json's own parser is lenient (trailing commas, single
- * quotes, unquoted names, lone surrogates), so messages are parsed here and only the tree is
- * org.json. Limits match the Rust core (serde_json): at most [MAX_DEPTH] nested arrays/objects.
- */
-object ProtocolJson {
-    const val MAX_DEPTH: Int = 127
-
-    /** Parses one JSON text into org.json values (`JSONObject.NULL` for null). */
-    fun parse(text: String): Any = StrictParser(text).document()
-
-    /** Decodes UTF-8 strictly (malformed bytes are refused, not replaced) and parses. */
-    fun parse(bytes: ByteArray): Any {
-        val text = try {
-            StandardCharsets.UTF_8.newDecoder()
-                .onMalformedInput(CodingErrorAction.REPORT)
-                .onUnmappableCharacter(CodingErrorAction.REPORT)
-                .decode(ByteBuffer.wrap(bytes)).toString()
-        } catch (e: CharacterCodingException) {
-            throw ProtocolDecodeException("", "parse error: not UTF-8 (" + e.javaClass.simpleName + ")")
-        }
-        return parse(text)
-    }
-
-    /** One line of compact JSON. */
-    fun encode(value: Any): String = when (value) {
-        is JSONObject -> value.toString()
-        is JSONArray -> value.toString()
-        else -> JSONObject.valueToString(value)
-    }
-
-    /** JSON equality: member order ignored, numbers compared by value (`3` equals `3.0`). */
-    fun equal(a: Any?, b: Any?): Boolean = jsonEquals(a, b)
-}
-
-private class StrictParser(private val s: String) {
-    private var i = 0
-
-    fun document(): Any {
-        ws()
-        val v = value(0)
-        ws()
-        if (i != s.length) err("unexpected trailing characters")
-        return v
-    }
-
-    private fun err(reason: String): Nothing = throw ProtocolDecodeException("", "parse error at offset $i: $reason")
-
-    private fun peek(): Char = if (i < s.length) s[i] else '\u0000'
-
-    private fun ws() {
-        while (i < s.length && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++
-    }
-
-    private fun value(depth: Int): Any {
-        if (i >= s.length) err("unexpected end of input")
-        return when (s[i]) {
-            '{' -> obj(depth + 1)
-            '[' -> arr(depth + 1)
-            '"' -> str()
-            't' -> word("true", true)
-            'f' -> word("false", false)
-            'n' -> word("null", JSONObject.NULL)
-            else -> num()
-        }
-    }
-
-    private fun word(w: String, v: Any): Any {
-        if (!s.startsWith(w, i)) err("invalid literal")
-        i += w.length
-        return v
-    }
-
-    private fun obj(depth: Int): JSONObject {
-        if (depth > ProtocolJson.MAX_DEPTH) err("nesting deeper than ${ProtocolJson.MAX_DEPTH} levels")
-        i++
-        val o = JSONObject()
-        ws()
-        if (peek() == '}') {
-            i++
-            return o
-        }
-        while (true) {
-            ws()
-            if (peek() != '"') err("expected a member name")
-            val k = str()
-            ws()
-            if (peek() != ':') err("expected ':'")
-            i++
-            ws()
-            o.put(k, value(depth))
-            ws()
-            when (peek()) {
-                ',' -> i++
-                '}' -> {
-                    i++
-                    return o
-                }
-                else -> err("expected ',' or '}'")
-            }
-        }
-    }
-
-    private fun arr(depth: Int): JSONArray {
-        if (depth > ProtocolJson.MAX_DEPTH) err("nesting deeper than ${ProtocolJson.MAX_DEPTH} levels")
-        i++
-        val a = JSONArray()
-        ws()
-        if (peek() == ']') {
-            i++
-            return a
-        }
-        while (true) {
-            ws()
-            a.put(value(depth))
-            ws()
-            when (peek()) {
-                ',' -> i++
-                ']' -> {
-                    i++
-                    return a
-                }
-                else -> err("expected ',' or ']'")
-            }
-        }
-    }
-
-    private fun hex4(): Char {
-        if (i + 4 > s.length) err("short \\u escape")
-        var v = 0
-        for (k in 0 until 4) {
-            val d = Character.digit(s[i + k], 16)
-            if (d < 0) err("bad \\u escape")
-            v = v * 16 + d
-        }
-        i += 4
-        return v.toChar()
-    }
-
-    private fun str(): String {
-        i++
-        val b = StringBuilder()
-        while (true) {
-            if (i >= s.length) err("unterminated string")
-            val c = s[i++]
-            when {
-                c == '"' -> return b.toString()
-                c == '\\' -> {
-                    if (i >= s.length) err("unterminated escape")
-                    when (s[i++]) {
-                        '"' -> b.append('"')
-                        '\\' -> b.append('\\')
-                        '/' -> b.append('/')
-                        'b' -> b.append('\b')
-                        'f' -> b.append('\u000C')
-                        'n' -> b.append('\n')
-                        'r' -> b.append('\r')
-                        't' -> b.append('\t')
-                        'u' -> {
-                            val u = hex4()
-                            if (Character.isHighSurrogate(u)) {
-                                if (!s.startsWith("\\u", i)) err("lone surrogate escape")
-                                i += 2
-                                val low = hex4()
-                                if (!Character.isLowSurrogate(low)) err("lone surrogate escape")
-                                b.append(u).append(low)
-                            } else if (Character.isLowSurrogate(u)) {
-                                err("lone surrogate escape")
-                            } else {
-                                b.append(u)
-                            }
-                        }
-                        else -> err("invalid escape")
-                    }
-                }
-                c < ' ' -> err("control character in string")
-                else -> b.append(c)
-            }
-        }
-    }
-
-    private fun digits(): Int {
-        val start = i
-        while (i < s.length && s[i] in '0'..'9') i++
-        return i - start
-    }
-
-    private fun num(): Any {
-        val start = i
-        if (peek() == '-') i++
-        if (peek() == '0') {
-            i++
-        } else if (digits() == 0) {
-            err("invalid value")
-        }
-        var integral = true
-        if (peek() == '.') {
-            i++
-            integral = false
-            if (digits() == 0) err("invalid number")
-        }
-        if (peek() == 'e' || peek() == 'E') {
-            i++
-            integral = false
-            if (peek() == '+' || peek() == '-') i++
-            if (digits() == 0) err("invalid number")
-        }
-        val text = s.substring(start, i)
-        if (integral) return text.toLongOrNull() ?: BigInteger(text)
-        return BigDecimal(text)
-    }
-}
-
-internal fun ptr(at: String, key: String): String = at + "/" + key.replace("~", "~0").replace("/", "~1")
-
-internal fun ptr(at: String, index: Int): String = "$at/$index"
-
-internal fun fail(at: String, reason: String): Nothing = throw ProtocolDecodeException(at, reason)
-
-internal fun describeValue(j: Any?): String {
-    val text = when {
-        j == null -> return "nothing"
-        j === JSONObject.NULL -> return "null"
-        j is String -> JSONObject.quote(j)
-        j is JSONObject -> return "an object"
-        j is JSONArray -> return "an array"
-        else -> j.toString()
-    }
-    return if (text.length > 80) text.substring(0, 80) + "…" else text
-}
-
-internal fun isNull(j: Any?): Boolean = j === JSONObject.NULL
-
-internal fun readObject(j: Any?, at: String): JSONObject =
-    j as? JSONObject ?: fail(at, "expected an object, found " + describeValue(j))
-
-internal fun requireMember(o: JSONObject, key: String, at: String): Any =
-    if (o.has(key)) o.opt(key) else fail(at, "missing required member " + JSONObject.quote(key))
-
-internal fun refuseUnknownMembers(o: JSONObject, at: String, known: Set<String>) {
-    for (k in o.keys()) {
-        if (k !in known) fail(ptr(at, k), "unknown member " + JSONObject.quote(k) + " (this object is strict)")
-    }
-}
-
-internal fun extraMembers(o: JSONObject, known: Set<String>): Map<String, Any> {
-    val out = LinkedHashMap<String, Any>()
-    for (k in o.keys()) {
-        if (k !in known) out[k] = o.opt(k)
-    }
-    return out
-}
-
-internal fun requireExactlyOne(o: JSONObject, at: String, alternatives: List<List<String>>) {
-    val matched = alternatives.count { set -> set.all { o.has(it) } }
-    if (matched != 1) {
-        fail(at, "expected exactly one of " + alternatives.joinToString(", ") { it.joinToString("+") } + ", found $matched")
-    }
-}
-
-internal fun <T> checkConst(v: T, expected: Any, at: String): T {
-    if (!jsonEquals(v, expected)) fail(at, "expected " + describeValue(expected) + ", found " + describeValue(v))
-    return v
-}
-
-internal fun tagIs(t: Any?, expected: Any): Boolean = jsonEquals(t, expected)
-
-internal inline fun <T> nullOr(j: Any, decode: (Any) -> T): T? = if (isNull(j)) null else decode(j)
-
-internal inline fun <T> optional(o: JSONObject, key: String, decode: (Any) -> T): T? =
-    if (o.has(key)) decode(o.opt(key)) else null
-
-internal inline fun <T> optionalNullable(o: JSONObject, key: String, decode: (Any) -> T): JsonField<T> = when {
-    !o.has(key) -> JsonField.Absent
-    isNull(o.opt(key)) -> JsonField.Null
-    else -> JsonField.Value(decode(o.opt(key)))
-}
-
-internal fun readString(
-    j: Any?,
-    at: String,
-    minLength: Int = 0,
-    maxLength: Int = Int.MAX_VALUE,
-    pattern: Regex? = null,
-): String {
-    val s = j as? String ?: fail(at, "expected a string, found " + describeValue(j))
-    // JSON Schema counts Unicode code points, not UTF-16 units.
-    val n = s.codePointCount(0, s.length)
-    if (n < minLength) fail(at, "shorter than $minLength characters")
-    if (n > maxLength) fail(at, "longer than $maxLength characters")
-    if (pattern != null && !pattern.containsMatchIn(s)) fail(at, "does not match " + pattern.pattern)
-    return s
-}
-
-private val LONG_MIN: BigInteger = BigInteger.valueOf(Long.MIN_VALUE)
-private val LONG_MAX: BigInteger = BigInteger.valueOf(Long.MAX_VALUE)
-
-/** The exact integer a JSON number denotes (`3.0` is the integer 3), or null when it has a fraction. */
-internal fun integralValue(j: Any?): BigInteger? = when (j) {
-    is Long -> BigInteger.valueOf(j)
-    is Int -> BigInteger.valueOf(j.toLong())
-    is BigInteger -> j
-    is BigDecimal -> if (j.signum() == 0 || j.stripTrailingZeros().scale() <= 0) j.toBigInteger() else null
-    is Double -> if (j.isFinite() && j == Math.floor(j)) BigDecimal(j).toBigInteger() else null
-    is Float -> if (j.isFinite() && j == Math.floor(j.toDouble()).toFloat()) BigDecimal(j.toDouble()).toBigInteger() else null
-    else -> null
-}
-
-internal fun readLong(j: Any?, at: String, minimum: Long = Long.MIN_VALUE, maximum: Long = Long.MAX_VALUE): Long {
-    val v = integralValue(j) ?: fail(at, "expected an integer, found " + describeValue(j))
-    if (v < BigInteger.valueOf(minimum) || v < LONG_MIN) fail(at, "less than the minimum $minimum")
-    if (v > BigInteger.valueOf(maximum) || v > LONG_MAX) fail(at, "greater than the maximum $maximum")
-    return v.toLong()
-}
-
-internal fun readNumber(j: Any?, at: String): Double {
-    val n = j as? Number ?: fail(at, "expected a number, found " + describeValue(j))
-    return n.toDouble()
-}
-
-internal fun readBoolean(j: Any?, at: String): Boolean =
-    j as? Boolean ?: fail(at, "expected a boolean, found " + describeValue(j))
-
-internal fun readJson(j: Any?, at: String): Any = j ?: fail(at, "missing value")
-
-internal fun readLongOrString(
-    j: Any?,
-    at: String,
-    minimum: Long = Long.MIN_VALUE,
-    maximum: Long = Long.MAX_VALUE,
-    maxLength: Int = Int.MAX_VALUE,
-): Any = if (j is String) readString(j, at, maxLength = maxLength) else readLong(j, at, minimum, maximum)
-
-/** `x-max-depth`: arrays and objects nest at most [limit] levels, [j] itself being the first. */
-internal fun checkDepth(j: Any?, at: String, limit: Int) {
-    fun walk(v: Any?, level: Int, at: String) {
-        when (v) {
-            is JSONObject -> {
-                if (level > limit) fail(at, "nested more than $limit levels of arrays and objects deep")
-                for (k in v.keySet()) walk(v.opt(k), level + 1, ptr(at, k))
-            }
-            is JSONArray -> {
-                if (level > limit) fail(at, "nested more than $limit levels of arrays and objects deep")
-                for (i in 0 until v.length()) walk(v.opt(i), level + 1, ptr(at, i))
-            }
-        }
-    }
-    walk(j, 1, at)
-}
-
-internal inline fun <T> readList(
-    j: Any?,
-    at: String,
-    minItems: Int = 0,
-    maxItems: Int = Int.MAX_VALUE,
-    item: (Any, String) -> T,
-): List<T> {
-    val a = j as? JSONArray ?: fail(at, "expected an array, found " + describeValue(j))
-    if (a.length() < minItems) fail(at, "fewer than $minItems items")
-    if (a.length() > maxItems) fail(at, "more than $maxItems items")
-    val out = ArrayList<T>(a.length())
-    for (i in 0 until a.length()) out.add(item(a.opt(i), ptr(at, i)))
-    return out
-}
-
-internal inline fun <T> readMap(
-    j: Any?,
-    at: String,
-    maxProperties: Int = Int.MAX_VALUE,
-    keyMinLength: Int = 0,
-    keyMaxLength: Int = Int.MAX_VALUE,
-    value: (Any, String) -> T,
-): Map<String, T> {
-    val o = readObject(j, at)
-    if (o.length() > maxProperties) fail(at, "more than $maxProperties members")
-    val out = LinkedHashMap<String, T>()
-    for (k in o.keys()) {
-        val n = k.codePointCount(0, k.length)
-        if (n < keyMinLength || n > keyMaxLength) {
-            fail(ptr(at, k), "member name length outside $keyMinLength..$keyMaxLength")
-        }
-        out[k] = value(o.opt(k), ptr(at, k))
-    }
-    return out
-}
-
-internal inline fun <T> encodeList(v: List<T>, item: (T) -> Any): JSONArray {
-    val a = JSONArray()
-    for (x in v) a.put(item(x))
-    return a
-}
-
-internal inline fun <T> encodeMap(v: Map<String, T>, value: (T) -> Any): JSONObject {
-    val o = JSONObject()
-    for ((k, x) in v) o.put(k, value(x))
-    return o
-}
-
-private fun numberValue(n: Any): BigDecimal? = when (n) {
-    is BigDecimal -> n
-    is BigInteger -> BigDecimal(n)
-    is Long -> BigDecimal.valueOf(n)
-    is Int -> BigDecimal.valueOf(n.toLong())
-    is Double -> if (n.isFinite()) BigDecimal(n) else null
-    is Float -> if (n.isFinite()) BigDecimal(n.toDouble()) else null
-    else -> null
-}
-
-internal fun jsonEquals(a: Any?, b: Any?): Boolean {
-    if (a === b) return true
-    if (a == null || b == null) return false
-    if (isNull(a) || isNull(b)) return isNull(a) && isNull(b)
-    if (a is Number && b is Number) {
-        val x = numberValue(a)
-        val y = numberValue(b)
-        return x != null && y != null && x.compareTo(y) == 0
-    }
-    if (a is JSONObject && b is JSONObject) {
-        if (a.length() != b.length()) return false
-        for (k in a.keys()) {
-            if (!b.has(k) || !jsonEquals(a.opt(k), b.opt(k))) return false
-        }
-        return true
-    }
-    if (a is JSONArray && b is JSONArray) {
-        if (a.length() != b.length()) return false
-        for (i in 0 until a.length()) {
-            if (!jsonEquals(a.opt(i), b.opt(i))) return false
-        }
-        return true
-    }
-    return a == b
-}
-"##;
+/// The Kotlin runtime (`ProtocolRuntime.kt`): a real source file so it reads, diffs and lints as Kotlin.
+/// The generator only prepends the AUTO-GENERATED header; the bytes that follow are the file's, so
+/// `scripts/test-kotlin.sh` compiles this very source (with `-Werror`) in the same kotlinc run that
+/// checks the generated types.
+const RUNTIME: &str = include_str!("runtime/ProtocolRuntime.kt");
 
 /// Every Kotlin file the generator writes.
 pub fn generate(model: &Model) -> Vec<GeneratedFile> {
     let mut gen = Gen {
-        model,
-        raw: schema_info::raw(model),
-        patterns: Patterns::default(),
+        readers: Readers::new(schema_info::raw(model)),
     };
     let mut body = String::new();
-    for d in &model.defs {
-        gen.def(&mut body, d);
-    }
-    gen.envelope(&mut body);
-    gen.dispatch(&mut body);
+    walk(model, &mut gen, &mut body);
 
     let mut types = header(model);
     let _ = writeln!(
@@ -1418,20 +586,13 @@ pub fn generate(model: &Model) -> Vec<GeneratedFile> {
         string_literal(&model.digest),
         string_literal(&model.schema_id)
     );
-    for (i, p) in gen.patterns.0.iter().enumerate() {
-        let _ = writeln!(
-            types,
-            "private val PATTERN_{i}: Regex = Regex({})",
-            string_literal(&schema_info::end_anchored(p))
-        );
-    }
-    if !gen.patterns.0.is_empty() {
-        types.push('\n');
-    }
+    gen.readers.pattern_decls(&mut types, |name, lit| {
+        format!("private val {name}: Regex = Regex({lit})")
+    });
     types.push_str(&body);
 
     let mut runtime = header(model);
-    runtime.push_str(&RUNTIME.replace("@PACKAGE@", PACKAGE));
+    runtime.push_str(RUNTIME);
     vec![
         GeneratedFile {
             path: PathBuf::from(format!("{DIR}/ProtocolRuntime.kt")),
@@ -1447,7 +608,7 @@ pub fn generate(model: &Model) -> Vec<GeneratedFile> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::model::{Branch, Def, Field};
+    use crate::codegen::model::{Branch, Def, DefKind, Field};
 
     fn field(wire: &str, required: bool, nullable: bool) -> Field {
         Field {
@@ -1546,6 +707,17 @@ mod tests {
         assert!(types.contains("class UnknownValue(raw: String) : Pick(raw)"));
         assert!(types.contains("\"a\\$b\" -> Pick.AB"));
         assert!(!types.contains("has */ inside"));
+    }
+
+    #[test]
+    fn runtime_source_is_emitted_as_is_under_the_header() {
+        // The runtime file names its package itself (it must stay a valid Kotlin file), so it has
+        // to agree with the package the generated types are written to.
+        assert!(RUNTIME.contains(&format!("\npackage {PACKAGE}\n")));
+        let model = crate::codegen::model::build(crate::schema());
+        let files = generate(&model);
+        assert_eq!(files[0].contents, format!("{}{RUNTIME}", header(&model)));
+        assert!(files[0].path.ends_with("ProtocolRuntime.kt"));
     }
 
     #[test]

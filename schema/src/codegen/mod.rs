@@ -1,10 +1,12 @@
 //! The deterministic code generator: one model of the schema, one target per language, and a
 //! `--check` that proves every checked-in file is what the generator writes today.
 
+pub mod emit;
 pub mod kotlin;
 pub mod model;
 pub mod python;
 pub mod rust;
+pub mod schema_info;
 pub mod swift;
 pub mod typescript;
 

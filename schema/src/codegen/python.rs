@@ -15,6 +15,9 @@
 //!   one of the runtime's own names gets a trailing `_` (`type` → `type_`, `class` → `class_`). The
 //!   wire name never changes.
 
+use super::emit::{
+    assert_no_clash, per_def, snake, union_tags, walk, Presence, Target, TypeNames, UnionDef,
+};
 use super::model::{Def, DefKind, Field, Model, Ty};
 use super::GeneratedFile;
 use serde_json::Value;
@@ -60,19 +63,7 @@ const ENVELOPE: &[&str] = &[
 /// The Python identifier for a wire name: snake_case, `_` appended to reserved words, `f_`
 /// prefixed when it would start with a digit.
 pub fn field_ident(wire: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in wire.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 && !out.ends_with('_') {
-                out.push('_');
-            }
-            out.push(c.to_ascii_lowercase());
-        } else if c.is_ascii_alphanumeric() || c == '_' {
-            out.push(c);
-        } else {
-            out.push('_');
-        }
-    }
+    let mut out = snake(wire);
     if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
         out.insert_str(0, "f_");
     }
@@ -96,18 +87,21 @@ fn literal(v: &Value) -> String {
     }
 }
 
+/// How this target spells each type expression.
+const TYPES: TypeNames = TypeNames {
+    string: "str",
+    signed: "int",
+    unsigned: "int",
+    number: "float",
+    boolean: "bool",
+    integer_or_string: "int | str",
+    json: "Json",
+    array: ["list[", "]"],
+    map: ["dict[str, ", "]"],
+};
+
 fn ty(t: &Ty) -> String {
-    match t {
-        Ty::String => "str".into(),
-        Ty::Integer { .. } => "int".into(),
-        Ty::Number => "float".into(),
-        Ty::Boolean => "bool".into(),
-        Ty::IntegerOrString => "int | str".into(),
-        Ty::Json => "Json".into(),
-        Ty::Named(n) => n.clone(),
-        Ty::Array(inner) => format!("list[{}]", ty(inner)),
-        Ty::Map(inner) => format!("dict[str, {}]", ty(inner)),
-    }
+    TYPES.spell(t)
 }
 
 /// An expression decoding `raw` (a `Json` expression) found at `path` (a `str` expression).
@@ -177,7 +171,9 @@ fn comment(out: &mut String, indent: &str, text: Option<&str>) {
 
 /// A required, non-null constant: typed as its `Literal`, defaulted, checked by the decoder.
 fn fixed(f: &Field) -> Option<&Value> {
-    f.constant.as_ref().filter(|_| f.required && !f.nullable)
+    f.constant
+        .as_ref()
+        .filter(|_| Presence::of(f) == Presence::Required)
 }
 
 fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
@@ -189,7 +185,6 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
             "{name}: two members map to the Python identifier {a}"
         );
     }
-    comment(out, "", d.description.as_deref());
     let _ = writeln!(out, "@dataclass(frozen=True, kw_only=True)\nclass {name}:");
     if fields.is_empty() && strict {
         let _ = writeln!(out, "    pass");
@@ -205,11 +200,11 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
             continue;
         }
         let base = ty(&f.ty);
-        let line = match (f.required, f.nullable) {
-            (true, false) => format!("{ident}: {base}"),
-            (true, true) => format!("{ident}: {base} | None"),
-            (false, false) => format!("{ident}: {base} | Missing = MISSING"),
-            (false, true) => format!("{ident}: {base} | None | Missing = MISSING"),
+        let line = match Presence::of(f) {
+            Presence::Required => format!("{ident}: {base}"),
+            Presence::Nullable => format!("{ident}: {base} | None"),
+            Presence::Optional => format!("{ident}: {base} | Missing = MISSING"),
+            Presence::OptionalNullable => format!("{ident}: {base} | None | Missing = MISSING"),
         };
         let _ = writeln!(out, "    {line}");
     }
@@ -259,7 +254,7 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
         if let Some(c) = &f.constant {
             let w = json_string(&f.wire);
             let check = format!("_const(o[{w}], _member_path(path, {w}), {})", literal(c));
-            if f.required && !f.nullable {
+            if Presence::of(f) == Presence::Required {
                 let _ = writeln!(out, "    {check}");
             } else {
                 let _ = writeln!(
@@ -281,11 +276,11 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
             &format!("_member_path(path, {w})"),
             0,
         );
-        let expr = match (f.required, f.nullable) {
-            (true, false) => value,
-            (true, true) => format!("None if o[{w}] is None else {value}"),
-            (false, false) => format!("{value} if {w} in o else MISSING"),
-            (false, true) => {
+        let expr = match Presence::of(f) {
+            Presence::Required => value,
+            Presence::Nullable => format!("None if o[{w}] is None else {value}"),
+            Presence::Optional => format!("{value} if {w} in o else MISSING"),
+            Presence::OptionalNullable => {
                 format!("MISSING if {w} not in o else None if o[{w}] is None else {value}")
             }
         };
@@ -311,25 +306,25 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
             continue;
         }
         let v = format!("value.{ident}");
-        match (f.required, f.nullable) {
-            (true, false) => {
+        match Presence::of(f) {
+            Presence::Required => {
                 let _ = writeln!(out, "    out[{w}] = {}", enc(&f.ty, &v, 0));
             }
-            (true, true) => {
+            Presence::Nullable => {
                 let _ = writeln!(
                     out,
                     "    out[{w}] = None if {v} is None else {}",
                     enc(&f.ty, &v, 0)
                 );
             }
-            (false, false) => {
+            Presence::Optional => {
                 let _ = writeln!(
                     out,
                     "    if not isinstance({v}, Missing):\n        out[{w}] = {}",
                     enc(&f.ty, &v, 0)
                 );
             }
-            (false, true) => {
+            Presence::OptionalNullable => {
                 let _ = writeln!(
                     out,
                     "    if not isinstance({v}, Missing):\n        out[{w}] = None if {v} is None else {}",
@@ -347,127 +342,134 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
     let _ = writeln!(out, "    return out\n");
 }
 
-fn def(out: &mut String, d: &Def) {
-    let name = &d.name;
-    match &d.kind {
-        DefKind::Alias(t) => {
-            comment(out, "", d.description.as_deref());
-            let _ = writeln!(out, "{name}: TypeAlias = {}\n", json_string(&ty(t)));
+/// Python's spellings of each kind of definition, called by [`walk`] in schema order.
+struct Python;
+
+impl Target for Python {
+    fn before_def(&mut self, out: &mut String, d: &Def) {
+        comment(out, "", d.description.as_deref());
+    }
+
+    fn after_def(&mut self, out: &mut String, _d: &Def) {
+        out.push('\n');
+    }
+
+    fn alias(&mut self, out: &mut String, d: &Def, t: &Ty) {
+        let name = &d.name;
+        let _ = writeln!(out, "{name}: TypeAlias = {}\n", json_string(&ty(t)));
+        let _ = writeln!(
+            out,
+            "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    return {}\n",
+            dec(t, "raw", "path", 0)
+        );
+        let _ = writeln!(
+            out,
+            "\ndef encode_{name}(value: {name}) -> Json:\n    return {}\n",
+            enc(t, "value", 0)
+        );
+    }
+
+    fn string_enum(&mut self, out: &mut String, d: &Def, values: &[String], keep_unknown: bool) {
+        let name = &d.name;
+        let known: Vec<String> = values.iter().map(|v| json_string(v)).collect();
+        let alias = format!(
+            "Literal[{}]{}",
+            known.join(", "),
+            if keep_unknown { " | UnknownValue" } else { "" }
+        );
+        let _ = writeln!(out, "{name}: TypeAlias = {}\n", json_string(&alias));
+        let _ = writeln!(
+            out,
+            "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    s = _str(raw, path)"
+        );
+        for v in &known {
+            let _ = writeln!(out, "    if s == {v}:\n        return {v}");
+        }
+        if keep_unknown {
+            let _ = writeln!(out, "    return UnknownValue(raw=s)\n");
+        } else {
             let _ = writeln!(
                 out,
-                "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    return {}\n",
-                dec(t, "raw", "path", 0)
-            );
-            let _ = writeln!(
-                out,
-                "\ndef encode_{name}(value: {name}) -> Json:\n    return {}\n",
-                enc(t, "value", 0)
+                "    raise DecodeError(path, \"unknown {name} \" + repr(s))\n"
             );
         }
-        DefKind::StringEnum {
-            values,
-            keep_unknown,
-        } => {
-            comment(out, "", d.description.as_deref());
-            let known: Vec<String> = values.iter().map(|v| json_string(v)).collect();
-            let alias = format!(
-                "Literal[{}]{}",
-                known.join(", "),
-                if *keep_unknown { " | UnknownValue" } else { "" }
-            );
-            let _ = writeln!(out, "{name}: TypeAlias = {}\n", json_string(&alias));
+        let body = if keep_unknown {
+            "value.raw if isinstance(value, UnknownValue) else value"
+        } else {
+            "value"
+        };
+        let _ = writeln!(
+            out,
+            "\ndef encode_{name}(value: {name}) -> Json:\n    return {body}\n"
+        );
+    }
+
+    fn structure(&mut self, out: &mut String, d: &Def, fields: &[Field], strict: bool) {
+        struct_def(out, d, fields, strict);
+    }
+
+    fn union(&mut self, out: &mut String, d: &Def, u: UnionDef<'_>) {
+        let (tag, branches, keep_unknown) = (u.tag, u.branches, u.keep_unknown);
+        let name = &d.name;
+        let mut cases: Vec<String> = branches.iter().map(|b| b.def.clone()).collect();
+        if keep_unknown {
+            cases.push("UnknownCase".into());
+        }
+        let _ = writeln!(
+            out,
+            "{name}: TypeAlias = {}\n",
+            json_string(&cases.join(" | "))
+        );
+        let t = json_string(tag);
+        let _ = writeln!(
+            out,
+            "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    o = _object(raw, path)\n    tag = o.get({t}, MISSING)"
+        );
+        for b in branches {
             let _ = writeln!(
                 out,
-                "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    s = _str(raw, path)"
-            );
-            for v in &known {
-                let _ = writeln!(out, "    if s == {v}:\n        return {v}");
-            }
-            if *keep_unknown {
-                let _ = writeln!(out, "    return UnknownValue(raw=s)\n");
-            } else {
-                let _ = writeln!(
-                    out,
-                    "    raise DecodeError(path, \"unknown {name} \" + repr(s))\n"
-                );
-            }
-            let body = if *keep_unknown {
-                "value.raw if isinstance(value, UnknownValue) else value"
-            } else {
-                "value"
-            };
-            let _ = writeln!(
-                out,
-                "\ndef encode_{name}(value: {name}) -> Json:\n    return {body}\n"
+                "    if _is_tag(tag, {}):\n        return decode_{}(o, path)",
+                literal(&b.tag_value),
+                b.def
             );
         }
-        DefKind::Struct { fields, strict, .. } => struct_def(out, d, fields, *strict),
-        DefKind::Union {
-            tag,
-            branches,
-            keep_unknown,
-        } => {
-            comment(out, "", d.description.as_deref());
-            let mut cases: Vec<String> = branches.iter().map(|b| b.def.clone()).collect();
-            if *keep_unknown {
-                cases.push("UnknownCase".into());
-            }
+        if keep_unknown {
+            let _ = writeln!(out, "    return UnknownCase(raw=o)\n");
+        } else {
             let _ = writeln!(
                 out,
-                "{name}: TypeAlias = {}\n",
-                json_string(&cases.join(" | "))
+                "    if isinstance(tag, Missing):\n        raise DecodeError(_member_path(path, {t}), \"missing tag of {name}\")\n    raise DecodeError(_member_path(path, {t}), \"unknown {tag} \" + repr(tag) + \" of {name}\")\n"
             );
-            let t = json_string(tag);
+        }
+        let _ = writeln!(out, "\ndef encode_{name}(value: {name}) -> Json:");
+        for b in branches {
             let _ = writeln!(
                 out,
-                "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    o = _object(raw, path)\n    tag = o.get({t}, MISSING)"
+                "    if isinstance(value, {d}):\n        return encode_{d}(value)",
+                d = b.def
             );
-            for b in branches {
-                let _ = writeln!(
-                    out,
-                    "    if _is_tag(tag, {}):\n        return decode_{}(o, path)",
-                    literal(&b.tag_value),
-                    b.def
-                );
-            }
-            if *keep_unknown {
-                let _ = writeln!(out, "    return UnknownCase(raw=o)\n");
-            } else {
-                let _ = writeln!(
-                    out,
-                    "    if isinstance(tag, Missing):\n        raise DecodeError(_member_path(path, {t}), \"missing tag of {name}\")\n    raise DecodeError(_member_path(path, {t}), \"unknown {tag} \" + repr(tag) + \" of {name}\")\n"
-                );
-            }
-            let _ = writeln!(out, "\ndef encode_{name}(value: {name}) -> Json:");
-            for b in branches {
-                let _ = writeln!(
-                    out,
-                    "    if isinstance(value, {d}):\n        return encode_{d}(value)",
-                    d = b.def
-                );
-            }
-            if *keep_unknown {
-                let _ = writeln!(out, "    return value.raw\n");
-            } else {
-                let _ = writeln!(out, "    _assert_never(value)\n");
-            }
+        }
+        if keep_unknown {
+            let _ = writeln!(out, "    return value.raw\n");
+        } else {
+            let _ = writeln!(out, "    _assert_never(value)\n");
         }
     }
-    out.push('\n');
+
+    fn envelope(&mut self, out: &mut String, model: &Model) {
+        envelope(out, model);
+    }
+
+    fn dispatch(&mut self, out: &mut String, model: &Model) {
+        dispatch(out, model);
+    }
 }
 
 fn envelope(out: &mut String, model: &Model) {
     if ENVELOPE.iter().any(|n| model.def(n).is_none()) {
         return;
     }
-    let tags = |n: &str| -> Vec<String> {
-        match model.def(n).map(|d| &d.kind) {
-            Some(DefKind::Union { branches, .. }) => {
-                branches.iter().map(|b| literal(&b.tag_value)).collect()
-            }
-            _ => Vec::new(),
-        }
-    };
+    let tags = |n: &str| -> Vec<String> { union_tags(model, n).into_iter().map(literal).collect() };
     let _ = writeln!(
         out,
         "# Any wire v1 message, told apart the JSON-RPC way: `method` + `id` is a request (the client's\n# or the server's, by method), `method` alone a notification, `result` or `error` a response.\nMessage: TypeAlias = {}\n",
@@ -512,164 +514,30 @@ fn envelope(out: &mut String, model: &Model) {
     out.push_str("    _assert_never(value)\n\n");
 }
 
-const RUNTIME: &str = r#"from __future__ import annotations
+fn dispatch(out: &mut String, model: &Model) {
+    per_def(
+        out,
+        model,
+        "# Every definition's name, in schema order.\nDEFINITION_NAMES: Final = (\n",
+        |n| format!("    {},", json_string(n)),
+        ")\n\n\n",
+    );
+    per_def(
+        out,
+        model,
+        "def roundtrip_definition(name: str, raw: Json) -> Json:\n    \"\"\"Decodes `raw` as the named definition and encodes it again (for conformance tests).\n\n    Raises `KeyError` when no definition has that name and `DecodeError` when `raw` does not decode.\n    \"\"\"\n",
+        |n| format!("    if name == {}:\n        return encode_{n}(decode_{n}(raw))", json_string(n)),
+        "    raise KeyError(name)\n",
+    );
+}
 
-import enum
-from dataclasses import dataclass, field
-from typing import Final, Literal, NoReturn, TypeAlias
-
-Json: TypeAlias = "None | bool | int | float | str | list[Json] | dict[str, Json]"
-JsonObject: TypeAlias = "dict[str, Json]"
-
-
-class Missing(enum.Enum):
-    """The type of `MISSING`: a member that is not on the wire (`None` is JSON `null`)."""
-
-    MISSING = "MISSING"
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Final = Missing.MISSING
-
-
-def _assert_never(value: NoReturn) -> NoReturn:
-    # typing.assert_never is 3.11+; a NoReturn parameter gives mypy the same exhaustiveness check.
-    raise AssertionError("unhandled value: " + repr(value))
-
-
-@dataclass(frozen=True)
-class UnknownCase:
-    """A display union's case this version does not know, kept as sent."""
-
-    raw: JsonObject
-
-
-@dataclass(frozen=True)
-class UnknownValue:
-    """A display enum's value this version does not know, kept as sent."""
-
-    raw: str
-
-
-class DecodeError(ValueError):
-    """A value that does not have the shape its type needs; `path` points at it."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(path + ": " + message)
-        self.path = path
-
-
-def _kind(raw: object) -> str:
-    if raw is None:
-        return "null"
-    if isinstance(raw, bool):
-        return "boolean"
-    if isinstance(raw, (int, float)):
-        return "number"
-    if isinstance(raw, str):
-        return "string"
-    if isinstance(raw, list):
-        return "array"
-    return "object"
-
-
-def _member_path(path: str, key: str) -> str:
-    return path + "." + key if key.isidentifier() else path + "[" + repr(key) + "]"
-
-
-def _index_path(path: str, index: int) -> str:
-    return path + "[" + str(index) + "]"
-
-
-def _object(raw: Json, path: str) -> JsonObject:
-    if not isinstance(raw, dict):
-        raise DecodeError(path, "expected an object, got " + _kind(raw))
-    return raw
-
-
-def _list(raw: Json, path: str) -> list[Json]:
-    if not isinstance(raw, list):
-        raise DecodeError(path, "expected an array, got " + _kind(raw))
-    return raw
-
-
-def _require(o: JsonObject, path: str, names: tuple[str, ...]) -> None:
-    for name in names:
-        if name not in o:
-            raise DecodeError(_member_path(path, name), "missing")
-
-
-def _only(o: JsonObject, path: str, names: frozenset[str], of: str) -> None:
-    for name in o:
-        if name not in names:
-            raise DecodeError(_member_path(path, name), "unknown member of " + of)
-
-
-def _str(raw: Json, path: str) -> str:
-    if not isinstance(raw, str):
-        raise DecodeError(path, "expected a string, got " + _kind(raw))
-    return raw
-
-
-def _int(raw: Json, path: str) -> int:
-    # JSON has one number type: 3.0 is the integer 3 (JSON Schema agrees).
-    if isinstance(raw, float) and raw.is_integer():
-        return int(raw)
-    if not isinstance(raw, int) or isinstance(raw, bool):
-        raise DecodeError(path, "expected an integer, got " + _kind(raw))
-    return raw
-
-
-def _uint(raw: Json, path: str) -> int:
-    n = _int(raw, path)
-    if n < 0:
-        raise DecodeError(path, "expected an integer >= 0")
-    return n
-
-
-def _uint_or_str(raw: Json, path: str) -> int | str:
-    if isinstance(raw, str):
-        return raw
-    return _uint(raw, path)
-
-
-def _float(raw: Json, path: str) -> float:
-    if not isinstance(raw, (int, float)) or isinstance(raw, bool):
-        raise DecodeError(path, "expected a number, got " + _kind(raw))
-    return raw
-
-
-def _bool(raw: Json, path: str) -> bool:
-    if not isinstance(raw, bool):
-        raise DecodeError(path, "expected a boolean, got " + _kind(raw))
-    return raw
-
-
-def _is_tag(raw: object, expected: str | int | bool) -> bool:
-    if isinstance(expected, bool) or isinstance(raw, bool):
-        return raw is expected
-    if isinstance(expected, int):
-        return isinstance(raw, (int, float)) and raw == expected
-    return isinstance(raw, str) and raw == expected
-
-
-def _const(raw: Json, path: str, expected: str | int | bool) -> None:
-    if not _is_tag(raw, expected):
-        raise DecodeError(path, "expected " + repr(expected))
-
-"#;
+/// The Python runtime: a real, importable Python file (`DecodeError`, `UnknownCase`, the decode helpers) that
+/// the generator splices into `__init__.py` between the header and the generated types.
+const RUNTIME: &str = include_str!("runtime/protocol_runtime.py");
 
 /// The generated package's `__init__.py`.
 pub fn module(model: &Model) -> String {
-    for d in &model.defs {
-        assert!(
-            !RUNTIME_NAMES.contains(&d.name.as_str()),
-            "definition {} clashes with a name the Python runtime defines",
-            d.name
-        );
-    }
+    assert_no_clash(model, RUNTIME_NAMES, "Python");
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -683,25 +551,7 @@ pub fn module(model: &Model) -> String {
         json_string(&model.digest),
         json_string(&model.schema_id)
     );
-    for d in &model.defs {
-        def(&mut out, d);
-    }
-    envelope(&mut out, model);
-    out.push_str("# Every definition's name, in schema order.\nDEFINITION_NAMES: Final = (\n");
-    for d in &model.defs {
-        let _ = writeln!(out, "    {},", json_string(&d.name));
-    }
-    out.push_str(")\n\n\n");
-    out.push_str("def roundtrip_definition(name: str, raw: Json) -> Json:\n    \"\"\"Decodes `raw` as the named definition and encodes it again (for conformance tests).\n\n    Raises `KeyError` when no definition has that name and `DecodeError` when `raw` does not decode.\n    \"\"\"\n");
-    for d in &model.defs {
-        let _ = writeln!(
-            out,
-            "    if name == {}:\n        return encode_{n}(decode_{n}(raw))",
-            json_string(&d.name),
-            n = d.name
-        );
-    }
-    out.push_str("    raise KeyError(name)\n");
+    walk(model, &mut Python, &mut out);
     out
 }
 

@@ -2,6 +2,7 @@
 //! (`Option` that must be present) and optional-nullable (`Option<Option>`) survive a round trip as
 //! themselves, and every tagged union is an enum whose tag lives only in the enum.
 
+use super::emit::{slash_doc as doc, snake, Presence, TypeNames};
 use super::model::{pascal, Def, DefKind, Field, Model, Ty};
 use std::fmt::Write;
 
@@ -15,51 +16,28 @@ const KEYWORDS: &[&str] = &[
 
 /// snake_case identifier for a wire name, with `_` appended to keywords (`type` → `type_`).
 pub fn field_ident(wire: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in wire.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 && !out.ends_with('_') {
-                out.push('_');
-            }
-            out.push(c.to_ascii_lowercase());
-        } else if c.is_ascii_alphanumeric() || c == '_' {
-            out.push(c);
-        } else {
-            out.push('_');
-        }
-    }
+    let mut out = snake(wire);
     if KEYWORDS.contains(&out.as_str()) || out.starts_with(|c: char| c.is_ascii_digit()) {
         out.push('_');
     }
     out
 }
 
-fn ty(t: &Ty) -> String {
-    match t {
-        Ty::String => "String".into(),
-        Ty::Integer { signed: true } => "i64".into(),
-        Ty::Integer { signed: false } => "u64".into(),
-        Ty::Number => "f64".into(),
-        Ty::Boolean => "bool".into(),
-        Ty::IntegerOrString => "IntegerOrString".into(),
-        Ty::Json => "Value".into(),
-        Ty::Named(n) => n.clone(),
-        Ty::Array(inner) => format!("Vec<{}>", ty(inner)),
-        Ty::Map(inner) => format!("Map<String, {}>", ty(inner)),
-    }
-}
+/// How this target spells each type expression.
+const TYPES: TypeNames = TypeNames {
+    string: "String",
+    signed: "i64",
+    unsigned: "u64",
+    number: "f64",
+    boolean: "bool",
+    integer_or_string: "IntegerOrString",
+    json: "Value",
+    array: ["Vec<", ">"],
+    map: ["Map<String, ", ">"],
+};
 
-fn doc(out: &mut String, indent: &str, text: Option<&str>) {
-    if let Some(text) = text {
-        for line in text.lines() {
-            let _ = writeln!(
-                out,
-                "{indent}///{}{}",
-                if line.is_empty() { "" } else { " " },
-                line.trim_end()
-            );
-        }
-    }
+fn ty(t: &Ty) -> String {
+    TYPES.spell(t)
 }
 
 fn rust_literal(v: &serde_json::Value) -> String {
@@ -76,17 +54,17 @@ fn field(out: &mut String, f: &Field, model: &Model) {
         let _ = writeln!(out, "    #[serde(rename = {:?})]", f.wire);
     }
     let base = ty(&f.ty);
-    let (attr, full) = match (f.required, f.nullable) {
-        (true, false) => (None, base),
-        (true, true) => (Some("deserialize_with = \"nullable\""), format!("Option<{base}>")),
+    let (attr, full) = match Presence::of(f) {
+        Presence::Required => (None, base),
+        Presence::Nullable => (Some("deserialize_with = \"nullable\""), format!("Option<{base}>")),
         // `null` is a value of a free JSON member, so it must stay present rather than collapse
         // into "missing".
-        (false, false) if is_free_json(&f.ty, model) => (
+        Presence::Optional if is_free_json(&f.ty, model) => (
             Some("default, skip_serializing_if = \"Option::is_none\", deserialize_with = \"present\""),
             format!("Option<{base}>"),
         ),
-        (false, false) => (Some("default, skip_serializing_if = \"Option::is_none\""), format!("Option<{base}>")),
-        (false, true) => (
+        Presence::Optional => (Some("default, skip_serializing_if = \"Option::is_none\""), format!("Option<{base}>")),
+        Presence::OptionalNullable => (
             Some("default, skip_serializing_if = \"Option::is_none\", deserialize_with = \"optional_nullable\""),
             format!("Option<Option<{base}>>"),
         ),

@@ -14,7 +14,8 @@
 //! - the decoders check shapes (types, presence, null, constants, tags); lengths, patterns and
 //!   ranges are the schema validator's job.
 
-use super::model::{Def, DefKind, Field, Model, Ty};
+use super::emit::{assert_no_clash, per_def, union_tags, walk, Target, TypeNames, UnionDef};
+use super::model::{Def, Field, Model, Ty};
 use super::GeneratedFile;
 use serde_json::Value;
 use std::fmt::Write;
@@ -64,17 +65,21 @@ fn json_string(s: &str) -> String {
     serde_json::to_string(s).expect("a string serializes")
 }
 
+/// How this target spells each type expression.
+const TYPES: TypeNames = TypeNames {
+    string: "string",
+    signed: "number",
+    unsigned: "number",
+    number: "number",
+    boolean: "boolean",
+    integer_or_string: "number | string",
+    json: "Json",
+    array: ["Array<", ">"],
+    map: ["{ [key: string]: ", " }"],
+};
+
 fn ty(t: &Ty) -> String {
-    match t {
-        Ty::String => "string".into(),
-        Ty::Integer { .. } | Ty::Number => "number".into(),
-        Ty::Boolean => "boolean".into(),
-        Ty::IntegerOrString => "number | string".into(),
-        Ty::Json => "Json".into(),
-        Ty::Named(n) => n.clone(),
-        Ty::Array(inner) => format!("Array<{}>", ty(inner)),
-        Ty::Map(inner) => format!("{{ [key: string]: {} }}", ty(inner)),
-    }
+    TYPES.spell(t)
 }
 
 /// An expression of type `(raw: Json, path: string) => T`.
@@ -145,7 +150,6 @@ fn field_type(f: &Field) -> String {
 }
 
 fn interface(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
-    doc(out, "", d.description.as_deref());
     let _ = writeln!(out, "export interface {} {{", d.name);
     for f in fields {
         doc(out, "  ", f.description.as_deref());
@@ -242,139 +246,142 @@ fn struct_codec(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
     );
 }
 
-fn def(out: &mut String, model: &Model, d: &Def) {
-    let name = &d.name;
-    match &d.kind {
-        DefKind::Alias(t) => {
-            doc(out, "", d.description.as_deref());
-            let _ = writeln!(out, "export type {name} = {};\n", ty(t));
+/// TypeScript's spellings of each kind of definition, called by [`walk`] in schema order.
+struct TypeScript;
+
+impl Target for TypeScript {
+    fn before_def(&mut self, out: &mut String, d: &Def) {
+        doc(out, "", d.description.as_deref());
+    }
+
+    fn alias(&mut self, out: &mut String, d: &Def, t: &Ty) {
+        let name = &d.name;
+        let _ = writeln!(out, "export type {name} = {};\n", ty(t));
+        let _ = writeln!(
+            out,
+            "export function decode{name}(raw: Json, path: string = \"$\"): {name} {{\n  return {}(raw, path);\n}}\n",
+            call(decoder(t))
+        );
+        let _ = writeln!(
+            out,
+            "export function encode{name}(value: {name}): Json {{\n  return {}(value);\n}}\n",
+            call(encoder(t))
+        );
+    }
+
+    fn string_enum(&mut self, out: &mut String, d: &Def, values: &[String], keep_unknown: bool) {
+        let name = &d.name;
+        let known: Vec<String> = values.iter().map(|v| json_string(v)).collect();
+        let _ = writeln!(
+            out,
+            "export type {name} = {}{};\n",
+            known.join(" | "),
+            if keep_unknown { " | UnknownValue" } else { "" }
+        );
+        let _ = writeln!(
+            out,
+            "export function decode{name}(raw: Json, path: string = \"$\"): {name} {{\n  const s = decString(raw, path);\n  switch (s) {{"
+        );
+        for v in &known {
+            let _ = writeln!(out, "    case {v}:");
+        }
+        let _ = writeln!(out, "      return s;\n  }}");
+        if keep_unknown {
+            let _ = writeln!(out, "  return {{ unknown: s }};\n}}\n");
+        } else {
             let _ = writeln!(
                 out,
-                "export function decode{name}(raw: Json, path: string = \"$\"): {name} {{\n  return {}(raw, path);\n}}\n",
-                call(decoder(t))
-            );
-            let _ = writeln!(
-                out,
-                "export function encode{name}(value: {name}): Json {{\n  return {}(value);\n}}\n",
-                call(encoder(t))
+                "  throw new DecodeError(path, \"unknown {name} \" + JSON.stringify(s));\n}}\n"
             );
         }
-        DefKind::StringEnum {
-            values,
-            keep_unknown,
-        } => {
-            doc(out, "", d.description.as_deref());
-            let known: Vec<String> = values.iter().map(|v| json_string(v)).collect();
+        let body = if keep_unknown {
+            "typeof value === \"string\" ? value : value.unknown"
+        } else {
+            "value"
+        };
+        let _ = writeln!(
+            out,
+            "export function encode{name}(value: {name}): Json {{\n  return {body};\n}}\n"
+        );
+    }
+
+    fn structure(&mut self, out: &mut String, d: &Def, fields: &[Field], strict: bool) {
+        interface(out, d, fields, strict);
+        struct_codec(out, d, fields, strict);
+    }
+
+    fn union(&mut self, out: &mut String, d: &Def, u: UnionDef<'_>) {
+        let (tag, branches, keep_unknown) = (u.tag, u.branches, u.keep_unknown);
+        let name = &d.name;
+        let mut cases: Vec<String> = branches.iter().map(|b| b.def.clone()).collect();
+        if keep_unknown {
+            cases.push(format!("UnknownCase<{}>", json_string(tag)));
+        }
+        let _ = writeln!(out, "export type {name} =\n  | {};\n", cases.join("\n  | "));
+        let tag_lit = json_string(tag);
+        let _ = writeln!(
+            out,
+            "export function decode{name}(raw: Json, path: string = \"$\"): {name} {{\n  const o = decObject(raw, path);\n  const tag = Object.prototype.hasOwnProperty.call(o, {tag_lit}) ? o[{tag_lit}] : undefined;\n  switch (tag) {{"
+        );
+        for b in branches {
             let _ = writeln!(
                 out,
-                "export type {name} = {}{};\n",
-                known.join(" | "),
-                if *keep_unknown { " | UnknownValue" } else { "" }
-            );
-            let _ = writeln!(
-                out,
-                "export function decode{name}(raw: Json, path: string = \"$\"): {name} {{\n  const s = decString(raw, path);\n  switch (s) {{"
-            );
-            for v in &known {
-                let _ = writeln!(out, "    case {v}:");
-            }
-            let _ = writeln!(out, "      return s;\n  }}");
-            if *keep_unknown {
-                let _ = writeln!(out, "  return {{ unknown: s }};\n}}\n");
-            } else {
-                let _ = writeln!(
-                    out,
-                    "  throw new DecodeError(path, \"unknown {name} \" + JSON.stringify(s));\n}}\n"
-                );
-            }
-            let body = if *keep_unknown {
-                "typeof value === \"string\" ? value : value.unknown"
-            } else {
-                "value"
-            };
-            let _ = writeln!(
-                out,
-                "export function encode{name}(value: {name}): Json {{\n  return {body};\n}}\n"
+                "    case {}:\n      return decode{}(raw, path);",
+                literal(&b.tag_value),
+                b.def
             );
         }
-        DefKind::Struct { fields, strict, .. } => {
-            interface(out, d, fields, *strict);
-            struct_codec(out, d, fields, *strict);
+        let _ = writeln!(out, "  }}");
+        if keep_unknown {
+            let _ = writeln!(out, "  return {{ unknown: o }};\n}}\n");
+        } else {
+            let _ = writeln!(
+                out,
+                "  throw new DecodeError(memberPath(path, {tag_lit}), tag === undefined ? \"missing tag {tag} of {name}\" : \"unknown {tag} \" + JSON.stringify(tag) + \" of {name}\");\n}}\n"
+            );
         }
-        DefKind::Union {
-            tag,
-            branches,
-            keep_unknown,
-        } => {
-            doc(out, "", d.description.as_deref());
-            let mut cases: Vec<String> = branches.iter().map(|b| b.def.clone()).collect();
-            if *keep_unknown {
-                cases.push(format!("UnknownCase<{}>", json_string(tag)));
-            }
-            let _ = writeln!(out, "export type {name} =\n  | {};\n", cases.join("\n  | "));
-            let tag_lit = json_string(tag);
+        let access = if is_identifier(tag) {
+            format!("value.{tag}")
+        } else {
+            format!("value[{tag_lit}]")
+        };
+        let _ = writeln!(
+            out,
+            "export function encode{name}(value: {name}): Json {{\n  switch ({access}) {{"
+        );
+        for b in branches {
             let _ = writeln!(
                 out,
-                "export function decode{name}(raw: Json, path: string = \"$\"): {name} {{\n  const o = decObject(raw, path);\n  const tag = Object.prototype.hasOwnProperty.call(o, {tag_lit}) ? o[{tag_lit}] : undefined;\n  switch (tag) {{"
+                "    case {}:\n      return encode{}(value);",
+                literal(&b.tag_value),
+                b.def
             );
-            for b in branches {
-                let _ = writeln!(
-                    out,
-                    "    case {}:\n      return decode{}(raw, path);",
-                    literal(&b.tag_value),
-                    b.def
-                );
-            }
-            let _ = writeln!(out, "  }}");
-            if *keep_unknown {
-                let _ = writeln!(out, "  return {{ unknown: o }};\n}}\n");
-            } else {
-                let _ = writeln!(
-                    out,
-                    "  throw new DecodeError(memberPath(path, {tag_lit}), tag === undefined ? \"missing tag {tag} of {name}\" : \"unknown {tag} \" + JSON.stringify(tag) + \" of {name}\");\n}}\n"
-                );
-            }
-            let access = if is_identifier(tag) {
-                format!("value.{tag}")
-            } else {
-                format!("value[{tag_lit}]")
-            };
+        }
+        let _ = writeln!(out, "  }}");
+        if keep_unknown {
+            let _ = writeln!(out, "  return value.unknown;\n}}\n");
+        } else {
             let _ = writeln!(
                 out,
-                "export function encode{name}(value: {name}): Json {{\n  switch ({access}) {{"
+                "  const never: never = {};\n  throw new Error(\"not a {name}: \" + JSON.stringify(never));\n}}\n",
+                // A one-branch union is no TypeScript union: only its tag narrows to never.
+                if branches.len() == 1 { access.as_str() } else { "value" }
             );
-            for b in branches {
-                let _ = writeln!(
-                    out,
-                    "    case {}:\n      return encode{}(value);",
-                    literal(&b.tag_value),
-                    b.def
-                );
-            }
-            let _ = writeln!(out, "  }}");
-            if *keep_unknown {
-                let _ = writeln!(out, "  return value.unknown;\n}}\n");
-            } else {
-                let _ = writeln!(
-                    out,
-                    "  const never: never = {};\n  throw new Error(\"not a {name}: \" + JSON.stringify(never));\n}}\n",
-                    // A one-branch union is no TypeScript union: only its tag narrows to never.
-                    if branches.len() == 1 { access.as_str() } else { "value" }
-                );
-            }
         }
     }
-    let _ = model;
+
+    fn envelope(&mut self, out: &mut String, model: &Model) {
+        envelope(out, model);
+    }
+
+    fn dispatch(&mut self, out: &mut String, model: &Model) {
+        dispatch(out, model);
+    }
 }
 
 /// The tag values of a union definition, as TypeScript literals.
 fn tags_of(model: &Model, union: &str) -> Vec<String> {
-    match model.def(union).map(|d| &d.kind) {
-        Some(DefKind::Union { branches, .. }) => {
-            branches.iter().map(|b| literal(&b.tag_value)).collect()
-        }
-        _ => Vec::new(),
-    }
+    union_tags(model, union).into_iter().map(literal).collect()
 }
 
 fn envelope(out: &mut String, model: &Model) {
@@ -417,148 +424,30 @@ fn envelope(out: &mut String, model: &Model) {
     out.push_str("  }\n}\n\n");
 }
 
-const RUNTIME: &str = r#"/** Any JSON value. */
-export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
-
-/** A JSON object. */
-export type JsonObject = { [key: string]: Json };
-
-/**
- * A display union's case this version does not know, kept as sent. Its tag reads as `undefined`,
- * so a `switch` on the tag leaves it in `default`.
- */
-export type UnknownCase<Tag extends string> = { [K in Tag]?: undefined } & { unknown: JsonObject };
-
-/** A display enum's value this version does not know, kept as sent. */
-export interface UnknownValue {
-  unknown: string;
+fn dispatch(out: &mut String, model: &Model) {
+    per_def(
+        out,
+        model,
+        "/** Every definition's name, in schema order. */\nexport const DEFINITION_NAMES: readonly string[] = [\n",
+        |n| format!("  {},", json_string(n)),
+        "];\n\n",
+    );
+    per_def(
+        out,
+        model,
+        "/**\n * Decodes `raw` as the named definition and encodes it again (for conformance tests).\n * `undefined` when no definition has that name; throws `DecodeError` when `raw` does not decode.\n */\nexport function roundtripDefinition(name: string, raw: Json): Json | undefined {\n  switch (name) {\n",
+        |n| format!("    case {}:\n      return encode{n}(decode{n}(raw));", json_string(n)),
+        "  }\n  return undefined;\n}\n",
+    );
 }
 
-/** A value that does not have the shape its type needs; `path` points at it. */
-export class DecodeError extends Error {
-  readonly path: string;
-  constructor(path: string, message: string) {
-    super(path + ": " + message);
-    this.name = "DecodeError";
-    this.path = path;
-  }
-}
-
-function memberPath(path: string, key: string): string {
-  return /^[A-Za-z_$][A-Za-z0-9_$]*$/.test(key) ? path + "." + key : path + "[" + JSON.stringify(key) + "]";
-}
-
-/** Sets a member even when its name is `__proto__`. */
-function setMember(target: { [key: string]: unknown }, key: string, value: unknown): void {
-  Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
-}
-
-function kindOf(raw: Json): string {
-  return raw === null ? "null" : Array.isArray(raw) ? "array" : typeof raw;
-}
-
-function decObject(raw: Json, path: string): JsonObject {
-  if (raw === null || typeof raw !== "object" || Array.isArray(raw)) {
-    throw new DecodeError(path, "expected an object, got " + kindOf(raw));
-  }
-  return raw;
-}
-
-function requireMembers(o: JsonObject, path: string, names: string[]): void {
-  for (const n of names) {
-    if (!Object.prototype.hasOwnProperty.call(o, n)) {
-      throw new DecodeError(memberPath(path, n), "missing");
-    }
-  }
-}
-
-function decString(raw: Json, path: string): string {
-  if (typeof raw !== "string") throw new DecodeError(path, "expected a string, got " + kindOf(raw));
-  return raw;
-}
-
-function decNumber(raw: Json, path: string): number {
-  if (typeof raw !== "number") throw new DecodeError(path, "expected a number, got " + kindOf(raw));
-  return raw;
-}
-
-function decInteger(raw: Json, path: string): number {
-  const n = decNumber(raw, path);
-  if (!Number.isInteger(n)) throw new DecodeError(path, "expected an integer");
-  return n;
-}
-
-function decUnsigned(raw: Json, path: string): number {
-  const n = decInteger(raw, path);
-  if (n < 0) throw new DecodeError(path, "expected an integer >= 0");
-  return n;
-}
-
-function decUnsignedOrString(raw: Json, path: string): number | string {
-  if (typeof raw === "string") return raw;
-  return decUnsigned(raw, path);
-}
-
-function decBoolean(raw: Json, path: string): boolean {
-  if (typeof raw !== "boolean") throw new DecodeError(path, "expected a boolean, got " + kindOf(raw));
-  return raw;
-}
-
-function decJson(raw: Json, _path: string): Json {
-  return raw;
-}
-
-function decConst<T extends Json>(raw: Json, path: string, expected: T): T {
-  if (raw !== expected) throw new DecodeError(path, "expected " + JSON.stringify(expected));
-  return expected;
-}
-
-function decArray<T>(raw: Json, path: string, item: (raw: Json, path: string) => T): T[] {
-  if (!Array.isArray(raw)) throw new DecodeError(path, "expected an array, got " + kindOf(raw));
-  return raw.map((v, i) => item(v, path + "[" + i + "]"));
-}
-
-function decMap<T>(raw: Json, path: string, item: (raw: Json, path: string) => T): { [key: string]: T } {
-  const o = decObject(raw, path);
-  const out: { [key: string]: T } = {};
-  for (const k of Object.keys(o)) {
-    Object.defineProperty(out, k, {
-      value: item(o[k] as Json, memberPath(path, k)),
-      enumerable: true,
-      writable: true,
-      configurable: true,
-    });
-  }
-  return out;
-}
-
-function encPlain(value: Json): Json {
-  return value;
-}
-
-function encArray<T>(value: T[], item: (value: T) => Json): Json {
-  return value.map(item);
-}
-
-function encMap<T>(value: { [key: string]: T }, item: (value: T) => Json): Json {
-  const out: JsonObject = {};
-  for (const k of Object.keys(value)) {
-    setMember(out, k, item(value[k] as T));
-  }
-  return out;
-}
-
-"#;
+/// The TypeScript runtime: a real TypeScript file (`Json`, `DecodeError`, decode helpers) that the
+/// generator splices into `protocol.ts` after the digest constants.
+const RUNTIME: &str = include_str!("runtime/protocol_runtime.ts");
 
 /// The whole generated module.
 pub fn module(model: &Model) -> String {
-    for d in &model.defs {
-        assert!(
-            !RESERVED.contains(&d.name.as_str()),
-            "definition {} clashes with a name the TypeScript runtime defines",
-            d.name
-        );
-    }
+    assert_no_clash(model, RESERVED, "TypeScript");
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -577,27 +466,7 @@ pub fn module(model: &Model) -> String {
         json_string(&model.schema_id)
     );
     out.push_str(RUNTIME);
-    for d in &model.defs {
-        def(&mut out, model, d);
-    }
-    envelope(&mut out, model);
-    out.push_str("/** Every definition's name, in schema order. */\nexport const DEFINITION_NAMES: readonly string[] = [\n");
-    for d in &model.defs {
-        let _ = writeln!(out, "  {},", json_string(&d.name));
-    }
-    out.push_str("];\n\n");
-    out.push_str(
-        "/**\n * Decodes `raw` as the named definition and encodes it again (for conformance tests).\n * `undefined` when no definition has that name; throws `DecodeError` when `raw` does not decode.\n */\nexport function roundtripDefinition(name: string, raw: Json): Json | undefined {\n  switch (name) {\n",
-    );
-    for d in &model.defs {
-        let _ = writeln!(
-            out,
-            "    case {}:\n      return encode{n}(decode{n}(raw));",
-            json_string(&d.name),
-            n = d.name
-        );
-    }
-    out.push_str("  }\n  return undefined;\n}\n");
+    walk(model, &mut TypeScript, &mut out);
     out
 }
 
