@@ -126,6 +126,47 @@ impl BoundedQueue {
         }
     }
 
+    /// Adds a message even when the queue is at its caps (only a closed queue refuses), and
+    /// says whether it is now over them. For the commit path, which must never wait on a host:
+    /// the producer whose events these are waits instead (`wait_for_room`), so a queue exceeds
+    /// its caps by at most the events already in flight when it filled (docs/engine.md).
+    pub fn force_push(&self, message: String) -> Result<bool, PushError> {
+        let s = self.lock();
+        if s.closed {
+            return Err(PushError::Closed);
+        }
+        let over =
+            s.items.len() + 1 > self.max_messages || s.bytes + message.len() > self.max_bytes;
+        self.push_locked(s, message);
+        Ok(over)
+    }
+
+    /// Waits until the queue is under its caps (or closed), with `push_waiting`'s stall rule:
+    /// `Full` only when it stayed at its caps and the consumer took nothing for `stall`.
+    pub fn wait_for_room(&self, stall: Duration) -> Result<(), PushError> {
+        let started = Instant::now();
+        let mut s = self.lock();
+        loop {
+            if s.closed {
+                return Err(PushError::Closed);
+            }
+            if s.items.len() < self.max_messages && s.bytes < self.max_bytes {
+                return Ok(());
+            }
+            let since = s.last_pop.max(started);
+            let now = Instant::now();
+            let deadline = since + stall;
+            if now >= deadline {
+                return Err(PushError::Full);
+            }
+            s = self
+                .space
+                .wait_timeout(s, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
     fn popped(&self, s: &mut State, item: &str) {
         s.bytes -= item.len();
         s.last_pop = Instant::now();
@@ -326,6 +367,32 @@ mod tests {
             q.push_waiting("z".into(), Duration::from_secs(10)),
             Err(PushError::Closed)
         );
+    }
+
+    #[test]
+    fn a_forced_push_goes_past_the_caps_and_says_so_and_room_is_waited_for() {
+        let q = BoundedQueue::new(2, 1000);
+        assert_eq!(q.force_push("a".into()), Ok(false));
+        assert_eq!(q.force_push("b".into()), Ok(false), "at the cap: not over");
+        assert_eq!(q.force_push("c".into()), Ok(true), "one past the cap");
+        assert_eq!(q.usage(), (3, 3));
+        let q2 = Arc::clone(&q);
+        let consumer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            q2.recv(None).unwrap();
+            q2.recv(None).unwrap();
+        });
+        assert_eq!(q.wait_for_room(Duration::from_secs(5)), Ok(()));
+        consumer.join().unwrap();
+        assert!(q.usage().0 < 2);
+        q.try_push("x".into()).unwrap();
+        assert_eq!(
+            q.wait_for_room(Duration::from_millis(50)),
+            Err(PushError::Full),
+            "nobody takes anything: the stall deadline ends the wait"
+        );
+        q.close();
+        assert_eq!(q.force_push("z".into()), Err(PushError::Closed));
     }
 
     #[test]

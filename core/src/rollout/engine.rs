@@ -1612,7 +1612,7 @@ impl<B: Backend> RolloutStore for Engine<B> {
 
     fn append_batch(
         &self,
-        batches: Vec<(String, Vec<NewEvent>)>,
+        batches: Vec<(String, Vec<CheckedEvent>)>,
     ) -> Vec<Result<Vec<AppendedEvent>, StoreError>> {
         let mut out: Vec<Option<Result<Vec<AppendedEvent>, StoreError>>> =
             batches.iter().map(|_| None).collect();
@@ -1627,9 +1627,6 @@ impl<B: Backend> RolloutStore for Engine<B> {
                         events.len()
                     )));
                 }
-                for ev in &events {
-                    validate_new_event(ev)?;
-                }
                 self.slot(&id)?;
                 Ok(())
             })();
@@ -1641,7 +1638,7 @@ impl<B: Backend> RolloutStore for Engine<B> {
                     reqs.push(Request {
                         id,
                         create: false,
-                        events,
+                        events: events.into_iter().map(CheckedEvent::into_inner).collect(),
                         want: Want::Lines,
                     });
                 }

@@ -133,6 +133,41 @@ impl NewEvent {
     }
 }
 
+/// An event the store's rules have already accepted (`CheckedEvent::new` runs the same checks
+/// as `append`, the schema's `EventPayload` included), so `append_batch` does not check it again:
+/// whoever must check an event first (to word the refusal itself) checks it once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckedEvent(NewEvent);
+
+impl CheckedEvent {
+    pub fn new(event: NewEvent) -> Result<CheckedEvent, StoreError> {
+        validate_new_event(&event)?;
+        Ok(CheckedEvent(event))
+    }
+
+    /// `new`, handing the event back with the refusal (so a caller can say what was wrong
+    /// with it in its own terms without having cloned it first).
+    pub fn try_new(event: NewEvent) -> Result<CheckedEvent, (StoreError, Box<NewEvent>)> {
+        match validate_new_event(&event) {
+            Ok(()) => Ok(CheckedEvent(event)),
+            Err(e) => Err((e, Box::new(event))),
+        }
+    }
+
+    pub fn event(&self) -> &NewEvent {
+        &self.0
+    }
+
+    pub fn into_inner(self) -> NewEvent {
+        self.0
+    }
+}
+
+/// Writes `s` as a JSON string (RFC 8785's escapes, which are serde_json's too).
+pub fn write_json_string(s: &str, out: &mut String) {
+    encode::write_string(s, out)
+}
+
 /// One event as stored: exactly the schema's `RolloutEvent`, fields in schema order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -481,11 +516,12 @@ pub trait RolloutStore: Send + Sync {
     /// events come back as their JSON text, so a caller never serialises them again.
     fn append_batch(
         &self,
-        batches: Vec<(String, Vec<NewEvent>)>,
+        batches: Vec<(String, Vec<CheckedEvent>)>,
     ) -> Vec<Result<Vec<AppendedEvent>, StoreError>> {
         batches
             .into_iter()
             .map(|(id, events)| {
+                let events = events.into_iter().map(CheckedEvent::into_inner).collect();
                 self.append(&id, events).map(|evs| {
                     evs.into_iter()
                         .map(|e| AppendedEvent {
