@@ -138,21 +138,40 @@ pub(crate) fn reply_raw(
     id: &str,
     result: Result<String, RpcError>,
 ) {
-    let body = match result {
-        Ok(result) => format!("\"result\":{result}"),
+    reply_with(inner, conn, id, 0, |out| {
+        out.push_str(&result?);
+        Ok(())
+    })
+}
+
+/// `reply` for a result written by `write` straight into the answer's text (no copy of it is
+/// made); `size` is a guess of its length. An error discards what `write` wrote.
+pub(crate) fn reply_with(
+    inner: &Inner,
+    conn: &ConnShared,
+    id: &str,
+    size: usize,
+    write: impl FnOnce(&mut String) -> Result<(), RpcError>,
+) {
+    let mut out = String::with_capacity(size + id.len() + 48);
+    out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
+    out.push_str(id);
+    let at = out.len();
+    out.push_str(",\"result\":");
+    match write(&mut out) {
+        Ok(()) => out.push('}'),
         Err(e) => {
+            out.truncate(at);
             let mut error = json!({"code": e.code, "message": cap(&e.message, 512)});
             if let Some(data) = e.data {
                 error["data"] = data;
             }
-            format!("\"error\":{error}")
+            out.push_str(",\"error\":");
+            out.push_str(&error.to_string());
+            out.push('}');
         }
-    };
-    super::deliver(
-        inner,
-        conn,
-        format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},{body}}}"),
-    );
+    }
+    super::deliver(inner, conn, out);
     // Counted once the answer is queued (or dropped with a closed connection), so a drain that
     // sees nothing unanswered never shuts down ahead of an answer still being delivered.
     conn.answered
@@ -384,16 +403,22 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
         }),
 
         ("thread/read", true) => {
-            return reply_raw(inner, conn, id, thread_read(inner, conn, &params, false))
+            return reply_with(inner, conn, id, 4096, |out| {
+                thread_read(inner, conn, &params, false, out)
+            })
         }
         ("thread/resume", true) => {
-            return reply_raw(inner, conn, id, thread_read(inner, conn, &params, true))
+            return reply_with(inner, conn, id, 4096, |out| {
+                thread_read(inner, conn, &params, true, out)
+            })
         }
         ("thread/fork", true) => idempotent(inner, "thread/fork", &params, || {
             thread_fork(inner, conn, &params)
         }),
         ("thread/list", true) => {
-            return reply_raw(inner, conn, id, super::listing::thread_list(inner, &params))
+            return reply_with(inner, conn, id, 24 * 1024, |out| {
+                super::listing::thread_list(inner, &params, out)
+            })
         }
         ("thread/archive", true) => thread_archive(inner, conn, &params),
         ("turn/start", true) => idempotent(inner, "turn/start", &params, || {
@@ -701,16 +726,17 @@ fn thread_read(
     conn: &Arc<ConnShared>,
     params: &Value,
     resume: bool,
-) -> Result<String, RpcError> {
+    out: &mut String,
+) -> Result<(), RpcError> {
     let thread = load_thread(inner, str_param(params, "threadId").unwrap_or_default())?;
     let after = params
         .get("afterEventSeq")
         .and_then(Value::as_u64)
         .unwrap_or(0);
     let limit = params.get("limit").and_then(Value::as_u64).unwrap_or(100) as usize;
-    let answer = super::listing::thread_read(inner, &thread, after, limit, resume)?;
+    super::listing::thread_read(inner, &thread, after, limit, resume, out)?;
     conn.follow(&thread.id);
-    Ok(answer)
+    Ok(())
 }
 
 /// Forks only settled history: while a turn is live, everything up to the last event before it

@@ -8,7 +8,6 @@ use super::{lock, Inner, ThreadData};
 use crate::protocol::{ForkOrigin, ThreadStatus};
 use crate::rollout::{write_json_string, ListQuery, SummaryRef};
 use serde_json::{Map, Value};
-use std::fmt::Write as _;
 
 /// The wire `Thread`, member for member as the generated type serialises it.
 pub(crate) struct ThreadJson<'a> {
@@ -85,7 +84,8 @@ impl<'a> ThreadJson<'a> {
         write_json_string(self.created_at, out);
         out.push_str(",\"updatedAt\":");
         write_json_string(self.updated_at, out);
-        let _ = write!(out, ",\"lastEventSeq\":{}", self.last_event_seq);
+        out.push_str(",\"lastEventSeq\":");
+        push_u64(out, self.last_event_seq);
         out.push_str(",\"forkedFrom\":");
         match self.forked_from {
             Some(f) => out.push_str(&serde_json::to_string(f).expect("a ForkOrigin serialises")),
@@ -101,9 +101,24 @@ impl<'a> ThreadJson<'a> {
     }
 }
 
+/// Decimal digits without the formatting machinery (this runs once per listed thread).
+pub(crate) fn push_u64(out: &mut String, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(buf[i..].iter().map(|&d| d as char));
+}
+
 /// thread/list's result: the summaries of one page from the store's index (a thread loaded
 /// here is shown as this server sees it: active, or ahead of the index by its last events).
-pub(crate) fn thread_list(inner: &Inner, params: &Value) -> Result<String, RpcError> {
+pub(crate) fn thread_list(inner: &Inner, params: &Value, out: &mut String) -> Result<(), RpcError> {
     let query = ListQuery {
         include_archived: params
             .get("includeArchived")
@@ -115,23 +130,26 @@ pub(crate) fn thread_list(inner: &Inner, params: &Value) -> Result<String, RpcEr
             .map(str::to_string),
         limit: params.get("limit").and_then(Value::as_u64).unwrap_or(100) as usize,
     };
-    let mut out = String::with_capacity(256 * query.limit.min(1000));
     out.push_str("{\"threads\":[");
     let mut first = true;
+    // Taken once for the page (inside the store's index lock, the order used everywhere), so
+    // a page costs one lock of the loaded threads, not one per thread.
+    let mut loaded: Option<std::sync::MutexGuard<'_, _>> = None;
     let rest = inner.store.list_with(&query, &mut |s| {
         if !first {
             out.push(',');
         }
         first = false;
-        let loaded = lock(&inner.threads).get(s.thread_id).cloned();
-        match loaded {
-            Some(t) => ThreadJson::from_data(&t.id, &lock(&t.data)).write(&mut out),
-            None => ThreadJson::from_summary(&s).write(&mut out),
+        let threads = loaded.get_or_insert_with(|| lock(&inner.threads));
+        match threads.get(s.thread_id) {
+            Some(t) => ThreadJson::from_data(&t.id, &lock(&t.data)).write(out),
+            None => ThreadJson::from_summary(&s).write(out),
         }
     })?;
+    drop(loaded);
     out.push_str("],\"nextCursor\":");
     match &rest.next_cursor {
-        Some(c) => write_json_string(c, &mut out),
+        Some(c) => write_json_string(c, out),
         None => out.push_str("null"),
     }
     // Threads the disk holds but that cannot be read are reported, never hidden: the host
@@ -143,15 +161,15 @@ pub(crate) fn thread_list(inner: &Inner, params: &Value) -> Result<String, RpcEr
                 out.push(',');
             }
             out.push_str("{\"threadId\":");
-            write_json_string(id, &mut out);
+            write_json_string(id, out);
             out.push_str(",\"status\":\"unreadable\",\"reason\":");
-            write_json_string(&super::dispatch::cap(reason, 1024), &mut out);
+            write_json_string(&super::dispatch::cap(reason, 1024), out);
             out.push('}');
         }
         out.push(']');
     }
     out.push('}');
-    Ok(out)
+    Ok(())
 }
 
 /// thread/read's and thread/resume's result: the thread, then its events as the store keeps
@@ -163,13 +181,14 @@ pub(crate) fn thread_read(
     after: u64,
     limit: usize,
     resume: bool,
-) -> Result<String, RpcError> {
+    out: &mut String,
+) -> Result<(), RpcError> {
     let page = inner.store.read_json(&thread.id, after, limit)?;
     let bytes: usize = page.events.iter().map(|e| e.len() + 1).sum();
-    let mut out = String::with_capacity(bytes + 512);
+    out.reserve(bytes + 512);
     let data = lock(&thread.data);
     out.push_str("{\"thread\":");
-    ThreadJson::from_data(&thread.id, &data).write(&mut out);
+    ThreadJson::from_data(&thread.id, &data).write(out);
     out.push_str(",\"events\":[");
     for (i, e) in page.events.iter().enumerate() {
         if i > 0 {
@@ -192,7 +211,7 @@ pub(crate) fn thread_read(
         }
     }
     out.push('}');
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -171,10 +171,40 @@ fn write_number(n: &Number, out: &mut String) {
     }
 }
 
+/// Whether any byte is a control character, `"` or `\\`: eight bytes at a time (the classic
+/// "has a byte less than n" and "has a zero byte" word tricks, exact as a yes/no answer).
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS != 0;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let x = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        if x.wrapping_sub(ONES * 0x20) & !x & HIGHS != 0
+            || has_zero(x ^ (ONES * b'"' as u64))
+            || has_zero(x ^ (ONES * b'\\' as u64))
+        {
+            return true;
+        }
+    }
+    chunks
+        .remainder()
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+}
+
 /// A JSON string with only the escapes RFC 8785 allows; runs without escapes are copied whole.
 pub(crate) fn write_string(s: &str, out: &mut String) {
-    out.push('"');
     let bytes = s.as_bytes();
+    // Most strings (ids, times, text) need no escape: one vectorisable scan, one copy.
+    if !needs_escape(bytes) {
+        out.reserve(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
+    out.push('"');
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
         let esc: &str = match b {
@@ -228,6 +258,30 @@ mod tests {
             p.write_jcs(&mut s);
             assert_eq!(s, cc_agent_protocol::jcs::canonicalize(&v), "{v}");
         }
+    }
+
+    #[test]
+    fn the_escape_scan_finds_every_byte_that_needs_one_at_every_position() {
+        for len in 0..20 {
+            for at in 0..len {
+                for b in (0u8..0x20).chain([b'"', b'\\']) {
+                    let mut v = vec![b'a'; len];
+                    v[at] = b;
+                    assert!(needs_escape(&v), "{len} {at} {b}");
+                }
+                let mut v = vec![b'a'; len];
+                for (i, c) in [0x20u8, 0x7f, b'/', b'!', b'#', b'[', b']', b'~']
+                    .iter()
+                    .cycle()
+                    .take(len)
+                    .enumerate()
+                {
+                    v[i] = *c;
+                }
+                assert!(!needs_escape(&v), "{v:?}");
+            }
+        }
+        assert!(!needs_escape("é€😀 plain".as_bytes()));
     }
 
     #[test]
