@@ -617,6 +617,47 @@ fn one_turn(store: StoreKind, durability: Durability, deltas: usize) -> (f64, Du
     (notifications as f64 / elapsed.as_secs_f64(), elapsed, waits)
 }
 
+/// `one_turn` to a host that takes the texts off the connection and only looks at their
+/// method (no parse): what the engine itself delivers.
+fn one_turn_raw(durability: Durability, deltas: usize) -> f64 {
+    let dir = fresh_dir("turn");
+    let server = open(&dir, StoreKind::Jsonl, durability, Limits::default());
+    let conn = server.connect().unwrap();
+    init(&conn);
+    let script =
+        json!({"steps": [{"type": "message", "text": "x".repeat(deltas), "chunks": deltas}]});
+    round_trip(
+        &conn,
+        &request(
+            1,
+            "thread/start",
+            &json!({"threadId": "d", "agentOptions": {"script": script}}),
+        ),
+        1,
+    );
+    let start = Instant::now();
+    conn.send(&request(
+        2,
+        "turn/start",
+        &json!({"threadId": "d", "input": [{"type": "text", "text": "go"}]}),
+    ))
+    .unwrap();
+    let (mut n, mut d) = (0u64, 0usize);
+    loop {
+        let m = conn.recv(Some(Duration::from_secs(600))).unwrap();
+        n += 1;
+        if m.starts_with("{\"jsonrpc\":\"2.0\",\"method\":\"item/delta\"") {
+            d += 1;
+        } else if m.contains("\"method\":\"turn/completed\"") {
+            break;
+        }
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    assert_eq!(d, deltas);
+    server.shutdown();
+    rate
+}
+
 fn section_turns(r: &mut Report, quick: bool) {
     let deltas = if quick { 20_000 } else { 100_000 };
     println!("\n== one turn of {deltas} deltas to a Rust host (the Rust client)");
@@ -637,6 +678,66 @@ fn section_turns(r: &mut Report, quick: bool) {
             "-".into(),
             None,
             target,
+        );
+    }
+    for (durability, target) in [
+        (Durability::Sync, ">= 50k/s"),
+        (Durability::Buffered, ">= 500k/s"),
+        (Durability::Ephemeral, ">= 1M/s"),
+    ] {
+        let rate = one_turn_raw(durability, deltas);
+        r.add(
+            format!("turn, Jsonl {durability:?}, to a host that does not parse"),
+            format!("{rate:.0}/s"),
+            "-".into(),
+            None,
+            target,
+        );
+    }
+    // The host's floor: ready-made delta notifications pushed through the engine's outbound
+    // queue to the Rust client's pump pattern (parse each into a Value, hand it over a channel
+    // to the host thread, which looks at its method) — no engine, no store: how fast the host
+    // side alone can take a turn's notifications.
+    {
+        let q = BoundedQueue::new(512, 8 << 20);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Value>(65_536);
+        let pump = {
+            let q = Arc::clone(&q);
+            std::thread::spawn(move || {
+                while let Ok(m) = q.recv(None) {
+                    let v: Value = serde_json::from_str(&m).unwrap();
+                    if tx.send(v).is_err() {
+                        break;
+                    }
+                }
+            })
+        };
+        let producer = {
+            let q = Arc::clone(&q);
+            std::thread::spawn(move || {
+                for i in 0..deltas {
+                    let text = format!("{{\"jsonrpc\":\"2.0\",\"method\":\"item/delta\",\"params\":{{\"threadId\":\"d\",\"eventSeq\":{},\"delta\":{{\"text\":\"x\",\"type\":\"text\"}},\"itemId\":\"tu-12345678901234567890-i1\",\"turnId\":\"tu-12345678901234567890\"}}}}", i + 4);
+                    q.push_waiting(text, Duration::from_secs(30)).unwrap();
+                }
+                q.close();
+            })
+        };
+        let t = Instant::now();
+        let mut n = 0;
+        while let Ok(v) = rx.recv() {
+            if v["method"] == "item/delta" {
+                n += 1;
+            }
+        }
+        let rate = n as f64 / t.elapsed().as_secs_f64();
+        producer.join().unwrap();
+        pump.join().unwrap();
+        r.add(
+            "host floor: the client's pump pattern alone, ready-made deltas",
+            format!("{rate:.0}/s"),
+            "-".into(),
+            None,
+            "(bounds every mode)",
         );
     }
     // The per-event CPU floor: what recording one delta costs without any I/O or thread hop
@@ -904,6 +1005,17 @@ fn main() {
     }
     if args.iter().any(|a| a == "loop-read") {
         return section_loop("thread/read");
+    }
+    for (arg, d) in [
+        ("loop-ephemeral", Durability::Ephemeral),
+        ("loop-buffered", Durability::Buffered),
+        ("loop-sync", Durability::Sync),
+    ] {
+        if args.iter().any(|a| a == arg) {
+            let (rate, elapsed, waits) = one_turn(StoreKind::Jsonl, d, 200_000);
+            println!("{arg}: {rate:.0}/s in {elapsed:?}, {waits} waits");
+            return;
+        }
     }
     let mut r = Report::default();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();

@@ -36,6 +36,10 @@ struct State {
     /// When the consumer last took a message: a producer waiting for space measures the
     /// consumer's stall from here (or from when it started waiting, if later).
     last_pop: Instant,
+    /// Threads blocked in `recv` / waiting for space: a push or a pop signals a condition
+    /// variable only when someone waits on it (a futex call per message otherwise).
+    readers_waiting: usize,
+    writers_waiting: usize,
 }
 
 /// Caps: at most `max_messages` messages and `max_bytes` bytes queued at once.
@@ -57,6 +61,8 @@ impl BoundedQueue {
                 closed: false,
                 wakers: Vec::new(),
                 last_pop: Instant::now(),
+                readers_waiting: 0,
+                writers_waiting: 0,
             }),
             ready: Condvar::new(),
             space: Condvar::new(),
@@ -79,8 +85,11 @@ impl BoundedQueue {
         s.bytes += message.len();
         s.items.push_back(message);
         let wakers = std::mem::take(&mut s.wakers);
+        let waiting = s.readers_waiting > 0;
         drop(s);
-        self.ready.notify_one();
+        if waiting {
+            self.ready.notify_one();
+        }
         wakers.into_iter().for_each(Waker::wake);
     }
 
@@ -118,11 +127,13 @@ impl BoundedQueue {
             if now >= deadline {
                 return Err(PushError::Full);
             }
+            s.writers_waiting += 1;
             s = self
                 .space
                 .wait_timeout(s, deadline - now)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            s.writers_waiting -= 1;
         }
     }
 
@@ -159,18 +170,22 @@ impl BoundedQueue {
             if now >= deadline {
                 return Err(PushError::Full);
             }
+            s.writers_waiting += 1;
             s = self
                 .space
                 .wait_timeout(s, deadline - now)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            s.writers_waiting -= 1;
         }
     }
 
     fn popped(&self, s: &mut State, item: &str) {
         s.bytes -= item.len();
         s.last_pop = Instant::now();
-        self.space.notify_all();
+        if s.writers_waiting > 0 {
+            self.space.notify_all();
+        }
     }
 
     /// Takes the next message, waiting up to `timeout` (`None`: wait until one arrives or close).
@@ -185,19 +200,27 @@ impl BoundedQueue {
             if s.closed {
                 return Err(RecvError::Closed);
             }
-            s = match deadline {
-                None => self.ready.wait(s).unwrap_or_else(|p| p.into_inner()),
+            let wait = match deadline {
+                None => None,
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
                         return Err(RecvError::Timeout);
                     }
+                    Some(d - now)
+                }
+            };
+            s.readers_waiting += 1;
+            s = match wait {
+                None => self.ready.wait(s).unwrap_or_else(|p| p.into_inner()),
+                Some(t) => {
                     self.ready
-                        .wait_timeout(s, d - now)
+                        .wait_timeout(s, t)
                         .unwrap_or_else(|p| p.into_inner())
                         .0
                 }
             };
+            s.readers_waiting -= 1;
         }
     }
 

@@ -11,6 +11,7 @@ use serde_json::{Map, Number, Value};
 use std::fmt::Write as _;
 
 /// The payload, once: its members as (key, JCS value text), in JCS key order.
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct EncodedPayload {
     members: Vec<(String, String)>,
     /// Index of the `type` member in `members`, if any.

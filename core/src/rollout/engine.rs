@@ -253,10 +253,16 @@ fn push_json_opt(out: &mut String, s: Option<&str>) {
 /// Gives `ev` its seq, prevHash, time and hash on top of `head`, and advances `head`. The
 /// payload is serialised once (its JCS members), and that text makes both the hash input and
 /// the line.
-fn seal(head: &mut Head, ev: NewEvent, time: &str) -> Result<Sealed, StoreError> {
+fn seal(head: &mut Head, ev: Prepared, time: &str) -> Result<Sealed, StoreError> {
+    let (ev, payload) = match ev {
+        Prepared::Raw(ev) => {
+            let encoded = EncodedPayload::new(&ev.payload);
+            (ev, encoded)
+        }
+        Prepared::Encoded(ev, encoded) => (ev, encoded),
+    };
     let seq = head.last_seq + 1;
     head.check(&ev.payload, seq)?;
-    let payload = EncodedPayload::new(&ev.payload);
     let mut jcs = String::with_capacity(payload.len_hint() + 256);
     jcs.push_str("{\"idempotencyKey\":");
     push_json_opt(&mut jcs, ev.idempotency_key.as_deref());
@@ -599,10 +605,21 @@ enum Want {
     Lines,
 }
 
+/// An event on its way to being sealed: its payload serialised already (checked by whoever
+/// queued it), or not yet.
+enum Prepared {
+    Raw(NewEvent),
+    Encoded(NewEvent, EncodedPayload),
+}
+
+fn raw(events: Vec<NewEvent>) -> Vec<Prepared> {
+    events.into_iter().map(Prepared::Raw).collect()
+}
+
 struct Request {
     id: String,
     create: bool,
-    events: Vec<NewEvent>,
+    events: Vec<Prepared>,
     want: Want,
 }
 
@@ -906,6 +923,7 @@ impl<B: Backend> Engine<B> {
                     }))
                 })
                 .collect();
+            let events = raw(events);
             self.submit(Request {
                 id: id.to_string(),
                 create: false,
@@ -1093,7 +1111,8 @@ impl<B: Backend> Engine<B> {
                         && crosses_seal_point(start_seq, head.last_seq, self.options.seal_every)
                     {
                         let payload = seal_payload(key, id, head.last_seq, &head.head_hash);
-                        if let Ok(s) = seal(&mut head, NewEvent::new(payload), &time) {
+                        if let Ok(s) = seal(&mut head, Prepared::Raw(NewEvent::new(payload)), &time)
+                        {
                             sealed.push(s);
                         }
                     }
@@ -1267,7 +1286,7 @@ impl<B: Backend> Engine<B> {
         self.submit(Request {
             id: id.to_string(),
             create: false,
-            events,
+            events: raw(events),
             want: Want::Events,
         })
         .map(Reply::events)
@@ -1323,7 +1342,7 @@ impl<B: Backend> Engine<B> {
             .submit(Request {
                 id: start.thread_id.clone(),
                 create: true,
-                events,
+                events: raw(events),
                 want: Want::Events,
             })?
             .events();
@@ -1638,7 +1657,13 @@ impl<B: Backend> RolloutStore for Engine<B> {
                     reqs.push(Request {
                         id,
                         create: false,
-                        events: events.into_iter().map(CheckedEvent::into_inner).collect(),
+                        events: events
+                            .into_iter()
+                            .map(|c| {
+                                let (ev, enc) = c.into_parts();
+                                Prepared::Encoded(ev, enc)
+                            })
+                            .collect(),
                         want: Want::Lines,
                     });
                 }

@@ -136,30 +136,41 @@ impl NewEvent {
 /// An event the store's rules have already accepted (`CheckedEvent::new` runs the same checks
 /// as `append`, the schema's `EventPayload` included), so `append_batch` does not check it again:
 /// whoever must check an event first (to word the refusal itself) checks it once.
+/// It also carries the payload already serialised (its RFC 8785 members), so the thread that
+/// checked it did that work too, not the commit leader.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CheckedEvent(NewEvent);
+pub struct CheckedEvent {
+    event: NewEvent,
+    encoded: encode::EncodedPayload,
+}
 
 impl CheckedEvent {
     pub fn new(event: NewEvent) -> Result<CheckedEvent, StoreError> {
-        validate_new_event(&event)?;
-        Ok(CheckedEvent(event))
+        Self::try_new(event).map_err(|(e, _)| e)
     }
 
     /// `new`, handing the event back with the refusal (so a caller can say what was wrong
     /// with it in its own terms without having cloned it first).
     pub fn try_new(event: NewEvent) -> Result<CheckedEvent, (StoreError, Box<NewEvent>)> {
         match validate_new_event(&event) {
-            Ok(()) => Ok(CheckedEvent(event)),
+            Ok(()) => {
+                let encoded = encode::EncodedPayload::new(&event.payload);
+                Ok(CheckedEvent { event, encoded })
+            }
             Err(e) => Err((e, Box::new(event))),
         }
     }
 
     pub fn event(&self) -> &NewEvent {
-        &self.0
+        &self.event
     }
 
     pub fn into_inner(self) -> NewEvent {
-        self.0
+        self.event
+    }
+
+    fn into_parts(self) -> (NewEvent, encode::EncodedPayload) {
+        (self.event, self.encoded)
     }
 }
 
