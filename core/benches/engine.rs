@@ -825,7 +825,7 @@ fn section_many(r: &mut Report, quick: bool) {
                     let mut probes = 0;
                     while done < per_conn {
                         // A cheap request now and then: its latency under the load.
-                        if n % 97 == 0 && probes < 20 {
+                        if n.is_multiple_of(97) && probes < 20 {
                             probes += 1;
                             let s = Instant::now();
                             client

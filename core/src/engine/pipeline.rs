@@ -156,9 +156,12 @@ impl Committer {
     }
 }
 
+/// Each event's notification and its in-flight bytes, in order.
+type Notes = Vec<(Note, usize)>;
+
 /// One round: every queued event of these threads committed together, then delivered.
 fn commit(inner: &Inner, committer: &Committer, threads: Vec<Arc<ThreadState>>) {
-    let mut taken: Vec<(Arc<ThreadState>, Vec<(Note, usize)>)> = Vec::with_capacity(threads.len());
+    let mut taken: Vec<(Arc<ThreadState>, Notes)> = Vec::with_capacity(threads.len());
     let mut batches = Vec::with_capacity(threads.len());
     let mut again = Vec::new();
     for t in threads {
@@ -218,12 +221,7 @@ fn commit(inner: &Inner, committer: &Committer, threads: Vec<Arc<ThreadState>>) 
 
 /// Publishes a committed batch: the thread's head, then each notification to every follower,
 /// in seq order, without ever waiting on a host.
-fn deliver_round(
-    inner: &Inner,
-    thread: &ThreadState,
-    appended: &[AppendedEvent],
-    notes: Vec<(Note, usize)>,
-) {
+fn deliver_round(inner: &Inner, thread: &ThreadState, appended: &[AppendedEvent], notes: Notes) {
     if let Some(last) = appended.last() {
         let mut d = lock(&thread.data);
         d.last_seq = last.seq;

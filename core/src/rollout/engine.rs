@@ -708,6 +708,10 @@ impl Catalog {
     }
 }
 
+/// A page as read: the lines, the parsed events when they came from disk (a cache hit has
+/// lines only), and whether more follow.
+type SealedPage = (Vec<Arc<str>>, Option<Vec<StoredEvent>>, bool);
+
 /// A rollout store over a backend.
 pub struct Engine<B: Backend> {
     backend: B,
@@ -1352,12 +1356,7 @@ impl<B: Backend> Engine<B> {
 
     /// Events after `after` up to `n` (no clamp): from the tail cache when it holds them, else
     /// from the backend (then memory), joining what was read to the cache.
-    fn read_sealed(
-        &self,
-        id: &str,
-        after: u64,
-        n: usize,
-    ) -> Result<(Vec<Arc<str>>, Option<Vec<StoredEvent>>, bool), StoreError> {
+    fn read_sealed(&self, id: &str, after: u64, n: usize) -> Result<SealedPage, StoreError> {
         validate_thread_id(id)?;
         self.open_check()?;
         if let Some(hit) = self.cache.get(id, after, n) {
@@ -1479,7 +1478,7 @@ impl<B: Backend> Engine<B> {
         let mut next_cursor = None;
         for (id, e) in cat.entries.range((after(&query.cursor), Bound::Unbounded)) {
             let visible = match e {
-                Entry::Ready(h) => !(h.archived && !query.include_archived),
+                Entry::Ready(h) => !h.archived || query.include_archived,
                 _ => true,
             };
             if !visible {
