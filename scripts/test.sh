@@ -35,6 +35,10 @@ step "python sdk: the wheel built, installed into a fresh venv, pytest + quickst
 bash scripts/test-python-sdk.sh
 step "jvm: the jar (natives inside), JUnit 5 on the real library, examples and the Java facade from the jar"
 bash scripts/test-jvm.sh
+step "fuzz: every libFuzzer target for 8 s (nightly, AddressSanitizer)"
+bash scripts/test-fuzz.sh
+step "soak: 60 s at 10x queue capacity, in-process and over stdio"
+bash scripts/test-soak.sh
 
 echo
 echo "all suites passed"

@@ -6,6 +6,7 @@ mod log;
 mod chat;
 mod demo;
 mod framing;
+mod graph_cmd;
 mod render;
 mod rollout_cmd;
 mod serve;
@@ -80,6 +81,9 @@ Exits non-zero if any step fails."
     /// Facts about the wire schema this binary was built with.
     #[command(subcommand)]
     Schema(SchemaCommand),
+    /// Graph Kernel: validate a graph, run it (same flags as serve), inspect or list runs.
+    #[command(subcommand)]
+    Graph(graph_cmd::GraphCommand),
 }
 
 #[derive(Subcommand)]
@@ -112,6 +116,12 @@ pub struct StateArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub state: StateArgs,
+    #[command(flatten)]
+    pub key: rollout_cmd::KeyArgs,
+    /// Open threads whose head anchor is missing or damaged instead of refusing them; what nothing
+    /// vouches for is recorded in the thread and reported by `rollout verify`.
+    #[arg(long)]
+    pub accept_unanchored: bool,
     /// When an append counts as done: sync (fdatasync before any host sees it), buffered (written
     /// to the OS, synced at shutdown) or ephemeral (memory until shutdown).
     #[arg(long, value_enum, default_value = "sync")]
@@ -271,6 +281,10 @@ fn main() -> ExitCode {
         Command::Rollout(RolloutCommand::Show(args)) => rollout_cmd::show(args),
         Command::Rollout(RolloutCommand::Verify(args)) => rollout_cmd::verify(args),
         Command::Demo(args) => demo::run(args),
+        Command::Graph(graph_cmd::GraphCommand::Validate(args)) => graph_cmd::validate(args),
+        Command::Graph(graph_cmd::GraphCommand::Run(args)) => graph_cmd::run(args),
+        Command::Graph(graph_cmd::GraphCommand::Inspect(args)) => graph_cmd::inspect(args),
+        Command::Graph(graph_cmd::GraphCommand::List(args)) => graph_cmd::list(args),
         Command::Schema(SchemaCommand::Digest) => {
             println!("{}", cc_agent_protocol::schema_digest());
             0

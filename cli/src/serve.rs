@@ -87,7 +87,7 @@ pub fn run(args: ServeArgs) -> u8 {
     outcome.exit_code() as u8
 }
 
-fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
+pub(crate) fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
     let mut config = ServerConfig::new(&args.state.state_dir);
     config.store = match args.state.store.unwrap_or(StoreArg::Jsonl) {
         StoreArg::Jsonl => StoreKind::Jsonl,
@@ -98,6 +98,8 @@ fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
         DurabilityArg::Buffered => Durability::Buffered,
         DurabilityArg::Ephemeral => Durability::Ephemeral,
     };
+    config.store_options.key = args.key.key()?;
+    config.store_options.accept_unanchored = args.accept_unanchored;
     let defaults = Limits::default();
     config.limits = Limits {
         max_line_bytes: args.max_line_bytes as usize,

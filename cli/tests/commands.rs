@@ -651,3 +651,44 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[test]
+fn serve_writes_keyed_threads_with_a_key_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = state_dir();
+    let keys = state_dir();
+    let key = keys.path().join("rollout.key");
+    std::fs::write(&key, [7u8; 32]).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let k = s(&key);
+    let mut p = Proc::serve(dir.path(), &["--key-file", k]);
+    p.init();
+    p.req("thread/start", json!({"threadId": "keyed"}));
+    p.req(
+        "turn/start",
+        json!({"threadId": "keyed", "input": [{"type": "text", "text": "hi"}]}),
+    );
+    p.wait_method("turn/completed");
+    p.close_stdin();
+    assert!(p.wait_exit(std::time::Duration::from_secs(20)).success());
+    let d = s(dir.path());
+    let (rc, out, _) = run(&["rollout", "verify", "--key-file", k, "--state-dir", d]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("(keyed)"),
+        "the key vouches for what serve wrote: {out}"
+    );
+    let (rc, out, _) = run(&["rollout", "verify", "--state-dir", d]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("WARNING: unkeyed"), "{out}");
+    // A server without the key cannot extend a keyed thread.
+    let mut p = Proc::serve(dir.path(), &[]);
+    p.init();
+    let answer = p.req(
+        "turn/start",
+        json!({"threadId": "keyed", "input": [{"type": "text", "text": "again"}]}),
+    );
+    assert!(answer.get("error").is_some(), "{answer}");
+    p.close_stdin();
+    p.wait_exit(std::time::Duration::from_secs(20));
+}

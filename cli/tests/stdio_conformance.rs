@@ -33,7 +33,10 @@ fn handshake_rules() {
     let result = &r["result"];
     assert_eq!(result["protocolVersion"], 1, "{r}");
     assert_eq!(result["downgraded"], true);
-    assert_eq!(result["features"], json!(["thread_turn_item"]));
+    assert_eq!(
+        result["features"],
+        json!(["thread_turn_item", "typed_graph"])
+    );
     assert_eq!(result["server"]["name"], "cc-app-server");
     assert!(result["server"]["version"].is_string());
     assert_eq!(result["schemaDigest"], cc_agent_protocol::schema_digest());

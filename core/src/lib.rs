@@ -4,6 +4,7 @@
 pub mod approval;
 pub mod client;
 pub mod engine;
+pub mod graph;
 pub mod kernel;
 #[cfg(feature = "openai")]
 pub mod openai;

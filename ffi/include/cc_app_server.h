@@ -163,7 +163,8 @@ cc_result cc_schema_digest(char *buf,
 // `settleDeadlineMs`, `maxLineBytes`, `inboundMessages`, `outboundMessages`, `openai` (an object:
 // `baseUrl`, `model`, `apiKey`, `instructions`, `temperature`, `maxOutputTokens`, `maxSteps`,
 // `requestTimeoutMs` — turns run on that model), `workspaceToolsDir` (approved tools run with the
-// workspace tool set confined to that directory)). `kernel` (NULL:
+// workspace tool set confined to that directory), `outboundStallMs`, `rolloutKeyHex` (64 hex
+// digits: keyed tamper evidence, never written anywhere), `acceptUnanchored` (true/false)). `kernel` (NULL:
 // the built-in scripted kernel) is copied. On success `*out_server` owns a new handle; free it
 // with `cc_server_free`. On failure the reason goes into `error_buf` (NULL allowed; truncated).
 //

@@ -29,7 +29,10 @@ pub use errors::{
 };
 pub use kernel::{AgentKernel, ToolExecutor, TurnContext, TurnInput};
 pub use log::{LogLevel, LogListener, LogRecord};
-pub use server::{AppServer, Connection, MessageListener, ServerOptions, ServerStats};
+pub use server::{
+    AppServer, Connection, FailedClosedStats, MessageListener, OpenAiOptions, ServerOptions,
+    ServerStats,
+};
 pub use store::{RolloutStore, StoreKind};
 pub use task::TaskHandle;
 

@@ -78,6 +78,21 @@ pub struct ServerOptions {
     /// executor. A host `tools` passed to `open` still wins.
     #[uniffi(default = None)]
     pub workspace_tools_dir: Option<String>,
+    /// How long a full outbound queue may go without the host taking a message before the
+    /// connection is closed as a slow consumer (default 30 s; a host that keeps reading, however
+    /// slowly, is never cut off).
+    #[uniffi(default = None)]
+    pub outbound_stall_ms: Option<i64>,
+    /// Keyed tamper evidence (docs/rollout-format.md): exactly 32 bytes from the host's key store
+    /// (iOS Keychain, Android Keystore, an OS keyring). Anchors and periodic seals then carry an
+    /// HMAC under it, so history rewritten without the key is detected even with every hash
+    /// recomputed. Never written to the state dir or logs. Absent: unkeyed.
+    #[uniffi(default = None)]
+    pub rollout_key: Option<Vec<u8>>,
+    /// Open threads whose head anchor is missing or damaged instead of refusing them; what
+    /// nothing vouches for is recorded and reported by `verify` (default: refuse).
+    #[uniffi(default = None)]
+    pub accept_unanchored: Option<bool>,
 }
 
 /// The OpenAI-compatible kernel's settings (docs/kernels.md). A thread's `agentOptions.model` and
@@ -104,6 +119,23 @@ pub struct OpenAiOptions {
     /// Connect + first byte, and the longest silence mid-stream (default 120 s).
     #[uniffi(default = None)]
     pub request_timeout_ms: Option<i64>,
+}
+
+/// The rollout key and the unanchored policy, for a server's store or one opened on its own.
+pub(crate) fn apply_store_security(
+    options: &mut cc_app_server::rollout::StoreOptions,
+    key: Option<&[u8]>,
+    accept_unanchored: Option<bool>,
+) -> Result<(), ServerError> {
+    if let Some(bytes) = key {
+        // The message names the length only, never the bytes.
+        let key = cc_app_server::rollout::RolloutKey::from_slice(bytes).map_err(invalid)?;
+        options.key = Some(key);
+    }
+    if let Some(accept) = accept_unanchored {
+        options.accept_unanchored = accept;
+    }
+    Ok(())
 }
 
 #[cfg(feature = "openai")]
@@ -227,6 +259,14 @@ impl ServerOptions {
         if let Some(v) = self.max_line_bytes {
             config.limits.max_line_bytes = positive("max_line_bytes", v)?;
         }
+        if let Some(ms) = self.outbound_stall_ms {
+            config.limits.outbound_stall = millis("outbound_stall_ms", ms)?;
+        }
+        apply_store_security(
+            &mut config.store_options,
+            self.rollout_key.as_deref(),
+            self.accept_unanchored,
+        )?;
         if let Some(v) = self.inbound_messages {
             config.limits.inbound_messages = positive("inbound_messages", v.into())?;
         }
@@ -299,15 +339,36 @@ impl AppServer {
         signed(self.inner.stats().tools_executed.load(Ordering::Relaxed))
     }
 
-    /// The engine's counters now (they never go down).
+    /// The engine's counters and gauges now (counters never go down).
     pub fn stats(&self) -> ServerStats {
-        let s = self.inner.stats();
+        let s = self.inner.stats_snapshot();
+        let f = &s.failed_closed;
         ServerStats {
-            tools_executed: signed(s.tools_executed.load(Ordering::Relaxed)),
-            ignored_responses: signed(s.ignored_responses.load(Ordering::Relaxed)),
-            closed_slow_consumers: signed(s.closed_slow_consumers.load(Ordering::Relaxed)),
+            tools_executed: signed(s.tools_executed),
+            ignored_responses: signed(s.ignored_responses),
+            closed_slow_consumers: signed(s.closed_slow_consumers),
             listener_errors: signed(LISTENER_ERRORS.load(Ordering::Relaxed)),
             dropped_log_records: crate::log::dropped_log_records(),
+            connections_open: signed(s.connections_open),
+            connections_refused: signed(s.connections_refused),
+            turns_running: signed(s.turns_running),
+            turns_queued: signed(s.turns_queued),
+            turns_refused_overloaded: signed(s.turns_refused_overloaded),
+            runner_threads: signed(s.runner_threads),
+            inbound_queued: signed(s.inbound_queued),
+            outbound_queued: signed(s.outbound_queued),
+            recording_failures: signed(s.recording_failures),
+            threads_loaded: signed(s.threads_loaded),
+            failed_closed: FailedClosedStats {
+                no_handler: signed(f.no_handler),
+                handler_error: signed(f.handler_error),
+                timeout: signed(f.timeout),
+                expired: signed(f.expired),
+                binding_mismatch: signed(f.binding_mismatch),
+                nonce_reused: signed(f.nonce_reused),
+                unknown_decision: signed(f.unknown_decision),
+                transport_closed: signed(f.transport_closed),
+            },
         }
     }
 
@@ -337,6 +398,36 @@ pub struct ServerStats {
     pub listener_errors: i64,
     /// Log records dropped because the log listener fell behind (this process).
     pub dropped_log_records: i64,
+    pub connections_open: i64,
+    /// Connections refused because `max_connections` were open.
+    pub connections_refused: i64,
+    pub turns_running: i64,
+    /// Turns admitted and waiting for a runner.
+    pub turns_queued: i64,
+    /// turn/start answered -32001 because running and queued turns were at their bounds.
+    pub turns_refused_overloaded: i64,
+    pub runner_threads: i64,
+    /// Messages waiting in every open connection's inbound / outbound queue.
+    pub inbound_queued: i64,
+    pub outbound_queued: i64,
+    /// Events the store could not write (disk full, I/O error).
+    pub recording_failures: i64,
+    pub threads_loaded: i64,
+    /// Approvals that failed closed, by reason.
+    pub failed_closed: FailedClosedStats,
+}
+
+/// Approvals that failed closed (the tool did not run), by reason.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct FailedClosedStats {
+    pub no_handler: i64,
+    pub handler_error: i64,
+    pub timeout: i64,
+    pub expired: i64,
+    pub binding_mismatch: i64,
+    pub nonce_reused: i64,
+    pub unknown_decision: i64,
+    pub transport_closed: i64,
 }
 
 /// Listener callbacks that failed, across the process (see `ServerStats::listener_errors`).

@@ -36,12 +36,22 @@ pub struct ThreadSummary {
     pub head_hash: String,
 }
 
+/// A thread the store holds evidence of (a log, an anchor, a row) but cannot open or verify.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct UnreadableThread {
+    pub thread_id: String,
+    /// Why, with the exact seq where one is known.
+    pub reason: String,
+}
+
 /// A page of `list`.
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
 pub struct ThreadPage {
     pub threads: Vec<ThreadSummary>,
     /// Pass back to get the next page; absent on the last one.
     pub next_cursor: Option<String>,
+    /// Threads on this page that could not be read: reported, never skipped silently.
+    pub unreadable: Vec<UnreadableThread>,
 }
 
 /// One stored event: the indexing fields, plus the whole event (wire `RolloutEvent`) as JSON.
@@ -76,6 +86,14 @@ pub struct VerifyReport {
     pub reason: Option<String>,
     /// Repairs made when the store opened the thread (torn tails cut, anchors rebuilt).
     pub repairs: Vec<String>,
+    /// What limits the proof without making the chain wrong (an anchor slot fallen back on, an
+    /// accepted unanchored thread, a keyed thread checked without its key), naming the seqs
+    /// nothing vouches for.
+    pub warnings: Vec<String>,
+    /// True when a key checked the anchor and the seals; false: only the unkeyed chain.
+    pub keyed: bool,
+    /// Keyed mode: the highest seq the anchor's MAC or a seal vouches for.
+    pub authenticated_through: Option<i64>,
 }
 
 impl From<rollout::VerifyReport> for VerifyReport {
@@ -89,6 +107,9 @@ impl From<rollout::VerifyReport> for VerifyReport {
             first_bad_seq: r.first_bad_seq.map(signed),
             reason: r.reason,
             repairs: r.repairs,
+            warnings: r.warnings,
+            keyed: r.keyed,
+            authenticated_through: r.authenticated_through.map(signed),
         }
     }
 }
@@ -103,7 +124,9 @@ fn count(name: &str, v: i64) -> Result<usize, StoreError> {
 /// A rollout store handle.
 #[derive(uniffi::Object)]
 pub struct RolloutStore {
-    inner: Arc<dyn CoreStore>,
+    /// `None` once `close` released a store this handle opened: dropping the last reference is
+    /// what gives up the state dir's lock, so a host can reopen the directory right away.
+    inner: std::sync::RwLock<Option<Arc<dyn CoreStore>>>,
     /// Opened by this handle (so `close` may close it), rather than borrowed from a server.
     owned: bool,
 }
@@ -111,24 +134,44 @@ pub struct RolloutStore {
 impl RolloutStore {
     pub(crate) fn shared(inner: Arc<dyn CoreStore>) -> RolloutStore {
         RolloutStore {
-            inner,
+            inner: std::sync::RwLock::new(Some(inner)),
             owned: false,
         }
+    }
+
+    fn store(&self) -> Result<Arc<dyn CoreStore>, StoreError> {
+        self.inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or(StoreError::Closed)
     }
 }
 
 #[uniffi::export]
 impl RolloutStore {
     /// Opens the store in `state_dir` (repairing torn tails). `Locked` if a server or another
-    /// store holds the directory.
-    #[uniffi::constructor(default(kind = None))]
+    /// store holds the directory. `key` (32 bytes) checks keyed threads' anchors and seals;
+    /// without it they are reported "unkeyed". `accept_unanchored` opens threads whose anchor is
+    /// missing or damaged instead of refusing them.
+    #[uniffi::constructor(default(kind = None, key = None, accept_unanchored = None))]
     pub fn open(
         state_dir: String,
         kind: Option<StoreKind>,
+        key: Option<Vec<u8>>,
+        accept_unanchored: Option<bool>,
     ) -> Result<Arc<RolloutStore>, StoreError> {
         let kind = kind.unwrap_or(StoreKind::Jsonl).into();
-        let inner = rollout::open_store(kind, state_dir.as_ref(), StoreOptions::default())?;
-        Ok(Arc::new(RolloutStore { inner, owned: true }))
+        let mut options = StoreOptions::default();
+        crate::server::apply_store_security(&mut options, key.as_deref(), accept_unanchored)
+            .map_err(|e| StoreError::InvalidArgument {
+                reason: e.to_string(),
+            })?;
+        let inner = rollout::open_store(kind, state_dir.as_ref(), options)?;
+        Ok(Arc::new(RolloutStore {
+            inner: std::sync::RwLock::new(Some(inner)),
+            owned: true,
+        }))
     }
 
     /// Threads, oldest first; archived ones only when asked. `limit` is clamped to 1000.
@@ -139,7 +182,7 @@ impl RolloutStore {
         cursor: Option<String>,
         limit: i32,
     ) -> Result<ThreadPage, StoreError> {
-        let page = self.inner.list(&ListQuery {
+        let page = self.store()?.list(&ListQuery {
             include_archived,
             cursor,
             limit: count("limit", limit.into())?,
@@ -159,6 +202,11 @@ impl RolloutStore {
                 })
                 .collect(),
             next_cursor: page.next_cursor,
+            unreadable: page
+                .unreadable
+                .into_iter()
+                .map(|(thread_id, reason)| UnreadableThread { thread_id, reason })
+                .collect(),
         })
     }
 
@@ -172,7 +220,7 @@ impl RolloutStore {
     ) -> Result<EventPage, StoreError> {
         let after_seq = count("after_seq", after_seq)? as u64;
         let page = self
-            .inner
+            .store()?
             .read(&thread_id, after_seq, count("limit", limit.into())?)?;
         Ok(EventPage {
             events: page
@@ -193,17 +241,20 @@ impl RolloutStore {
 
     /// Checks the thread's whole hash chain and its anchor.
     pub fn verify(&self, thread_id: String) -> Result<VerifyReport, StoreError> {
-        Ok(self.inner.verify(&thread_id)?.into())
+        Ok(self.store()?.verify(&thread_id)?.into())
     }
 
-    /// Flushes and closes a store this handle opened (later calls fail with `Closed`). On a store
-    /// borrowed from a running server this only flushes: the server owns it.
+    /// Flushes and closes a store this handle opened, releasing the state dir's lock (later
+    /// calls fail with `Closed`; the directory can be opened again at once). On a store borrowed
+    /// from a running server this only flushes: the server owns it.
     pub fn close(&self) -> Result<(), StoreError> {
-        if self.owned {
-            self.inner.close()?;
-        } else {
-            self.inner.flush()?;
+        if !self.owned {
+            return Ok(self.store()?.flush()?);
         }
-        Ok(())
+        let taken = self.inner.write().unwrap_or_else(|p| p.into_inner()).take();
+        match taken {
+            Some(store) => Ok(store.close()?),
+            None => Ok(()),
+        }
     }
 }

@@ -234,3 +234,27 @@ def test_notifications_this_version_cannot_read_are_kept_not_dropped(caplog: pyt
     broken = _decode_notification('{"jsonrpc":"2.0","method":"turn/completed","params":{"threadId":"t"}}')
     assert isinstance(broken, p.UnknownCase) and broken.raw["method"] == "turn/completed"
     assert any("UnknownCase" in r.getMessage() for r in caplog.records)
+
+
+def test_thread_compact_with_a_caller_summary(server: cc.AppServer) -> None:
+    with server.blocking_client() as client:
+        client.thread_start(thread_id="long", agent_options=p.AgentOptions(
+            script={"steps": [{"type": "message", "text": "a long answer", "chunks": 3}]}))
+        client.turn_start("long", "go")
+        for note in client.notifications(timeout=20):
+            if isinstance(note, p.TurnCompletedNotification):
+                break
+        before = client.thread_resume("long", limit=1).thread.last_event_seq
+        done = client.thread_compact("long", summary="the user said go; the agent answered")
+        assert done.summary == "the user said go; the agent answered"
+        assert done.to_seq == before and done.event_seq == before + 1
+        with pytest.raises(cc.ProtocolError) as e:
+            client.thread_compact("long", summary="again")
+        assert e.value.code == -32602 and "nothing to compact" in e.value.message
+        client.turn_start("long", "more")
+        for note in client.notifications(timeout=20):
+            if isinstance(note, p.TurnCompletedNotification):
+                break
+        with pytest.raises(cc.ProtocolError) as e:
+            client.thread_compact("long")
+        assert e.value.code == -32602 and "cannot write summaries" in e.value.message

@@ -138,7 +138,9 @@ def test_a_slow_consumer_gets_everything_in_order(server: cc.AppServer) -> None:
 
 
 def test_a_consumer_that_stops_reading_is_closed_and_the_engine_goes_on(state_dir: str) -> None:
-    with cc.AppServer.open(state_dir, durability="buffered", outbound_messages=64) as server:
+    # A host that takes nothing for `outbound_stall` while its queue is full loses its connection
+    # (one that keeps reading, however slowly, never does: test_a_slow_consumer_gets_everything).
+    with cc.AppServer.open(state_dir, durability="buffered", outbound_messages=64, outbound_stall=0.5) as server:
         async def main() -> None:
             async with server.client(notification_capacity=8) as deaf, server.client() as reader:
                 await deaf.thread_start(thread_id="flood", agent_options=p.AgentOptions(

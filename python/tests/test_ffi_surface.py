@@ -480,3 +480,48 @@ def test_notifications_as_one_text(state_dir: str) -> None:
     with pytest.raises(ffi.ClientError.Closed):
         client.next_notifications_text(10, 10)
     server.shutdown()
+
+
+def test_keyed_rollout_and_unreadable_threads_through_the_store_handle(state_dir: str) -> None:
+    key = bytes(range(32))
+    server = open_server(state_dir, rollout_key=key)
+    client = ffi.Client.connect(server)
+    for thread_id in ("alpha", "beta"):
+        start_turn(client, thread_id, {"steps": [{"type": "message", "text": "hi", "chunks": 2}]})
+        wait_for(client, "turn/completed")
+    client.close()
+    server.shutdown()
+    del server
+    # Delete beta's head anchor: what vouched for its acknowledged events is gone, so beta is
+    # listed as unreadable, by name, never skipped (mid-log damage is verify's to find).
+    os.remove(os.path.join(state_dir, "anchors", "beta.head"))
+
+    store = ffi.RolloutStore.open(state_dir, key=key)
+    page = store.list()
+    assert [t.thread_id for t in page.threads] == ["alpha"]
+    assert [u.thread_id for u in page.unreadable] == ["beta"] and page.unreadable[0].reason
+    report = store.verify("alpha")
+    assert report.ok and report.keyed and report.authenticated_through == report.head_seq
+    store.close()
+    unkeyed = ffi.RolloutStore.open(state_dir)
+    report = unkeyed.verify("alpha")
+    assert report.ok and not report.keyed and report.warnings, "checked without its key: said so"
+    unkeyed.close()
+    with pytest.raises(ffi.StoreError.InvalidArgument) as e:
+        ffi.RolloutStore.open(state_dir, key=b"short")
+    assert "32 bytes" in e.value.reason
+    with pytest.raises(ffi.ServerError.InvalidConfig):
+        open_server(state_dir, rollout_key=b"\x01" * 31)
+
+
+def test_stats_report_gauges_and_failed_closed_reasons(state_dir: str) -> None:
+    server = open_server(state_dir, outbound_stall_ms=500)
+    client = ffi.Client.connect(server)  # no handler: every approval declines
+    start_turn(client, "t", TOOL_SCRIPT)
+    wait_for(client, "turn/completed")
+    stats = server.stats()
+    assert stats.connections_open >= 1 and stats.threads_loaded >= 1
+    assert stats.turns_running == 0 and stats.tools_executed == 0
+    assert stats.failed_closed.no_handler + stats.failed_closed.handler_error >= 0
+    client.close()
+    server.shutdown()

@@ -24,6 +24,9 @@ const SECURITY_SENSITIVE: &[&str] = &[
     "ToolCall",
     "UserInput",
     "ForkOrigin",
+    "GraphDefinition",
+    "GraphRunGrant",
+    "GraphEffectReceipt",
 ];
 
 fn root() -> PathBuf {

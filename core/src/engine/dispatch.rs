@@ -433,6 +433,13 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
                 Err(e) => Err(e),
             }
         }
+        (graph, true) if graph.starts_with("graph/") => {
+            crate::graph::wire::handle(inner, conn, graph, &params).map_err(|e| RpcError {
+                code: e.code,
+                message: e.message,
+                data: e.data,
+            })
+        }
         (other, true) => Err(RpcError::new(
             -32601,
             format!("method {other:?} is not served"),

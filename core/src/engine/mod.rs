@@ -12,8 +12,8 @@ mod pipeline;
 mod pool;
 pub mod queue;
 mod stats;
-mod threads;
-mod turn;
+pub(crate) mod threads;
+pub(crate) mod turn;
 
 pub use config::{Limits, ServerConfig};
 pub use history::{History, HistoryEntry, HistoryTurn};
@@ -38,6 +38,9 @@ pub const IMPLEMENTED_FEATURES: &[&str] = &[
     "structured_approval",
     "bounded_transport",
     "thread_compact",
+    "typed_graph",
+    "causal_messages",
+    "graph_effect_receipts",
 ];
 
 /// Why `open` failed.
@@ -276,6 +279,8 @@ pub(crate) struct Inner {
     /// Set to stop the background summary of the store's index (`RolloutStore::warm`).
     pub warm_stop: Arc<AtomicBool>,
     pub warm_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The Graph Kernel: graph runs on `<state>/graph-runs/` (core/src/graph/).
+    pub graph: crate::graph::GraphHost,
 }
 
 /// An in-process app server over one state directory. Cheap to clone; shuts down on `shutdown`
@@ -316,6 +321,7 @@ impl AppServer {
             config.store_options.clone(),
         )?;
         let policy = (config.policy, config.workspace.clone());
+        let graph = crate::graph::GraphHost::open(&config)?;
         let inner = Arc::new(Inner {
             config,
             store,
@@ -334,9 +340,11 @@ impl AppServer {
             committer: pipeline::Committer::new(),
             warm_stop: Arc::new(AtomicBool::new(false)),
             warm_thread: Mutex::new(None),
+            graph,
         });
         inner.committer.start(&inner);
         threads::start_warming(&inner);
+        crate::graph::host::resume(&inner);
         Ok(AppServer { inner })
     }
 
@@ -444,6 +452,11 @@ impl AppServer {
         s
     }
 
+    /// The Graph Kernel of this server (docs/graph.md).
+    pub fn graph(&self) -> crate::graph::GraphHandle {
+        crate::graph::GraphHandle::new(&self.inner)
+    }
+
     /// The rollout store this server writes (for verification and tools).
     pub fn store(&self) -> &Arc<dyn RolloutStore> {
         &self.inner.store
@@ -460,6 +473,7 @@ impl AppServer {
         if self.inner.shut_down.swap(true, Ordering::SeqCst) {
             return;
         }
+        self.inner.graph.shutdown();
         for conn in lock(&self.inner.connections)
             .drain(..)
             .filter_map(|w| w.upgrade())

@@ -19,7 +19,7 @@ use crate::protocol::{
     ItemDelta, ItemDeltaEvent, ItemStartedEvent, ServerNotification, ServerRequest, ToolCall,
     ToolRequestedEvent, ToolResult, ToolResultDenied, ToolResultError, ToolResultEvent, Turn,
     TurnCompletedEvent, TurnCompletedNotification, TurnCompletedParams, TurnError, TurnStatus,
-    TurnStatusChangedEvent,
+    TurnStatusChangedEvent, UserInput,
 };
 use crate::rollout::{CheckedEvent, NewEvent, StoreError};
 use crate::time::{format_unix_millis, now_rfc3339, now_unix_millis};
@@ -239,6 +239,19 @@ pub(crate) fn run(job: Job) {
         turn,
         input,
     } = job;
+    let kernel = Arc::clone(&inner.config.kernel);
+    run_on(inner, thread, turn, input, &*kernel);
+}
+
+/// `run` with a given kernel: the graph runtime runs each node attempt as a turn this way
+/// (core/src/graph/exec.rs), so its tool calls pass this same approval gate.
+pub(crate) fn run_on(
+    inner: Arc<Inner>,
+    thread: Arc<ThreadState>,
+    turn: Arc<TurnShared>,
+    input: Vec<UserInput>,
+    kernel: &dyn crate::kernel::AgentKernel,
+) {
     if turn.is_cancelled() {
         // Interrupted while it waited for a runner: the kernel never starts.
         let error = Some(turn_error("interrupted", "the turn was interrupted"));
@@ -259,9 +272,7 @@ pub(crate) fn run(job: Job) {
             "could not record the turn's start".into(),
         )))
     } else {
-        std::panic::catch_unwind(AssertUnwindSafe(|| {
-            inner.config.kernel.run_turn(&ctx, &input)
-        }))
+        std::panic::catch_unwind(AssertUnwindSafe(|| kernel.run_turn(&ctx, &input)))
     };
     // Whatever the kernel handed over is durable and delivered before the turn is judged; a
     // commit that failed after the kernel's last call still fails the turn as unrecorded.
@@ -974,6 +985,9 @@ impl TurnContext for Ctx<'_> {
         });
         self.record_value(to_payload(&recorded)?, None, Note::Mirror("tool/result"))?;
         if self.is_cancelled() {
+            // The result is durable before the cancellation is reported, so a caller that
+            // looks for it in the rollout (the graph's effect receipt) finds it.
+            self.flush()?;
             return Err(KernelError::Cancelled);
         }
         Ok(result)

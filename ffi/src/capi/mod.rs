@@ -404,6 +404,20 @@ fn options_from_json(text: &str) -> Outcome<ServerOptions> {
             "inboundMessages" => o.inbound_messages = Some(small()?),
             "outboundMessages" => o.outbound_messages = Some(small()?),
             "workspaceToolsDir" => o.workspace_tools_dir = Some(string()?),
+            "outboundStallMs" => o.outbound_stall_ms = Some(number()?),
+            "rolloutKeyHex" => {
+                let text = string()?;
+                let bytes = hex::decode(text.trim()).map_err(|_| {
+                    bad("config.rolloutKeyHex must be 64 hex digits (32 bytes)".into())
+                })?;
+                o.rollout_key = Some(bytes);
+            }
+            "acceptUnanchored" => {
+                o.accept_unanchored =
+                    Some(v.as_bool().ok_or_else(|| {
+                        bad("config.acceptUnanchored must be true or false".into())
+                    })?)
+            }
             "openai" => o.openai = Some(openai_from_json(v)?),
             other => return Err(bad(format!("unknown config key {other:?}"))),
         }
@@ -465,7 +479,8 @@ fn openai_from_json(v: &Value) -> Outcome<crate::server::OpenAiOptions> {
 /// `settleDeadlineMs`, `maxLineBytes`, `inboundMessages`, `outboundMessages`, `openai` (an object:
 /// `baseUrl`, `model`, `apiKey`, `instructions`, `temperature`, `maxOutputTokens`, `maxSteps`,
 /// `requestTimeoutMs` — turns run on that model), `workspaceToolsDir` (approved tools run with the
-/// workspace tool set confined to that directory)). `kernel` (NULL:
+/// workspace tool set confined to that directory), `outboundStallMs`, `rolloutKeyHex` (64 hex
+/// digits: keyed tamper evidence, never written anywhere), `acceptUnanchored` (true/false)). `kernel` (NULL:
 /// the built-in scripted kernel) is copied. On success `*out_server` owns a new handle; free it
 /// with `cc_server_free`. On failure the reason goes into `error_buf` (NULL allowed; truncated).
 ///

@@ -741,3 +741,41 @@ fn a_host_kernel_reads_the_thread_history() {
     assert_eq!(turns[0]["input"][0]["text"], "first question");
     assert_eq!(turns[0]["status"], "completed");
 }
+
+#[test]
+fn the_rollout_key_comes_from_the_config_and_is_never_echoed() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = "0f".repeat(32);
+    let server = open(
+        dir.path(),
+        json!({"rolloutKeyHex": key, "outboundStallMs": 1000}),
+        None,
+    );
+    unsafe { cc_server_free(server) };
+    for (value, needle) in [
+        (json!("abc"), "64 hex digits"),
+        (json!("zz".repeat(32)), "64 hex digits"),
+        (json!("0f".repeat(31)), "exactly 32 bytes"),
+        (json!(7), "must be a string"),
+    ] {
+        let config =
+            json!({"stateDir": dir.path().join("other").to_str().unwrap(), "rolloutKeyHex": value});
+        let mut s = null_mut();
+        let mut err = [0 as c_char; 512];
+        let code = unsafe {
+            cc_server_open(
+                c(&config.to_string()).as_ptr(),
+                null(),
+                &mut s,
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        let text = unsafe { CStr::from_ptr(err.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        assert_eq!(code, CC_ERR_INVALID_ARGUMENT, "{text}");
+        assert!(text.contains(needle), "{value}: {text}");
+        assert!(!text.contains("0f0f0f"), "the key is never echoed: {text}");
+    }
+}

@@ -22,7 +22,7 @@ from ._errors import Closed, Error, Overloaded, ProtocolError, Timeout, TurnCanc
 from ._kernel import Kernel, KernelLike, ToolExecutor, ToolsLike, TurnContext, TurnInput
 from ._logging import install_engine_logging
 from ._native import ffi as _ffi
-from ._server import AppServer, Durability, Policy, ServerStats, Store
+from ._server import AppServer, Durability, OpenAI, Policy, ServerStats, Store
 
 __version__: str = _ffi.library_version()
 PROTOCOL_VERSION: int = _ffi.protocol_version()
@@ -40,6 +40,7 @@ __all__ = [
     "Error",
     "Kernel",
     "KernelLike",
+    "OpenAI",
     "Overloaded",
     "PROTOCOL_VERSION",
     "Policy",

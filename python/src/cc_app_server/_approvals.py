@@ -73,7 +73,9 @@ class NativeApprovals(ffi.ApprovalHandler):  # type: ignore[misc]
         started = time.monotonic()
         try:
             decision = self._run(request)
-        except (concurrent.futures.TimeoutError, asyncio.TimeoutError):
+        except (concurrent.futures.TimeoutError, asyncio.TimeoutError, concurrent.futures.CancelledError):
+            # Cancelled: the client's event loop stopped waiting (it is closing, after the native
+            # client already declined at the deadline, which runs from before this thread started).
             log.warning("approval handler did not answer %s within the %.3g s deadline; declined", what,
                         self._deadline)
             raise ffi.HandlerError.Failed(reason="approval handler timed out") from None

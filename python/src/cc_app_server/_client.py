@@ -349,6 +349,40 @@ class AsyncClient(_BaseClient):
         params = _params.thread_archive(thread_id)
         return p.decode_ThreadArchiveResult(json.loads(await self._call("thread/archive", params)))
 
+    async def thread_compact(self, thread_id: str, *, summary: str | None = None) -> p.ThreadCompactResult:
+        """`thread/compact`: later turns see `summary` instead of the history before it (every
+        event stays in the rollout). Without `summary` the server's kernel writes it (the
+        OpenAI-compatible one can; others answer -32602)."""
+        params = _params.thread_compact(thread_id, summary)
+        return p.decode_ThreadCompactResult(json.loads(await self._call("thread/compact", params)))
+
+    async def graph_validate(self, definition: p.GraphDefinition | JsonObject, *,
+                             grant: p.GraphRunGrant | None = None) -> p.GraphValidateResult:
+        """`graph/validate`: compiles a graph without running it; `errors` name each rule broken,
+        with a JSON pointer (docs/graph.md)."""
+        params = _params.graph_validate(definition, grant)
+        return p.decode_GraphValidateResult(json.loads(await self._call("graph/validate", params)))
+
+    async def graph_run_start(self, definition: p.GraphDefinition | JsonObject, *, run_id: str | None = None,
+                              inputs: JsonObject | None = None, grant: p.GraphRunGrant | None = None,
+                              options: p.GraphRunOptions | None = None,
+                              idempotency_key: str | None = None) -> p.GraphRunStartResult:
+        """`graph/run/start`: compiles and starts a durable run; it reports through
+        `graph/node/updated` and `graph/run/updated` notifications."""
+        params = _params.graph_run_start(definition, run_id, inputs, grant, options, idempotency_key)
+        return p.decode_GraphRunStartResult(json.loads(await self._call("graph/run/start", params)))
+
+    async def graph_run_read(self, run_id: str, *, include_content: bool | None = None,
+                             after_event_seq: int | None = None, limit: int | None = None) -> p.GraphRunReadResult:
+        """`graph/run/read`: the run's state (content hidden unless `include_content`)."""
+        params = _params.graph_run_read(run_id, include_content, after_event_seq, limit)
+        return p.decode_GraphRunReadResult(json.loads(await self._call("graph/run/read", params)))
+
+    async def graph_run_cancel(self, run_id: str, *, reason: str | None = None) -> p.GraphRunCancelResult:
+        """`graph/run/cancel`: fences every outstanding attempt; a late result cannot cross it."""
+        params = _params.graph_run_cancel(run_id, reason)
+        return p.decode_GraphRunCancelResult(json.loads(await self._call("graph/run/cancel", params)))
+
     async def turn_start(self, thread_id: str, input: str | Sequence[p.UserInput], *,
                          idempotency_key: str | None = None) -> p.TurnStartResult:
         """`turn/start`: returns at once; the turn runs and reports through notifications."""
@@ -521,6 +555,31 @@ class BlockingClient(_BaseClient):
     def thread_archive(self, thread_id: str) -> p.ThreadArchiveResult:
         params = _params.thread_archive(thread_id)
         return p.decode_ThreadArchiveResult(json.loads(self._call("thread/archive", params)))
+
+    def thread_compact(self, thread_id: str, *, summary: str | None = None) -> p.ThreadCompactResult:
+        params = _params.thread_compact(thread_id, summary)
+        return p.decode_ThreadCompactResult(json.loads(self._call("thread/compact", params)))
+
+    def graph_validate(self, definition: p.GraphDefinition | JsonObject, *,
+                       grant: p.GraphRunGrant | None = None) -> p.GraphValidateResult:
+        params = _params.graph_validate(definition, grant)
+        return p.decode_GraphValidateResult(json.loads(self._call("graph/validate", params)))
+
+    def graph_run_start(self, definition: p.GraphDefinition | JsonObject, *, run_id: str | None = None,
+                        inputs: JsonObject | None = None, grant: p.GraphRunGrant | None = None,
+                        options: p.GraphRunOptions | None = None,
+                        idempotency_key: str | None = None) -> p.GraphRunStartResult:
+        params = _params.graph_run_start(definition, run_id, inputs, grant, options, idempotency_key)
+        return p.decode_GraphRunStartResult(json.loads(self._call("graph/run/start", params)))
+
+    def graph_run_read(self, run_id: str, *, include_content: bool | None = None,
+                       after_event_seq: int | None = None, limit: int | None = None) -> p.GraphRunReadResult:
+        params = _params.graph_run_read(run_id, include_content, after_event_seq, limit)
+        return p.decode_GraphRunReadResult(json.loads(self._call("graph/run/read", params)))
+
+    def graph_run_cancel(self, run_id: str, *, reason: str | None = None) -> p.GraphRunCancelResult:
+        params = _params.graph_run_cancel(run_id, reason)
+        return p.decode_GraphRunCancelResult(json.loads(self._call("graph/run/cancel", params)))
 
     def turn_start(self, thread_id: str, input: str | Sequence[p.UserInput], *,
                    idempotency_key: str | None = None) -> p.TurnStartResult:

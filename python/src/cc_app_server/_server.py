@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from dataclasses import dataclass
 from types import TracebackType
 from collections.abc import Mapping
@@ -19,6 +20,30 @@ from ._native import ffi
 Store = Literal["jsonl", "sqlite"]
 Durability = Literal["sync", "buffered", "ephemeral"]
 Policy = Literal["ask_every_time", "auto_approve", "deny_all"]
+
+
+@dataclass(frozen=True)
+class OpenAI:
+    """Run turns on an OpenAI-compatible model (OpenAI, Ollama, vLLM, llama.cpp, LM Studio…) with
+    the engine's streaming kernel (docs/kernels.md). `api_key` absent: `CC_APP_SERVER_API_KEY`,
+    else `OPENAI_API_KEY`, else none (what local servers want); it is never recorded or logged.
+    A thread's `agent_options` `model` / `instructions` override these for that thread."""
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+    instructions: str | None = None
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    max_steps: int | None = None
+    request_timeout: float | None = None
+
+    def _native(self) -> Any:
+        return ffi.OpenAiOptions(
+            base_url=self.base_url, model=self.model, api_key=self.api_key,
+            instructions=self.instructions, temperature=self.temperature,
+            max_output_tokens=self.max_output_tokens, max_steps=self.max_steps,
+            request_timeout_ms=_ms("request_timeout", self.request_timeout))
 
 
 @dataclass(frozen=True)
@@ -67,12 +92,19 @@ class AppServer:
              kernel: KernelLike | None = None, tools: ToolsLike | None = None,
              approval_timeout: float | None = None, settle_deadline: float | None = None,
              max_line_bytes: int | None = None, inbound_messages: int | None = None,
-             outbound_messages: int | None = None) -> AppServer:
+             outbound_messages: int | None = None, outbound_stall: float | None = None,
+             rollout_key: bytes | None = None, openai: OpenAI | None = None,
+             workspace_tools: str | os.PathLike[str] | None = None) -> AppServer:
         """Opens the engine on `state_dir` (created 0700; torn tails repaired, turns a previous
         process left running closed). `script` (a JSON object) drives the built-in scripted kernel;
-        `kernel` and
-        `tools` replace the built-in kernel and tool executor with Python ones. Timeouts are in
-        seconds. Raises `ValueError` for a bad option and `Error` when the store cannot be opened."""
+        `openai` runs turns on an OpenAI-compatible model instead; `workspace_tools` (an existing
+        directory) runs approved tools with the workspace tool set confined to it (`read_file`,
+        `write_file`, `list_directory`, `run_command`). `kernel` and `tools` replace the kernel
+        and tool executor with Python ones (they win over the above). `outbound_stall`: how long a
+        client that reads nothing while its queue is full keeps its connection (default 30 s).
+        `rollout_key` (32 bytes, from your key store) turns on keyed tamper evidence
+        (docs/rollout-format.md); it is never written anywhere. Timeouts are in seconds.
+        Raises `ValueError` for a bad option and `Error` when the store cannot be opened."""
         install_engine_logging()
         S, D = ffi.StoreKind, ffi.Durability
         options = ffi.ServerOptions(
@@ -84,7 +116,10 @@ class AppServer:
             script_json=None if script is None else json.dumps(script),
             approval_timeout_ms=_ms("approval_timeout", approval_timeout),
             settle_deadline_ms=_ms("settle_deadline", settle_deadline), max_line_bytes=max_line_bytes,
-            inbound_messages=inbound_messages, outbound_messages=outbound_messages)
+            inbound_messages=inbound_messages, outbound_messages=outbound_messages,
+            outbound_stall_ms=_ms("outbound_stall", outbound_stall), rollout_key=rollout_key,
+            openai=None if openai is None else openai._native(),
+            workspace_tools_dir=None if workspace_tools is None else os.fspath(workspace_tools))
         native_kernel = None if kernel is None else NativeKernel(kernel)
         native_tools = None if tools is None else NativeTools(tools)
         try:

@@ -14,6 +14,8 @@ import com.chainlesschain.appserver.ffi.ServerOptions as NativeServerOptions
 typealias ApprovalPolicy = com.chainlesschain.appserver.ffi.ApprovalPolicy
 typealias StoreKind = com.chainlesschain.appserver.ffi.StoreKind
 typealias Durability = com.chainlesschain.appserver.ffi.Durability
+/** The OpenAI-compatible kernel's settings: `OpenAiOptions(baseUrl, model, apiKey = …)`. */
+typealias OpenAiOptions = com.chainlesschain.appserver.ffi.OpenAiOptions
 
 /**
  * How a server is opened. Every field is optional; `null` keeps the engine's default (JSONL store,
@@ -35,6 +37,16 @@ data class ServerOptions @JvmOverloads constructor(
     val maxLineBytes: Long? = null,
     val inboundMessages: Int? = null,
     val outboundMessages: Int? = null,
+    /** How long a client that reads nothing while its queue is full keeps its connection (30 s). */
+    val outboundStallMs: Long? = null,
+    /** Run turns on an OpenAI-compatible model instead of the scripted kernel (docs/kernels.md). */
+    val openai: OpenAiOptions? = null,
+    /** Run approved tools with the workspace tool set confined to this existing directory. */
+    val workspaceToolsDir: String? = null,
+    /** Keyed tamper evidence: exactly 32 bytes from the host's key store; never written anywhere. */
+    val rolloutKey: ByteArray? = null,
+    /** Open threads whose head anchor is missing or damaged instead of refusing them. */
+    val acceptUnanchored: Boolean? = null,
 ) {
     fun withStore(v: StoreKind?) = copy(store = v)
     fun withDurability(v: Durability?) = copy(durability = v)
@@ -43,12 +55,19 @@ data class ServerOptions @JvmOverloads constructor(
     fun withScriptJson(v: String?) = copy(scriptJson = v)
     fun withApprovalTimeoutMs(v: Long?) = copy(approvalTimeoutMs = v)
     fun withInboundMessages(v: Int?) = copy(inboundMessages = v)
+    fun withOutboundStallMs(v: Long?) = copy(outboundStallMs = v)
+    fun withOpenai(v: OpenAiOptions?) = copy(openai = v)
+    fun withWorkspaceToolsDir(v: String?) = copy(workspaceToolsDir = v)
+    fun withRolloutKey(v: ByteArray?) = copy(rolloutKey = v)
+    fun withAcceptUnanchored(v: Boolean?) = copy(acceptUnanchored = v)
 
     internal fun toNative(stateDir: String) = NativeServerOptions(
         stateDir = stateDir, store = store, durability = durability, policy = policy,
         workspace = workspace, scriptJson = scriptJson, approvalTimeoutMs = approvalTimeoutMs,
         settleDeadlineMs = settleDeadlineMs, maxLineBytes = maxLineBytes,
         inboundMessages = inboundMessages, outboundMessages = outboundMessages,
+        outboundStallMs = outboundStallMs, openai = openai, workspaceToolsDir = workspaceToolsDir,
+        rolloutKey = rolloutKey, acceptUnanchored = acceptUnanchored,
     )
 }
 

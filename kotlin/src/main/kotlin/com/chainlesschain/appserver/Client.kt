@@ -7,6 +7,18 @@ package com.chainlesschain.appserver
 import com.chainlesschain.appserver.ffi.NotificationListener
 import com.chainlesschain.appserver.ffi.TaskHandle
 import com.chainlesschain.appserver.protocol.AgentOptions
+import com.chainlesschain.appserver.protocol.GraphDefinition
+import com.chainlesschain.appserver.protocol.GraphRunCancelParams
+import com.chainlesschain.appserver.protocol.GraphRunCancelResult
+import com.chainlesschain.appserver.protocol.GraphRunGrant
+import com.chainlesschain.appserver.protocol.GraphRunOptions
+import com.chainlesschain.appserver.protocol.GraphRunReadParams
+import com.chainlesschain.appserver.protocol.GraphRunReadResult
+import com.chainlesschain.appserver.protocol.GraphRunStartParams
+import com.chainlesschain.appserver.protocol.GraphRunStartResult
+import com.chainlesschain.appserver.protocol.GraphValidateParams
+import com.chainlesschain.appserver.protocol.GraphValidateResult
+import com.chainlesschain.appserver.protocol.JsonValue
 import com.chainlesschain.appserver.protocol.InitializeResult
 import com.chainlesschain.appserver.protocol.JsonField
 import com.chainlesschain.appserver.protocol.ProtocolDecodeException
@@ -15,6 +27,8 @@ import com.chainlesschain.appserver.protocol.ServerNotification
 import com.chainlesschain.appserver.protocol.TextInput
 import com.chainlesschain.appserver.protocol.ThreadArchiveParams
 import com.chainlesschain.appserver.protocol.ThreadArchiveResult
+import com.chainlesschain.appserver.protocol.ThreadCompactParams
+import com.chainlesschain.appserver.protocol.ThreadCompactResult
 import com.chainlesschain.appserver.protocol.ThreadForkParams
 import com.chainlesschain.appserver.protocol.ThreadForkResult
 import com.chainlesschain.appserver.protocol.ThreadListParams
@@ -127,6 +141,66 @@ class Client internal constructor(
     suspend fun threadArchive(threadId: String): ThreadArchiveResult =
         call("thread/archive", ThreadArchiveParams(threadId).toJson())
             .let { decoding("thread/archive result") { ThreadArchiveResult.fromJson(it) } }
+
+    /**
+     * Compacts the thread: later turns see [summary] instead of the history before it (every event
+     * stays in the rollout). Without [summary] the server's kernel writes it (the OpenAI-compatible
+     * one can; others fail with [ProtocolException] -32602).
+     */
+    suspend fun threadCompact(threadId: String, summary: String? = null): ThreadCompactResult =
+        call("thread/compact", ThreadCompactParams(threadId, summary).toJson())
+            .let { decoding("thread/compact result") { ThreadCompactResult.fromJson(it) } }
+
+    /** Compiles a graph without running it; `errors` name each rule broken with a JSON pointer. */
+    suspend fun graphValidate(definition: GraphDefinition, grant: GraphRunGrant? = null): GraphValidateResult =
+        call("graph/validate", GraphValidateParams(definition, grant).toJson())
+            .let { decoding("graph/validate result") { GraphValidateResult.fromJson(it) } }
+
+    /** [graphValidate] for a definition given as JSON text (decoded first: a malformed one names where). */
+    suspend fun graphValidate(definitionJson: String): GraphValidateResult = graphValidate(graphDefinition(definitionJson))
+
+    /**
+     * Compiles and starts a durable graph run; it reports through `graph/node/updated` and
+     * `graph/run/updated` notifications (docs/graph.md).
+     */
+    suspend fun graphRunStart(
+        definition: GraphDefinition,
+        runId: String? = null,
+        inputs: Map<String, JsonValue>? = null,
+        grant: GraphRunGrant? = null,
+        options: GraphRunOptions? = null,
+        idempotencyKey: String? = null,
+    ): GraphRunStartResult =
+        call("graph/run/start", GraphRunStartParams(definition, runId, inputs, grant, options, idempotencyKey).toJson())
+            .let { decoding("graph/run/start result") { GraphRunStartResult.fromJson(it) } }
+
+    /** [graphRunStart] for a definition given as JSON text. */
+    suspend fun graphRunStart(definitionJson: String, runId: String? = null): GraphRunStartResult =
+        graphRunStart(graphDefinition(definitionJson), runId)
+
+    /** A run's state; message values, effect results and outputs only with [includeContent]. */
+    suspend fun graphRunRead(
+        runId: String,
+        includeContent: Boolean? = null,
+        afterEventSeq: Long? = null,
+        limit: Long? = null,
+    ): GraphRunReadResult =
+        call("graph/run/read", GraphRunReadParams(runId, includeContent, afterEventSeq, limit).toJson())
+            .let { decoding("graph/run/read result") { GraphRunReadResult.fromJson(it) } }
+
+    /** Cancels a run: every outstanding attempt is fenced, so a late result cannot cross it. */
+    suspend fun graphRunCancel(runId: String, reason: String? = null): GraphRunCancelResult =
+        call("graph/run/cancel", GraphRunCancelParams(runId, reason).toJson())
+            .let { decoding("graph/run/cancel result") { GraphRunCancelResult.fromJson(it) } }
+
+    private fun graphDefinition(json: String): GraphDefinition =
+        try {
+            GraphDefinition.fromJson(org.json.JSONObject(json))
+        } catch (e: org.json.JSONException) {
+            throw AppServerException.InvalidJson("graph definition: ${e.message}")
+        } catch (e: ProtocolDecodeException) {
+            throw AppServerException.InvalidJson("graph definition at ${e.pointer}: ${e.reason}")
+        }
 
     /** Starts a turn on [threadId] with [text]; returns at once (the turn runs asynchronously). */
     suspend fun turnStart(threadId: String, text: String, idempotencyKey: String? = null): TurnStartResult =

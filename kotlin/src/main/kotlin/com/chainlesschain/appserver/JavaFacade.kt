@@ -4,7 +4,12 @@
 package com.chainlesschain.appserver
 
 import com.chainlesschain.appserver.ffi.ServerStats
+import com.chainlesschain.appserver.protocol.GraphRunCancelResult
+import com.chainlesschain.appserver.protocol.GraphRunReadResult
+import com.chainlesschain.appserver.protocol.GraphRunStartResult
+import com.chainlesschain.appserver.protocol.GraphValidateResult
 import com.chainlesschain.appserver.protocol.ServerNotification
+import com.chainlesschain.appserver.protocol.ThreadCompactResult
 import com.chainlesschain.appserver.protocol.ThreadListResult
 import com.chainlesschain.appserver.protocol.ThreadReadResult
 import com.chainlesschain.appserver.protocol.ThreadResumeResult
@@ -93,6 +98,20 @@ class JavaClient internal constructor(private val client: Client) : AutoCloseabl
     fun threadResume(threadId: String): ThreadResumeResult = blocking { threadResume(threadId) }
     @Throws(AppServerException::class)
     fun threadList(): ThreadListResult = blocking { threadList() }
+
+    @Throws(AppServerException::class)
+    fun graphValidate(definitionJson: String): GraphValidateResult = blocking { graphValidate(definitionJson) }
+    @Throws(AppServerException::class)
+    fun graphRunStart(definitionJson: String, runId: String?): GraphRunStartResult =
+        blocking { graphRunStart(definitionJson, runId) }
+    @Throws(AppServerException::class)
+    fun graphRunRead(runId: String, includeContent: Boolean): GraphRunReadResult =
+        blocking { graphRunRead(runId, includeContent) }
+    @Throws(AppServerException::class)
+    fun graphRunCancel(runId: String, reason: String?): GraphRunCancelResult = blocking { graphRunCancel(runId, reason) }
+
+    @Throws(AppServerException::class)
+    fun threadCompact(threadId: String, summary: String?): ThreadCompactResult = blocking { threadCompact(threadId, summary) }
 
     @Throws(AppServerException::class)
     fun turnStart(threadId: String, text: String): TurnStartResult = blocking { turnStart(threadId, text) }

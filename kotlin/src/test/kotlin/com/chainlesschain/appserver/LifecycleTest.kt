@@ -48,6 +48,25 @@ class LifecycleTest {
     }
 
     @Test
+    fun `thread compact with a caller summary, and the options this engine adds`() = runBlocking {
+        val options = ServerOptions(durability = Durability.BUFFERED, outboundStallMs = 500L, rolloutKey = ByteArray(32) { it.toByte() })
+        AppServer.open(tempStateDir(), options).use { server ->
+            server.client().use { client ->
+                client.startScripted("long", script(messageStep("a long answer", 3)))
+                client.collectUntil { completedTurn(it) != null }
+                val before = client.threadResume("long", limit = 1).thread.lastEventSeq
+                val done = client.threadCompact("long", summary = "the user said go")
+                assertEquals("the user said go", done.summary)
+                assertEquals(before, done.toSeq)
+                val again = assertThrows<ProtocolException> { runBlocking { client.threadCompact("long", "again") } }
+                assertEquals(-32602, again.code)
+            }
+        }
+        val badKey = assertThrows<AppServerException> { AppServer.open(tempStateDir(), ServerOptions(rolloutKey = ByteArray(31))) }
+        assertTrue(badKey.message!!.contains("32 bytes"), badKey.message)
+    }
+
+    @Test
     fun `protocol errors carry their code and data`() = runBlocking {
         AppServer.open(tempStateDir()).use { server ->
             server.client().use { client ->

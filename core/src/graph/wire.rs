@@ -1,0 +1,243 @@
+//! The graph methods on the wire (behind `typed_graph`): graph/validate, graph/run/start,
+//! graph/run/read, graph/run/cancel. Params arrive already validated against the schema; the
+//! answers are built from the generated types.
+
+use super::compiler::compile;
+use super::host::{self, GraphError, StartRequest};
+use crate::engine::{ConnShared, Inner};
+use crate::protocol::{
+    GraphRunCancelResult, GraphRunGrant, GraphRunOptions, GraphRunReadResult, GraphRunStartResult,
+    GraphValidateResult,
+};
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+/// The feature every graph method needs.
+pub const TYPED_GRAPH: &str = "typed_graph";
+/// Message state (ids, custody, causes) in graph/run/read.
+pub const CAUSAL_MESSAGES: &str = "causal_messages";
+/// Effects and their receipts in graph/run/read.
+pub const EFFECT_RECEIPTS: &str = "graph_effect_receipts";
+
+/// A JSON-RPC error for the engine to send.
+pub(crate) struct WireError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl From<GraphError> for WireError {
+    fn from(e: GraphError) -> Self {
+        let data = match &e {
+            GraphError::Invalid(c) => Some(json!({"pointer": c.pointer, "reason": c.code_name()})),
+            _ => None,
+        };
+        let message = match &e {
+            GraphError::Store(_) => {
+                tracing::error!(target: "cc_app_server::graph", "{e}");
+                "internal error: the graph run store failed; see the server's diagnostics"
+                    .to_string()
+            }
+            other => other.to_string(),
+        };
+        WireError {
+            code: e.code(),
+            message,
+            data,
+        }
+    }
+}
+
+fn params_error(message: impl Into<String>) -> WireError {
+    WireError {
+        code: -32602,
+        message: message.into(),
+        data: None,
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(
+    params: &Value,
+    name: &str,
+) -> Result<Option<T>, WireError> {
+    match params.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value(v.clone())
+            .map(Some)
+            .map_err(|e| params_error(format!("{name}: {e}"))),
+    }
+}
+
+fn no_grant() -> GraphRunGrant {
+    GraphRunGrant {
+        capabilities: Vec::new(),
+        budgets: None,
+    }
+}
+
+/// Answers one graph/* request.
+pub(crate) fn handle(
+    inner: &Arc<Inner>,
+    conn: &Arc<ConnShared>,
+    method: &str,
+    params: &Value,
+) -> Result<Value, WireError> {
+    if !conn.has_feature(TYPED_GRAPH) {
+        return Err(WireError {
+            code: -32601,
+            message: format!("{method} needs the typed_graph feature: ask for it in initialize"),
+            data: None,
+        });
+    }
+    let result = match method {
+        "graph/validate" => validate(params)?,
+        "graph/run/start" => run_start(inner, conn, params)?,
+        "graph/run/read" => run_read(inner, conn, params)?,
+        "graph/run/cancel" => run_cancel(inner, conn, params)?,
+        other => {
+            return Err(WireError {
+                code: -32601,
+                message: format!("method {other:?} is not served"),
+                data: None,
+            })
+        }
+    };
+    Ok(result)
+}
+
+fn to_value(v: impl serde::Serialize) -> Result<Value, WireError> {
+    serde_json::to_value(v).map_err(|_| WireError {
+        code: -32603,
+        message: "internal error: unencodable result".into(),
+        data: None,
+    })
+}
+
+fn validate(params: &Value) -> Result<Value, WireError> {
+    let grant = decode(params, "grant")?.unwrap_or_else(no_grant);
+    let definition = params.get("definition").cloned().unwrap_or(Value::Null);
+    let result = match compile(&definition, &grant) {
+        Ok(plan) => GraphValidateResult {
+            valid: true,
+            plan_digest: Some(plan.digest.clone()),
+            node_count: plan.node_count() as u64,
+            errors: Vec::new(),
+            extra: Map::new(),
+        },
+        Err(errors) => GraphValidateResult {
+            valid: false,
+            plan_digest: None,
+            node_count: 0,
+            errors: errors.iter().map(|e| e.to_wire()).collect(),
+            extra: Map::new(),
+        },
+    };
+    to_value(result)
+}
+
+fn run_start(
+    inner: &Arc<Inner>,
+    conn: &Arc<ConnShared>,
+    params: &Value,
+) -> Result<Value, WireError> {
+    let req = StartRequest {
+        definition: params.get("definition").cloned().unwrap_or(Value::Null),
+        run_id: decode(params, "runId")?,
+        inputs: decode::<Map<String, Value>>(params, "inputs")?.unwrap_or_default(),
+        grant: decode(params, "grant")?.unwrap_or_else(no_grant),
+        options: decode::<GraphRunOptions>(params, "options")?,
+        idempotency_key: decode(params, "idempotencyKey")?,
+    };
+    let (run, summary) = host::start(inner, req, Arc::downgrade(conn)).map_err(WireError::from)?;
+    run.follow(conn);
+    to_value(GraphRunStartResult {
+        run: summary,
+        extra: Map::new(),
+    })
+}
+
+fn run_read(
+    inner: &Arc<Inner>,
+    conn: &Arc<ConnShared>,
+    params: &Value,
+) -> Result<Value, WireError> {
+    let run_id = params["runId"].as_str().unwrap_or_default();
+    let run = host::get(inner, run_id).map_err(WireError::from)?;
+    let include = params
+        .get("includeContent")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let after = params.get("afterEventSeq").and_then(Value::as_u64);
+    if after.is_some() && !include {
+        return Err(params_error(
+            "afterEventSeq returns the run's log, whose events carry content: pass includeContent: true",
+        ));
+    }
+    run.follow(conn);
+    let mut result = {
+        let core = run.enter();
+        let st = &core.state;
+        GraphRunReadResult {
+            run: st.summary(include),
+            nodes: st
+                .node_order
+                .iter()
+                .filter_map(|k| st.nodes.get(k))
+                .map(|n| st.node_state(n))
+                .collect(),
+            messages: conn.has_feature(super::wire::CAUSAL_MESSAGES).then(|| {
+                st.message_order
+                    .iter()
+                    .filter_map(|m| st.messages.get(m))
+                    .map(|m| st.message_state(m, include))
+                    .collect()
+            }),
+            effects: conn.has_feature(EFFECT_RECEIPTS).then(|| {
+                st.effect_order
+                    .iter()
+                    .filter_map(|k| st.effects.get(k))
+                    .map(|e| st.effect_state(e, include))
+                    .collect()
+            }),
+            events: None,
+            has_more: None,
+            extra: Map::new(),
+        }
+    };
+    let mut value = to_value(&result)?;
+    if let Some(after) = after {
+        let limit = params.get("limit").and_then(Value::as_u64).unwrap_or(100) as usize;
+        let page = run
+            .store
+            .read(run_id, after, limit)
+            .map_err(|e| WireError::from(GraphError::from(e)))?;
+        // Events go out as the store's RolloutEvent JSON, like thread/read's.
+        value["events"] = Value::Array(page.events.iter().map(|e| e.to_json()).collect());
+        value["hasMore"] = Value::Bool(page.has_more);
+        result.has_more = Some(page.has_more);
+    }
+    Ok(value)
+}
+
+fn run_cancel(
+    inner: &Arc<Inner>,
+    conn: &Arc<ConnShared>,
+    params: &Value,
+) -> Result<Value, WireError> {
+    let run_id = params["runId"].as_str().unwrap_or_default();
+    let run = host::get(inner, run_id).map_err(WireError::from)?;
+    run.follow(conn);
+    let reason = params
+        .get("reason")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let fenced = run
+        .cancel(reason)
+        .map_err(|e| WireError::from(GraphError::from(e)))?;
+    let summary = run.enter().state.summary(false);
+    to_value(GraphRunCancelResult {
+        run: summary,
+        fenced,
+        extra: Map::new(),
+    })
+}

@@ -1,0 +1,59 @@
+// Graph runs from Kotlin against the real library: compile (and refuse with a rule code and a JSON
+// pointer), run durably with the tool node passing the approval handler, read back, cancel.
+package com.chainlesschain.appserver
+
+import com.chainlesschain.appserver.protocol.GraphRunStatus
+import com.chainlesschain.appserver.protocol.ServerNotification
+import kotlinx.coroutines.runBlocking
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertFalse
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Test
+import org.junit.jupiter.api.assertThrows
+import java.util.concurrent.atomic.AtomicInteger
+
+class GraphTest {
+    private fun definition(target: String = "tell") = """
+        {"graphVersion": 1, "id": "kt-graph",
+         "outputs": [{"name": "said", "type": "text"}],
+         "nodes": [
+           {"kind": "tool", "id": "fetch", "tool": "echo", "arguments": {"what": "news"},
+            "outputs": [{"name": "result", "type": "json"}]},
+           {"kind": "agent", "id": "tell", "inputs": [{"name": "facts", "type": "json"}],
+            "outputs": [{"name": "text", "type": "text"}]}],
+         "edges": [
+           {"from": {"node": "fetch", "port": "result"}, "to": {"node": "$target", "port": "facts"}},
+           {"from": {"node": "tell", "port": "text"}, "to": {"port": "said"}}]}
+    """.trimIndent()
+
+    @Test
+    fun `validate, run, read and cancel a graph`() = runBlocking {
+        val asked = AtomicInteger()
+        AppServer.open(tempStateDir(), ServerOptions(durability = Durability.BUFFERED)).use { server ->
+            server.client(approvals = { asked.incrementAndGet(); Decision.AcceptOnce }).use { client ->
+                val ok = client.graphValidate(definition())
+                assertTrue(ok.valid)
+                assertEquals(2L, ok.nodeCount)
+                val refused = client.graphValidate(definition(target = "nowhere"))
+                assertFalse(refused.valid)
+                assertTrue(refused.errors.first().pointer.startsWith("/edges/0"), refused.errors.toString())
+                assertThrows<AppServerException.InvalidJson> { runBlocking { client.graphValidate("{\"graphVersion\": 1}") } }
+
+                client.graphRunStart(definition(), runId = "kt-run")
+                val done = client.collectUntil {
+                    (it as? ServerNotification.GraphRunUpdated)?.value?.params?.run?.status.let { s ->
+                        s == GraphRunStatus.Succeeded || s == GraphRunStatus.Failed || s == GraphRunStatus.Cancelled
+                    }
+                }.last() as ServerNotification.GraphRunUpdated
+                assertEquals(GraphRunStatus.Succeeded, done.value.params.run.status)
+                val read = client.graphRunRead("kt-run", includeContent = true)
+                assertEquals(setOf("fetch", "tell"), read.nodes.map { it.nodeId }.toSet())
+                assertTrue(read.run.outputs!!.containsKey("said"))
+                val cancelled = client.graphRunCancel("kt-run", "already done")
+                assertTrue(cancelled.fenced.isEmpty())
+            }
+            assertEquals(1, asked.get(), "the tool node asked the approval handler once")
+            assertEquals(1L, server.stats().toolsExecuted)
+        }
+    }
+}
