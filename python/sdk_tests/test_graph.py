@@ -28,6 +28,9 @@ def definition(tool: str = "echo") -> dict[str, Any]:
     }
 
 
+GRANT = p.GraphRunGrant(capabilities=["agent", "tool:echo"])
+
+
 def test_validate_run_and_read_a_graph(server: cc.AppServer) -> None:
     seen: list[str] = []
 
@@ -37,15 +40,17 @@ def test_validate_run_and_read_a_graph(server: cc.AppServer) -> None:
 
     async def main() -> None:
         async with server.client(approvals=approve) as client:
-            ok = await client.graph_validate(definition())
+            ungranted = await client.graph_validate(definition())
+            assert not ungranted.valid and ungranted.errors[0].code == "capabilityNotGranted", ungranted
+            ok = await client.graph_validate(definition(), grant=GRANT)
             assert ok.valid and ok.node_count == 2 and ok.errors == [] and ok.plan_digest
             bad = definition()
             bad["edges"][0]["to"]["node"] = "nowhere"
-            refused = await client.graph_validate(bad)
+            refused = await client.graph_validate(bad, grant=GRANT)
             assert not refused.valid and refused.errors
             assert refused.errors[0].pointer.startswith("/edges/0"), refused.errors[0]
 
-            started = await client.graph_run_start(definition(), run_id="py-run")
+            started = await client.graph_run_start(definition(), run_id="py-run", grant=GRANT)
             assert started.run.run_id == "py-run"
             async for note in client.notifications(timeout=30):
                 if isinstance(note, p.GraphRunUpdatedNotification) and note.params.run.status in (
@@ -54,7 +59,8 @@ def test_validate_run_and_read_a_graph(server: cc.AppServer) -> None:
                     break
             read = await client.graph_run_read("py-run", include_content=True)
             assert {n.node_id: n.status for n in read.nodes} == {"fetch": "succeeded", "tell": "succeeded"}
-            assert read.run.outputs is not p.MISSING and "said" in read.run.outputs  # type: ignore[operator]
+            outputs = read.run.outputs
+            assert isinstance(outputs, dict) and "said" in outputs, outputs
             hidden = await client.graph_run_read("py-run")
             assert hidden.run.outputs is p.MISSING or hidden.run.outputs is None
 
@@ -65,7 +71,7 @@ def test_validate_run_and_read_a_graph(server: cc.AppServer) -> None:
 
 def test_a_declined_tool_node_fails_the_run_and_runs_nothing(server: cc.AppServer) -> None:
     with server.blocking_client(approvals=lambda request: "decline") as client:
-        client.graph_run_start(definition(), run_id="declined")
+        client.graph_run_start(definition(), run_id="declined", grant=GRANT)
         for note in client.notifications(timeout=30):
             if isinstance(note, p.GraphRunUpdatedNotification) and note.params.run.status in (
                     "succeeded", "failed", "cancelled"):

@@ -156,8 +156,13 @@ class Client internal constructor(
         call("graph/validate", GraphValidateParams(definition, grant).toJson())
             .let { decoding("graph/validate result") { GraphValidateResult.fromJson(it) } }
 
-    /** [graphValidate] for a definition given as JSON text (decoded first: a malformed one names where). */
-    suspend fun graphValidate(definitionJson: String): GraphValidateResult = graphValidate(graphDefinition(definitionJson))
+    /**
+     * [graphValidate] for a definition given as JSON text (decoded first: a malformed one names
+     * where), checked against a grant of [capabilities] (nothing is granted unless listed, so a
+     * run needs at least `agent` for agent nodes and `tool:<name>` or `tool:*` for tool nodes).
+     */
+    suspend fun graphValidate(definitionJson: String, capabilities: List<String> = emptyList()): GraphValidateResult =
+        graphValidate(graphDefinition(definitionJson), GraphRunGrant(capabilities))
 
     /**
      * Compiles and starts a durable graph run; it reports through `graph/node/updated` and
@@ -174,9 +179,13 @@ class Client internal constructor(
         call("graph/run/start", GraphRunStartParams(definition, runId, inputs, grant, options, idempotencyKey).toJson())
             .let { decoding("graph/run/start result") { GraphRunStartResult.fromJson(it) } }
 
-    /** [graphRunStart] for a definition given as JSON text. */
-    suspend fun graphRunStart(definitionJson: String, runId: String? = null): GraphRunStartResult =
-        graphRunStart(graphDefinition(definitionJson), runId)
+    /** [graphRunStart] for a definition given as JSON text, granting [capabilities] only. */
+    suspend fun graphRunStart(
+        definitionJson: String,
+        runId: String? = null,
+        capabilities: List<String> = emptyList(),
+    ): GraphRunStartResult =
+        graphRunStart(graphDefinition(definitionJson), runId, grant = GraphRunGrant(capabilities))
 
     /** A run's state; message values, effect results and outputs only with [includeContent]. */
     suspend fun graphRunRead(

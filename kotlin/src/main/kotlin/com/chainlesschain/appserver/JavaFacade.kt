@@ -100,10 +100,11 @@ class JavaClient internal constructor(private val client: Client) : AutoCloseabl
     fun threadList(): ThreadListResult = blocking { threadList() }
 
     @Throws(AppServerException::class)
-    fun graphValidate(definitionJson: String): GraphValidateResult = blocking { graphValidate(definitionJson) }
+    fun graphValidate(definitionJson: String, capabilities: List<String>): GraphValidateResult =
+        blocking { graphValidate(definitionJson, capabilities) }
     @Throws(AppServerException::class)
-    fun graphRunStart(definitionJson: String, runId: String?): GraphRunStartResult =
-        blocking { graphRunStart(definitionJson, runId) }
+    fun graphRunStart(definitionJson: String, runId: String?, capabilities: List<String>): GraphRunStartResult =
+        blocking { graphRunStart(definitionJson, runId, capabilities) }
     @Throws(AppServerException::class)
     fun graphRunRead(runId: String, includeContent: Boolean): GraphRunReadResult =
         blocking { graphRunRead(runId, includeContent) }

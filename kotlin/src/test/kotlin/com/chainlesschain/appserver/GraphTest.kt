@@ -2,6 +2,7 @@
 // pointer), run durably with the tool node passing the approval handler, read back, cancel.
 package com.chainlesschain.appserver
 
+import com.chainlesschain.appserver.protocol.GraphCompileErrorCode
 import com.chainlesschain.appserver.protocol.GraphRunStatus
 import com.chainlesschain.appserver.protocol.ServerNotification
 import kotlinx.coroutines.runBlocking
@@ -13,6 +14,10 @@ import org.junit.jupiter.api.assertThrows
 import java.util.concurrent.atomic.AtomicInteger
 
 class GraphTest {
+    private companion object {
+        val GRANT = listOf("agent", "tool:echo")
+    }
+
     private fun definition(target: String = "tell") = """
         {"graphVersion": 1, "id": "kt-graph",
          "outputs": [{"name": "said", "type": "text"}],
@@ -31,15 +36,18 @@ class GraphTest {
         val asked = AtomicInteger()
         AppServer.open(tempStateDir(), ServerOptions(durability = Durability.BUFFERED)).use { server ->
             server.client(approvals = { asked.incrementAndGet(); Decision.AcceptOnce }).use { client ->
-                val ok = client.graphValidate(definition())
+                val ok = client.graphValidate(definition(), GRANT)
                 assertTrue(ok.valid)
                 assertEquals(2L, ok.nodeCount)
-                val refused = client.graphValidate(definition(target = "nowhere"))
+                val refused = client.graphValidate(definition(target = "nowhere"), GRANT)
                 assertFalse(refused.valid)
                 assertTrue(refused.errors.first().pointer.startsWith("/edges/0"), refused.errors.toString())
+                val ungranted = client.graphValidate(definition())
+                assertFalse(ungranted.valid, "nothing is granted unless listed")
+                assertEquals(GraphCompileErrorCode.CapabilityNotGranted, ungranted.errors.first().code)
                 assertThrows<AppServerException.InvalidJson> { runBlocking { client.graphValidate("{\"graphVersion\": 1}") } }
 
-                client.graphRunStart(definition(), runId = "kt-run")
+                client.graphRunStart(definition(), runId = "kt-run", capabilities = GRANT)
                 val done = client.collectUntil {
                     (it as? ServerNotification.GraphRunUpdated)?.value?.params?.run?.status.let { s ->
                         s == GraphRunStatus.Succeeded || s == GraphRunStatus.Failed || s == GraphRunStatus.Cancelled
