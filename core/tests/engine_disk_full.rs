@@ -64,7 +64,12 @@ fn req(conn: &cc_app_server::engine::Connection, id: u64, method: &str, params: 
 #[test]
 fn a_turn_that_cannot_be_recorded_ends_visibly_and_is_recorded_once_writes_succeed() {
     let dir = tempfile::tempdir().unwrap();
-    let server = AppServer::open(ServerConfig::new(dir.path())).unwrap();
+    // One event in flight at a time, so each delta is committed (and refused) on its own: a
+    // batch of many is refused whole and cut back, which can leave room for the terminal
+    // event, and this test is about the turn whose terminal event does not fit either.
+    let mut config = ServerConfig::new(dir.path());
+    config.limits.max_inflight_events = 1;
+    let server = AppServer::open(config).unwrap();
     let conn = server.connect().unwrap();
     let init = json!({"protocolVersion": 1, "minimumProtocolVersion": 1, "client": {"name": "t", "version": "1"}, "features": []});
     assert!(req(&conn, 1, "initialize", init)["result"].is_object());

@@ -711,7 +711,9 @@ fn idempotency_survives_a_restart() {
         )
     };
     let server = server_with(dir.path(), |_| {});
-    assert!(server.idempotency_entries() >= 3, "rebuilt at open");
+    // Opening reads no history: the keys are found in the rollout when a retry misses the
+    // (empty) cache, and the answers rebuilt from what the rollout recorded.
+    assert_eq!(server.idempotency_entries(), 0, "nothing replayed at open");
     let mut raw = Raw::init(&server, &[]);
     let retry = raw.req("thread/start", json!({"threadId": "idem", "title": "T", "metadata": {"m": 1}, "agentOptions": {"model": "x"}, "idempotencyKey": "k-thread"}));
     assert_eq!(retry["result"], thread_result, "{retry}");

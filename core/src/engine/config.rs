@@ -48,6 +48,12 @@ pub struct Limits {
     pub recent_turns: usize,
     /// Approval nonces remembered after use (they also expire with their binding).
     pub max_used_nonces: usize,
+    /// Events one running turn may have handed over for recording and not yet delivered; at
+    /// the bound the kernel's next call waits (a fast kernel is slowed, never buffered without
+    /// limit).
+    pub max_inflight_events: usize,
+    /// The same bound in bytes of event JSON (roughly counted); one event always fits.
+    pub max_inflight_bytes: usize,
 }
 
 impl Default for Limits {
@@ -68,6 +74,8 @@ impl Default for Limits {
             max_followed_threads: 4096,
             recent_turns: 64,
             max_used_nonces: 65_536,
+            max_inflight_events: 1024,
+            max_inflight_bytes: 1 << 20,
         }
     }
 }

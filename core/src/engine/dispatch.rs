@@ -10,11 +10,11 @@ use super::{
 use crate::approval::digest_json;
 use crate::protocol::{
     EventPayload, InitializeResult, ServerInfo, ServerNotification, Thread, ThreadArchiveResult,
-    ThreadForkResult, ThreadListResult, ThreadStartResult, ThreadStatus, ThreadUpdatedNotification,
+    ThreadForkResult, ThreadStartResult, ThreadStatus, ThreadUpdatedNotification,
     ThreadUpdatedParams, Turn, TurnInterruptResult, TurnStartResult, TurnStartedEvent,
-    TurnStartedNotification, TurnStartedParams, UnreadableThread, UserInput,
+    TurnStartedNotification, TurnStartedParams, UserInput,
 };
-use crate::rollout::{HeaderExtra, ListQuery, StoreError, ThreadStart};
+use crate::rollout::{HeaderExtra, StoreError, ThreadStart};
 use cc_agent_protocol::{validate_protocol_message, MessageKind};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Serialize;
@@ -64,7 +64,7 @@ impl RpcError {
 }
 
 /// Caps a message at `max` bytes on a character boundary (the schema bounds every message).
-fn cap(text: &str, max: usize) -> String {
+pub(crate) fn cap(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_string();
     }
@@ -128,21 +128,50 @@ pub(crate) fn result(value: impl Serialize) -> RpcResult {
 
 /// Sends the one answer a request gets, echoing its id as written.
 pub(crate) fn reply(inner: &Inner, conn: &ConnShared, id: &str, result: RpcResult) {
-    let body = match result {
-        Ok(result) => format!("\"result\":{result}"),
+    reply_raw(inner, conn, id, result.map(|v| v.to_string()))
+}
+
+/// `reply` for a result already written as JSON text (thread/list, thread/read).
+pub(crate) fn reply_raw(
+    inner: &Inner,
+    conn: &ConnShared,
+    id: &str,
+    result: Result<String, RpcError>,
+) {
+    reply_with(inner, conn, id, 0, |out| {
+        out.push_str(&result?);
+        Ok(())
+    })
+}
+
+/// `reply` for a result written by `write` straight into the answer's text (no copy of it is
+/// made); `size` is a guess of its length. An error discards what `write` wrote.
+pub(crate) fn reply_with(
+    inner: &Inner,
+    conn: &ConnShared,
+    id: &str,
+    size: usize,
+    write: impl FnOnce(&mut String) -> Result<(), RpcError>,
+) {
+    let mut out = String::with_capacity(size + id.len() + 48);
+    out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
+    out.push_str(id);
+    let at = out.len();
+    out.push_str(",\"result\":");
+    match write(&mut out) {
+        Ok(()) => out.push('}'),
         Err(e) => {
+            out.truncate(at);
             let mut error = json!({"code": e.code, "message": cap(&e.message, 512)});
             if let Some(data) = e.data {
                 error["data"] = data;
             }
-            format!("\"error\":{error}")
+            out.push_str(",\"error\":");
+            out.push_str(&error.to_string());
+            out.push('}');
         }
-    };
-    super::deliver(
-        inner,
-        conn,
-        format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},{body}}}"),
-    );
+    }
+    super::deliver(inner, conn, out);
     // Counted once the answer is queued (or dropped with a closed connection), so a drain that
     // sees nothing unanswered never shuts down ahead of an answer still being delivered.
     conn.answered
@@ -373,12 +402,24 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
             thread_start(inner, conn, &params)
         }),
 
-        ("thread/read", true) => thread_read(inner, conn, &params, false),
-        ("thread/resume", true) => thread_read(inner, conn, &params, true),
+        ("thread/read", true) => {
+            return reply_with(inner, conn, id, 4096, |out| {
+                thread_read(inner, conn, &params, false, out)
+            })
+        }
+        ("thread/resume", true) => {
+            return reply_with(inner, conn, id, 4096, |out| {
+                thread_read(inner, conn, &params, true, out)
+            })
+        }
         ("thread/fork", true) => idempotent(inner, "thread/fork", &params, || {
             thread_fork(inner, conn, &params)
         }),
-        ("thread/list", true) => thread_list(inner, &params),
+        ("thread/list", true) => {
+            return reply_with(inner, conn, id, 24 * 1024, |out| {
+                super::listing::thread_list(inner, &params, out)
+            })
+        }
         ("thread/archive", true) => thread_archive(inner, conn, &params),
         ("turn/start", true) => idempotent(inner, "turn/start", &params, || {
             turn_start(inner, conn, &params)
@@ -514,40 +555,88 @@ fn idempotent(
             .wait(cache)
             .unwrap_or_else(|p| p.into_inner());
     }
-    if let Some((seen, result)) = cache.get(method, key) {
-        // A thread/start or thread/fork retry that names its new thread must name the same one.
+    // A thread/start or thread/fork retry that names its new thread must name the same one.
+    let same = |seen: &str, result: &Value| {
         let named = match method {
             "thread/start" => str_param(params, "threadId"),
             "thread/fork" => str_param(params, "newThreadId"),
             _ => None,
         };
         let same_thread = named.is_none_or(|n| result["thread"]["id"] == n);
-        return if *seen == digest && same_thread {
+        if seen == digest && same_thread {
             Ok(result.clone())
         } else {
             Err(RpcError::new(
                 -32009,
                 "idempotencyKey was already used with different params",
             ))
-        };
+        }
+    };
+    if let Some((seen, result)) = cache.get(method, key) {
+        return same(seen, result);
     }
     cache.in_flight.insert(slot.clone());
     drop(cache);
-    let outcome = f();
+    // Not in the cache (it is bounded, and starts empty after a restart): the rollout records
+    // the keys of thread/start and turn/start, so the first request's answer is rebuilt from
+    // there rather than running the request twice.
+    let (outcome, entry) = match recorded_result(inner, method, key, params) {
+        Err(e) => (Err(e), None),
+        Ok(Some((seen, result))) => (same(&seen, &result), Some((seen, result))),
+        Ok(None) => {
+            let outcome = f();
+            let entry = outcome.as_ref().ok().map(|r| (digest.clone(), r.clone()));
+            (outcome, entry)
+        }
+    };
     let mut cache = lock(&inner.idempotency);
     cache.in_flight.remove(&slot);
-    if let Ok(result) = &outcome {
+    if let Some((seen, result)) = entry {
         cache.put(
             method,
             key,
-            digest,
-            result.clone(),
+            seen,
+            result,
             inner.config.limits.idempotency_entries,
         );
     }
     drop(cache);
     inner.idempotency_done.notify_all();
     outcome
+}
+
+/// The (fingerprint, result) of the request that first used `key`, as the rollout recorded it:
+/// a thread/start's key in its thread's header, a turn/start's in its `turnStarted` event.
+fn recorded_result(
+    inner: &Inner,
+    method: &str,
+    key: &str,
+    params: &Value,
+) -> Result<Option<(String, Value)>, RpcError> {
+    match method {
+        "thread/start" => {
+            let Some(id) = inner.store.thread_by_start_key(key)? else {
+                return Ok(None);
+            };
+            let summary = inner.store.summary(&id)?;
+            let header = inner.store.header(&id)?;
+            Ok(super::threads::rebuilt_thread_start(&summary, &header).map(|(_, _, f, r)| (f, r)))
+        }
+        "turn/start" => {
+            let thread_id = str_param(params, "threadId").unwrap_or_default();
+            match inner.store.find_by_idempotency_key(thread_id, key) {
+                Ok(Some(ev)) if ev.kind() == "turnStarted" => {
+                    Ok(super::threads::rebuilt_turn_start(thread_id, &ev)
+                        .map(|(_, _, f, r)| (f, r)))
+                }
+                Ok(_) | Err(StoreError::NotFound(_)) | Err(StoreError::InvalidId { .. }) => {
+                    Ok(None)
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        _ => Ok(None),
+    }
 }
 
 fn random_id(prefix: &str) -> String {
@@ -629,6 +718,7 @@ fn thread_start(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcRes
     let (summary, _) = inner.store.start_recorded(start, recorded)?;
     let mut data = data_from_summary(&summary);
     data.agent_options = agent_options.unwrap_or(Value::Null);
+    data.recovered = true;
     let thread = wire_thread(&thread_id, &data);
     insert_thread(inner, new_state(inner, &thread_id, data));
     conn.follow(&thread_id);
@@ -638,24 +728,22 @@ fn thread_start(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcRes
     })
 }
 
-fn thread_read(inner: &Inner, conn: &Arc<ConnShared>, params: &Value, resume: bool) -> RpcResult {
+fn thread_read(
+    inner: &Inner,
+    conn: &Arc<ConnShared>,
+    params: &Value,
+    resume: bool,
+    out: &mut String,
+) -> Result<(), RpcError> {
     let thread = load_thread(inner, str_param(params, "threadId").unwrap_or_default())?;
     let after = params
         .get("afterEventSeq")
         .and_then(Value::as_u64)
         .unwrap_or(0);
     let limit = params.get("limit").and_then(Value::as_u64).unwrap_or(100) as usize;
-    let page = inner.store.read(&thread.id, after, limit)?;
+    super::listing::thread_read(inner, &thread, after, limit, resume, out)?;
     conn.follow(&thread.id);
-    let events: Vec<Value> = page.events.iter().map(|e| e.to_json()).collect();
-    let data = lock(&thread.data);
-    // Events go out as the store's `RolloutEvent` JSON (checked against the schema by the
-    // rollout tests) rather than through a second decode into the generated type.
-    let mut answer = json!({"thread": wire_thread(&thread.id, &data), "events": events, "hasMore": page.has_more});
-    if resume {
-        answer["activeTurn"] = json!(data.active.as_ref().map(|t| t.to_wire()));
-    }
-    Ok(answer)
+    Ok(())
 }
 
 /// Forks only settled history: while a turn is live, everything up to the last event before it
@@ -693,50 +781,12 @@ fn thread_fork(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcResu
     )?;
     let mut data = data_from_summary(&summary);
     data.agent_options = lock(&source.data).agent_options.clone();
+    data.recovered = true;
     let thread = wire_thread(&new_id, &data);
     insert_thread(inner, new_state(inner, &new_id, data));
     conn.follow(&new_id);
     result(ThreadForkResult {
         thread,
-        extra: Map::new(),
-    })
-}
-
-fn thread_list(inner: &Inner, params: &Value) -> RpcResult {
-    let query = ListQuery {
-        include_archived: params
-            .get("includeArchived")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
-        cursor: str_param(params, "cursor").map(str::to_string),
-        limit: params.get("limit").and_then(Value::as_u64).unwrap_or(100) as usize,
-    };
-    let page = inner.store.list(&query)?;
-    let loaded = lock(&inner.threads);
-    let threads: Vec<Thread> = page
-        .threads
-        .iter()
-        .map(|s| match loaded.get(&s.thread_id) {
-            Some(t) => wire_thread(&t.id, &lock(&t.data)),
-            None => wire_thread(&s.thread_id, &data_from_summary(s)),
-        })
-        .collect();
-    // Threads the disk holds but that cannot be read are reported, never hidden: the host
-    // decides (restore them, or reopen with accept_unanchored).
-    let unreadable: Vec<UnreadableThread> = page
-        .unreadable
-        .into_iter()
-        .map(|(thread_id, reason)| UnreadableThread {
-            thread_id,
-            status: "unreadable".into(),
-            reason: cap(&reason, 1024),
-            extra: Map::new(),
-        })
-        .collect();
-    result(ThreadListResult {
-        threads,
-        next_cursor: page.next_cursor,
-        unreadable: (!unreadable.is_empty()).then_some(unreadable),
         extra: Map::new(),
     })
 }

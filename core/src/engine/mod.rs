@@ -7,6 +7,8 @@ mod compact;
 mod config;
 mod dispatch;
 pub mod history;
+mod listing;
+mod pipeline;
 mod pool;
 pub mod queue;
 mod stats;
@@ -73,6 +75,10 @@ pub(crate) struct ThreadState {
     pub emit_lock: Mutex<()>,
     /// When it was last used (a tick of `Inner::clock`), for unloading the least recent.
     pub last_used: AtomicU64,
+    /// The running turn's events on their way to the disk and the hosts (pipeline.rs).
+    pub pipe: Mutex<pipeline::Pipe>,
+    /// Signalled when the committer delivers or fails a batch of this thread.
+    pub pipe_cv: std::sync::Condvar,
 }
 
 pub(crate) struct ThreadData {
@@ -91,6 +97,9 @@ pub(crate) struct ThreadData {
     /// A terminal event the store refused (disk full): written before anything else on this
     /// thread once the store accepts writes again.
     pub pending_terminal: Option<EventPayload>,
+    /// Whether this process has looked for a turn a dead process left open (done once, when
+    /// the thread is first touched; threads this process created need no look).
+    pub recovered: bool,
 }
 
 impl ThreadData {
@@ -265,6 +274,11 @@ pub(crate) struct Inner {
     pub stats: Stats,
     /// Threads with a thread/compact in progress (one at a time per thread).
     pub compacting: Mutex<std::collections::HashSet<String>>,
+    /// Commits running turns' events in rounds and releases their notifications.
+    pub committer: Arc<pipeline::Committer>,
+    /// Set to stop the background summary of the store's index (`RolloutStore::warm`).
+    pub warm_stop: Arc<AtomicBool>,
+    pub warm_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The Graph Kernel: graph runs on `<state>/graph-runs/` (core/src/graph/).
     pub graph: crate::graph::GraphHost,
 }
@@ -283,9 +297,11 @@ pub struct Connection {
 }
 
 impl AppServer {
-    /// Opens the store (repairing torn tails), closes every turn a previous process left running
-    /// with failure evidence, rebuilds the idempotency cache from the keys recorded in the
-    /// rollout, and is ready for connections.
+    /// Opens the store and is ready for connections. Opening reads the state directory's names
+    /// only (docs/engine.md, "Restart"): a thread is loaded when first touched, and a turn a dead
+    /// process left open is closed then, before anything else happens on that thread; retried
+    /// requests find their idempotency keys in the rollout. The store's index of thread
+    /// summaries is completed in the background.
     pub fn open(config: ServerConfig) -> Result<AppServer, OpenError> {
         let (lo, hi) = config.protocol_versions;
         if lo == 0 || lo > hi {
@@ -321,9 +337,13 @@ impl AppServer {
             pool: TurnPool::new(limits.max_running_turns, limits.max_queued_turns),
             stats: Stats::default(),
             compacting: Mutex::new(Default::default()),
+            committer: pipeline::Committer::new(),
+            warm_stop: Arc::new(AtomicBool::new(false)),
+            warm_thread: Mutex::new(None),
             graph,
         });
-        threads::recover_all(&inner)?;
+        inner.committer.start(&inner);
+        threads::start_warming(&inner);
         crate::graph::host::resume(&inner);
         Ok(AppServer { inner })
     }
@@ -422,6 +442,12 @@ impl AppServer {
         s.runner_spawn_failures = inner.pool.spawn_failures.load(Ordering::Relaxed);
         s.threads_loaded = lock(&inner.threads).len() as u64;
         s.idempotency_entries = lock(&inner.idempotency).len() as u64;
+        let store = inner.store.stats();
+        s.store_indexed_threads = store.indexed_threads;
+        s.store_unsummarised_threads = store.unsummarised_threads;
+        s.store_loaded_threads = store.loaded_threads;
+        s.tail_cache_threads = store.cached_threads;
+        s.tail_cache_bytes = store.cached_bytes;
         s.used_nonces = lock(&inner.used_nonces).len() as u64;
         s
     }
@@ -468,18 +494,25 @@ impl AppServer {
         for h in runners {
             let _ = h.join();
         }
+        self.inner.warm_stop.store(true, Ordering::SeqCst);
+        if let Some(h) = lock(&self.inner.warm_thread).take() {
+            let _ = h.join();
+        }
         // Last chance for terminal events the store refused earlier (the disk may have room
         // now); what still fails is closed by recovery at the next open.
         let loaded: Vec<Arc<ThreadState>> = lock(&self.inner.threads).values().cloned().collect();
         for t in loaded {
             let _ = dispatch::record_pending_terminal(&self.inner, &t);
         }
+        self.inner.committer.stop();
         let _ = self.inner.store.flush();
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        self.committer.signal_stop();
+        self.warm_stop.store(true, Ordering::SeqCst);
         let _ = self.store.flush();
     }
 }
@@ -595,6 +628,8 @@ pub(crate) fn emit_locked(
     events: Vec<NewEvent>,
     notify: impl FnOnce(&[StoredEvent]) -> Vec<ServerNotification>,
 ) -> Result<Vec<StoredEvent>, StoreError> {
+    // Pipelined events of this thread go first (the pipe enqueues under the same emit lock).
+    let _ = pipeline::flush(thread);
     let events = inner.store.append(&thread.id, events)?;
     {
         let mut data = lock(&thread.data);
@@ -634,7 +669,7 @@ pub(crate) fn deliver(inner: &Inner, conn: &ConnShared, text: String) {
 /// Debug builds check every message the engine sends: against the schema, and that our own
 /// parser (and so every client) can read it back.
 #[cfg(debug_assertions)]
-fn check_outbound(text: &str) {
+pub(crate) fn check_outbound(text: &str) {
     match serde_json::from_str::<Value>(text) {
         Ok(value) => {
             if let Err(e) = cc_agent_protocol::validate_protocol_message(&value) {

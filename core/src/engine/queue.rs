@@ -36,6 +36,10 @@ struct State {
     /// When the consumer last took a message: a producer waiting for space measures the
     /// consumer's stall from here (or from when it started waiting, if later).
     last_pop: Instant,
+    /// Threads blocked in `recv` / waiting for space: a push or a pop signals a condition
+    /// variable only when someone waits on it (a futex call per message otherwise).
+    readers_waiting: usize,
+    writers_waiting: usize,
 }
 
 /// Caps: at most `max_messages` messages and `max_bytes` bytes queued at once.
@@ -57,6 +61,8 @@ impl BoundedQueue {
                 closed: false,
                 wakers: Vec::new(),
                 last_pop: Instant::now(),
+                readers_waiting: 0,
+                writers_waiting: 0,
             }),
             ready: Condvar::new(),
             space: Condvar::new(),
@@ -79,8 +85,11 @@ impl BoundedQueue {
         s.bytes += message.len();
         s.items.push_back(message);
         let wakers = std::mem::take(&mut s.wakers);
+        let waiting = s.readers_waiting > 0;
         drop(s);
-        self.ready.notify_one();
+        if waiting {
+            self.ready.notify_one();
+        }
         wakers.into_iter().for_each(Waker::wake);
     }
 
@@ -118,18 +127,65 @@ impl BoundedQueue {
             if now >= deadline {
                 return Err(PushError::Full);
             }
+            s.writers_waiting += 1;
             s = self
                 .space
                 .wait_timeout(s, deadline - now)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            s.writers_waiting -= 1;
+        }
+    }
+
+    /// Adds a message even when the queue is at its caps (only a closed queue refuses), and
+    /// says whether it is now over them. For the commit path, which must never wait on a host:
+    /// the producer whose events these are waits instead (`wait_for_room`), so a queue exceeds
+    /// its caps by at most the events already in flight when it filled (docs/engine.md).
+    pub fn force_push(&self, message: String) -> Result<bool, PushError> {
+        let s = self.lock();
+        if s.closed {
+            return Err(PushError::Closed);
+        }
+        let over =
+            s.items.len() + 1 > self.max_messages || s.bytes + message.len() > self.max_bytes;
+        self.push_locked(s, message);
+        Ok(over)
+    }
+
+    /// Waits until the queue is under its caps (or closed), with `push_waiting`'s stall rule:
+    /// `Full` only when it stayed at its caps and the consumer took nothing for `stall`.
+    pub fn wait_for_room(&self, stall: Duration) -> Result<(), PushError> {
+        let started = Instant::now();
+        let mut s = self.lock();
+        loop {
+            if s.closed {
+                return Err(PushError::Closed);
+            }
+            if s.items.len() < self.max_messages && s.bytes < self.max_bytes {
+                return Ok(());
+            }
+            let since = s.last_pop.max(started);
+            let now = Instant::now();
+            let deadline = since + stall;
+            if now >= deadline {
+                return Err(PushError::Full);
+            }
+            s.writers_waiting += 1;
+            s = self
+                .space
+                .wait_timeout(s, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            s.writers_waiting -= 1;
         }
     }
 
     fn popped(&self, s: &mut State, item: &str) {
         s.bytes -= item.len();
         s.last_pop = Instant::now();
-        self.space.notify_all();
+        if s.writers_waiting > 0 {
+            self.space.notify_all();
+        }
     }
 
     /// Takes the next message, waiting up to `timeout` (`None`: wait until one arrives or close).
@@ -144,19 +200,27 @@ impl BoundedQueue {
             if s.closed {
                 return Err(RecvError::Closed);
             }
-            s = match deadline {
-                None => self.ready.wait(s).unwrap_or_else(|p| p.into_inner()),
+            let wait = match deadline {
+                None => None,
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
                         return Err(RecvError::Timeout);
                     }
+                    Some(d - now)
+                }
+            };
+            s.readers_waiting += 1;
+            s = match wait {
+                None => self.ready.wait(s).unwrap_or_else(|p| p.into_inner()),
+                Some(t) => {
                     self.ready
-                        .wait_timeout(s, d - now)
+                        .wait_timeout(s, t)
                         .unwrap_or_else(|p| p.into_inner())
                         .0
                 }
             };
+            s.readers_waiting -= 1;
         }
     }
 
@@ -326,6 +390,32 @@ mod tests {
             q.push_waiting("z".into(), Duration::from_secs(10)),
             Err(PushError::Closed)
         );
+    }
+
+    #[test]
+    fn a_forced_push_goes_past_the_caps_and_says_so_and_room_is_waited_for() {
+        let q = BoundedQueue::new(2, 1000);
+        assert_eq!(q.force_push("a".into()), Ok(false));
+        assert_eq!(q.force_push("b".into()), Ok(false), "at the cap: not over");
+        assert_eq!(q.force_push("c".into()), Ok(true), "one past the cap");
+        assert_eq!(q.usage(), (3, 3));
+        let q2 = Arc::clone(&q);
+        let consumer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            q2.recv(None).unwrap();
+            q2.recv(None).unwrap();
+        });
+        assert_eq!(q.wait_for_room(Duration::from_secs(5)), Ok(()));
+        consumer.join().unwrap();
+        assert!(q.usage().0 < 2);
+        q.try_push("x".into()).unwrap();
+        assert_eq!(
+            q.wait_for_room(Duration::from_millis(50)),
+            Err(PushError::Full),
+            "nobody takes anything: the stall deadline ends the wait"
+        );
+        q.close();
+        assert_eq!(q.force_push("z".into()), Err(PushError::Closed));
     }
 
     #[test]

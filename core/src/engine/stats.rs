@@ -29,6 +29,14 @@ pub struct Stats {
     pub unrecorded_terminals: AtomicU64,
     /// Threads unloaded to stay under `max_loaded_threads`.
     pub threads_unloaded: AtomicU64,
+    /// Times a running turn waited because its in-flight bound was reached (events handed over
+    /// and not yet delivered, `Limits::max_inflight_events` / `max_inflight_bytes`).
+    pub pipeline_waits: AtomicU64,
+    /// The most events one turn ever had in flight at once (never above the bound).
+    pub inflight_high_water: AtomicU64,
+    /// Turns a dead process left open, closed (`serverRestarted`) when their thread was first
+    /// touched.
+    pub dangling_turns_closed: AtomicU64,
     /// Approvals that failed closed, by reason (`ApprovalFailure` order).
     failed_closed: [AtomicU64; FAILURE_REASONS],
 }
@@ -101,6 +109,16 @@ pub struct StatsSnapshot {
     pub idempotency_entries: u64,
     pub used_nonces: u64,
     pub failed_closed: FailedClosedCounts,
+    pub pipeline_waits: u64,
+    pub inflight_high_water: u64,
+    pub dangling_turns_closed: u64,
+    /// The store: threads in its summary index, of which not summarised yet, with a loaded
+    /// slot, with a cached tail, and the tail cache's bytes.
+    pub store_indexed_threads: u64,
+    pub store_unsummarised_threads: u64,
+    pub store_loaded_threads: u64,
+    pub tail_cache_threads: u64,
+    pub tail_cache_bytes: u64,
 }
 
 impl Stats {
@@ -131,6 +149,9 @@ impl Stats {
             recording_failures: get(&self.recording_failures),
             unrecorded_terminals: get(&self.unrecorded_terminals),
             threads_unloaded: get(&self.threads_unloaded),
+            pipeline_waits: get(&self.pipeline_waits),
+            inflight_high_water: get(&self.inflight_high_water),
+            dangling_turns_closed: get(&self.dangling_turns_closed),
             failed_closed: FailedClosedCounts {
                 no_handler: f(ApprovalFailure::NoHandler),
                 handler_error: f(ApprovalFailure::HandlerError),

@@ -1,18 +1,20 @@
 //! Threads in memory: loading one from the rollout on first use, keeping at most
 //! `max_loaded_threads` of them (unloading the least recently used idle ones), and restart
-//! recovery — closing turns a dead process left open and rebuilding the idempotency cache from
-//! the `idempotencyKey`s the rollout already records.
+//! recovery without a replay — a turn a dead process left open is found by reading back from
+//! the thread's head to its last turn boundary when the thread is first touched, and closed
+//! then; a retried request's idempotency key is looked up in the rollout when it misses the
+//! cache.
 
 use super::dispatch::{thread_start_fingerprint, turn_start_fingerprint, RpcError};
 use super::turn::{event, turn_error, wire_turn};
-use super::{emit, lock, Inner, Stats, ThreadData, ThreadState};
+use super::{lock, Inner, Stats, ThreadData, ThreadState};
 use crate::protocol::{
     EventPayload, Thread, ThreadStartResult, ThreadStatus, Turn, TurnCompletedEvent,
     TurnStartResult, TurnStatus,
 };
-use crate::rollout::{ListQuery, StoreError, StoredEvent, ThreadSummary};
+use crate::rollout::{StoreError, StoredEvent, ThreadSummary};
 use serde_json::{Map, Value};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -29,6 +31,7 @@ pub(crate) fn data_from_summary(summary: &ThreadSummary) -> ThreadData {
         active: None,
         recent: VecDeque::new(),
         pending_terminal: None,
+        recovered: false,
     }
 }
 
@@ -38,34 +41,116 @@ pub(crate) fn new_state(inner: &Inner, id: &str, data: ThreadData) -> Arc<Thread
         data: Mutex::new(data),
         emit_lock: Mutex::new(()),
         last_used: AtomicU64::new(inner.clock.fetch_add(1, Ordering::Relaxed)),
+        pipe: Mutex::new(Default::default()),
+        pipe_cv: std::sync::Condvar::new(),
     })
 }
 
 /// The host's `agentOptions`, as the thread's header records them (`Null` when none).
 fn recorded_agent_options(inner: &Inner, id: &str) -> Result<Value, StoreError> {
-    let page = inner.store.read(id, 0, 1)?;
-    Ok(page
-        .events
-        .first()
-        .and_then(|h| h.payload.get("agentOptions").cloned())
+    Ok(inner
+        .store
+        .header(id)?
+        .payload
+        .get("agentOptions")
+        .cloned()
         .unwrap_or(Value::Null))
 }
 
-/// The thread's live state, loading it from the rollout on first use. Recovery at open has
-/// already closed every turn a dead process left open, so loading reads only the head and the
-/// header.
+/// The thread's live state, loading it from the rollout on first use: its head (from the
+/// store's index) and its header (for the agent options), nothing else. A thread this process
+/// has not touched before is also checked for a turn a dead process left open, which is closed
+/// before the caller does anything with the thread.
 pub(crate) fn load_thread(inner: &Inner, id: &str) -> Result<Arc<ThreadState>, RpcError> {
-    if let Some(t) = lock(&inner.threads).get(id) {
-        t.last_used.store(
-            inner.clock.fetch_add(1, Ordering::Relaxed),
-            Ordering::Relaxed,
-        );
-        return Ok(Arc::clone(t));
+    let found = lock(&inner.threads).get(id).cloned();
+    let thread = match found {
+        Some(t) => {
+            t.last_used.store(
+                inner.clock.fetch_add(1, Ordering::Relaxed),
+                Ordering::Relaxed,
+            );
+            t
+        }
+        None => {
+            let summary = inner.store.summary(id)?;
+            let mut data = data_from_summary(&summary);
+            data.agent_options = recorded_agent_options(inner, id)?;
+            insert_thread(inner, new_state(inner, id, data))
+        }
+    };
+    if !lock(&thread.data).recovered {
+        close_dangling_turn(inner, &thread)?;
     }
-    let summary = inner.store.summary(id)?;
-    let mut data = data_from_summary(&summary);
-    data.agent_options = recorded_agent_options(inner, id)?;
-    Ok(insert_thread(inner, new_state(inner, id, data)))
+    Ok(thread)
+}
+
+/// How many events one step of the backward scan reads.
+const BACK_PAGE: usize = 256;
+
+/// Closes, as `failed` with `serverRestarted` evidence, the turn a dead process left running on
+/// this thread, if any. One turn runs at a time on a thread and its terminal event is its last,
+/// so reading back from the head to the first turn boundary finds it: a `turnCompleted` first
+/// means none is open, a `turnStarted` first is the open one. The cost is the events since the
+/// last turn ended (usually a handful, from the tail cache), never the history.
+fn close_dangling_turn(inner: &Inner, thread: &ThreadState) -> Result<(), RpcError> {
+    let _emitting = lock(&thread.emit_lock);
+    if lock(&thread.data).recovered {
+        return Ok(());
+    }
+    let mut open: Option<String> = None;
+    let mut before: Option<u64> = None;
+    'scan: loop {
+        let page = inner.store.read_back(&thread.id, before, BACK_PAGE)?;
+        for e in page.events.iter().rev() {
+            match e.kind() {
+                "turnCompleted" | "threadStarted" => break 'scan,
+                "turnStarted" => {
+                    open = e
+                        .payload
+                        .get("turnId")
+                        .and_then(Value::as_str)
+                        .map(str::to_string);
+                    break 'scan;
+                }
+                _ => {}
+            }
+        }
+        match page.events.first() {
+            Some(first) if page.has_more => before = Some(first.seq),
+            _ => break,
+        }
+    }
+    if let Some(turn_id) = open {
+        let error = turn_error(
+            "serverRestarted",
+            "the server stopped while this turn was running; it was closed when the thread was next opened",
+        );
+        let ev = event(&EventPayload::TurnCompleted(TurnCompletedEvent {
+            turn_id,
+            status: TurnStatus::Failed,
+            error: Some(error),
+            physically_settled: true,
+            extra: Map::new(),
+        }));
+        super::emit_locked(inner, thread, &_emitting, vec![ev], |_| vec![])?;
+        Stats::bump(&inner.stats.dangling_turns_closed);
+    }
+    lock(&thread.data).recovered = true;
+    Ok(())
+}
+
+/// Completes the store's index of thread summaries in the background, so `thread/list` never
+/// opens a thread's files; stopped by shutdown.
+pub(crate) fn start_warming(inner: &Arc<Inner>) {
+    let store = Arc::clone(&inner.store);
+    let stop = Arc::clone(&inner.warm_stop);
+    let spawned = std::thread::Builder::new()
+        .name("cc-index-warm".into())
+        .spawn(move || store.warm(&stop));
+    // Without the thread, list summarises on demand, as the store always can.
+    if let Ok(h) = spawned {
+        *lock(&inner.warm_thread) = Some(h);
+    }
 }
 
 /// Adds a loaded thread (keeping one that another caller loaded meanwhile), then unloads the
@@ -142,137 +227,41 @@ pub(crate) fn finished_turn(
     )))
 }
 
-/// An idempotency entry rebuilt from the rollout: (event time, method, key, fingerprint,
-/// result).
-type Rebuilt = (String, &'static str, String, String, Value);
+/// An idempotency entry found in the rollout: (method, key, fingerprint, result).
+pub(crate) type Rebuilt = (&'static str, String, String, Value);
 
-/// Restart: every thread is read once, so no turn stays dangling on disk and every recorded
-/// `idempotencyKey` is known again. Threads are not kept loaded.
-pub(crate) fn recover_all(inner: &Inner) -> Result<(), StoreError> {
-    let mut cursor = None;
-    // The newest entries win, up to the cache's capacity: a BTreeMap ordered by event time.
-    let cap = inner.config.limits.idempotency_entries;
-    let mut rebuilt: BTreeMap<(String, u64), Rebuilt> = BTreeMap::new();
-    let mut n = 0u64;
-    loop {
-        let page = inner.store.list(&ListQuery {
-            include_archived: true,
-            cursor,
-            limit: 1000,
-        })?;
-        for (id, reason) in &page.unreadable {
-            tracing::warn!(target: "cc_app_server::recovery", "thread {id} cannot be read and was not recovered: {reason}");
-        }
-        for summary in &page.threads {
-            let keyed = match recover_thread(inner, summary) {
-                Ok(k) => k,
-                Err(e) => {
-                    tracing::warn!(
-                        target: "cc_app_server::recovery",
-                        "could not recover thread {}: {}",
-                        summary.thread_id, e.message
-                    );
-                    continue;
-                }
-            };
-            for entry in keyed {
-                n += 1;
-                rebuilt.insert((entry.0.clone(), n), entry);
-                if rebuilt.len() > cap {
-                    rebuilt.pop_first();
-                }
-            }
-        }
-        match page.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => break,
-        }
-    }
-    let mut cache = lock(&inner.idempotency);
-    for (_, (_, method, key, fingerprint, result)) in rebuilt {
-        cache.put(method, &key, fingerprint, result, cap);
-    }
-    Ok(())
-}
-
-/// Reads one thread's whole history: closes turns without a terminal event (a dead process was
-/// running them) as failed with `serverRestarted` evidence, and returns the idempotency entries
-/// its events record.
-fn recover_thread(inner: &Inner, summary: &ThreadSummary) -> Result<Vec<Rebuilt>, RpcError> {
-    let id = &summary.thread_id;
-    let mut open: Vec<String> = Vec::new();
-    let mut keyed = Vec::new();
-    let mut after = 0;
-    loop {
-        let page = inner.store.read(id, after, 1000)?;
-        for e in &page.events {
-            after = e.seq;
-            // The store holds what the engine wrote; a payload it cannot decode is left alone
-            // here and reported by verification, never guessed at.
-            match serde_json::from_value::<EventPayload>(e.payload.clone()) {
-                Ok(EventPayload::ThreadStarted(_)) if e.seq == 1 => {
-                    if let Some(entry) = rebuilt_thread_start(summary, e) {
-                        keyed.push(entry);
-                    }
-                }
-                Ok(EventPayload::TurnStarted(p)) => {
-                    if let Some(key) = &e.idempotency_key {
-                        let turn =
-                            wire_turn(&p.turn_id, id, TurnStatus::Queued, &e.time, None, None);
-                        if let Ok(result) = serde_json::to_value(TurnStartResult {
-                            turn,
-                            extra: Map::new(),
-                        }) {
-                            let fingerprint = turn_start_fingerprint(id, &p.input);
-                            keyed.push((
-                                e.time.clone(),
-                                "turn/start",
-                                key.clone(),
-                                fingerprint,
-                                result,
-                            ));
-                        }
-                    }
-                    open.push(p.turn_id);
-                }
-                Ok(EventPayload::TurnCompleted(p)) => open.retain(|t| *t != p.turn_id),
-                _ => {}
-            }
-        }
-        if !page.has_more {
-            break;
-        }
-    }
-    if !open.is_empty() {
-        let thread = Arc::new(ThreadState {
-            id: id.clone(),
-            data: Mutex::new(data_from_summary(summary)),
-            emit_lock: Mutex::new(()),
-            last_used: AtomicU64::new(0),
-        });
-        let error = turn_error(
-            "serverRestarted",
-            "the server stopped while this turn was running; it was closed when the thread was next opened",
-        );
-        let events = open
-            .iter()
-            .map(|turn_id| {
-                event(&EventPayload::TurnCompleted(TurnCompletedEvent {
-                    turn_id: turn_id.clone(),
-                    status: TurnStatus::Failed,
-                    error: Some(error.clone()),
-                    physically_settled: true,
-                    extra: Map::new(),
-                }))
-            })
-            .collect();
-        emit(inner, &thread, events, |_| vec![])?;
-    }
-    Ok(keyed)
+/// A retried turn/start's answer, from the `turnStarted` event that recorded its key.
+pub(crate) fn rebuilt_turn_start(thread_id: &str, started: &StoredEvent) -> Option<Rebuilt> {
+    let key = started.idempotency_key.clone()?;
+    let Ok(EventPayload::TurnStarted(p)) = serde_json::from_value(started.payload.clone()) else {
+        return None;
+    };
+    let turn = wire_turn(
+        &p.turn_id,
+        thread_id,
+        TurnStatus::Queued,
+        &started.time,
+        None,
+        None,
+    );
+    let result = serde_json::to_value(TurnStartResult {
+        turn,
+        extra: Map::new(),
+    })
+    .ok()?;
+    Some((
+        "turn/start",
+        key,
+        turn_start_fingerprint(thread_id, &p.input),
+        result,
+    ))
 }
 
 /// A thread/start retry's answer, as the header records the thread's creation.
-fn rebuilt_thread_start(summary: &ThreadSummary, header: &StoredEvent) -> Option<Rebuilt> {
+pub(crate) fn rebuilt_thread_start(
+    summary: &ThreadSummary,
+    header: &StoredEvent,
+) -> Option<Rebuilt> {
     let key = header.idempotency_key.clone()?;
     if summary.forked_from.is_some() {
         return None;
@@ -303,11 +292,5 @@ fn rebuilt_thread_start(summary: &ThreadSummary, header: &StoredEvent) -> Option
         extra: Map::new(),
     })
     .ok()?;
-    Some((
-        header.time.clone(),
-        "thread/start",
-        key,
-        fingerprint,
-        result,
-    ))
+    Some(("thread/start", key, fingerprint, result))
 }

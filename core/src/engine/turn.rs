@@ -1,9 +1,13 @@
 //! One turn's life: what the runner does with the kernel, the `TurnContext` it is given, and the
-//! approval gate every tool request passes through. The terminal event is appended (durably)
-//! before `turn/completed` is sent, and exactly once per turn; the one exception, a store that
-//! refuses writes, is spelled out at `unrecorded_end`.
+//! approval gate every tool request passes through. The kernel's events are pipelined
+//! (pipeline.rs): each call hands its event over and returns, and its notification goes out once
+//! the event is durable. Before a tool runs, before the host is asked for an approval and before
+//! the turn ends, everything handed over is made durable and delivered first. The terminal event
+//! is appended (durably) before `turn/completed` is sent, and exactly once per turn; the one
+//! exception, a store that refuses writes, is spelled out at `unrecorded_end`.
 
 use super::dispatch::{reply_settled, RawId};
+use super::pipeline::{self, Note};
 use super::pool::Job;
 use super::{deliver, emit, followers, lock, ConnShared, Inner, Stats, ThreadState};
 use crate::approval::{self, ApprovalPolicy};
@@ -11,16 +15,13 @@ use crate::kernel::{KernelError, TurnContext};
 use crate::protocol::{
     ApprovalBinding, ApprovalDecideParams, ApprovalDecideRequest, ApprovalDecision,
     ApprovalFailure, ApprovalOutcome, ApprovalRequestedEvent, ApprovalRequestedNotification,
-    ApprovalRequestedParams, ApprovalResolvedEvent, ApprovalResolvedNotification,
-    ApprovalResolvedParams, EventPayload, Item, ItemCompletedEvent, ItemCompletedNotification,
-    ItemCompletedParams, ItemDelta, ItemDeltaEvent, ItemDeltaNotification, ItemDeltaParams,
-    ItemStartedEvent, ItemStartedNotification, ItemStartedParams, ServerNotification,
-    ServerRequest, ToolCall, ToolRequestedEvent, ToolRequestedNotification, ToolRequestedParams,
-    ToolResult, ToolResultDenied, ToolResultError, ToolResultEvent, ToolResultNotification,
-    ToolResultParams, Turn, TurnCompletedEvent, TurnCompletedNotification, TurnCompletedParams,
-    TurnError, TurnStatus, TurnStatusChangedEvent, UserInput,
+    ApprovalRequestedParams, ApprovalResolvedEvent, EventPayload, Item, ItemCompletedEvent,
+    ItemDelta, ItemDeltaEvent, ItemStartedEvent, ServerNotification, ServerRequest, ToolCall,
+    ToolRequestedEvent, ToolResult, ToolResultDenied, ToolResultError, ToolResultEvent, Turn,
+    TurnCompletedEvent, TurnCompletedNotification, TurnCompletedParams, TurnError, TurnStatus,
+    TurnStatusChangedEvent, UserInput,
 };
-use crate::rollout::{NewEvent, StoreError};
+use crate::rollout::{CheckedEvent, NewEvent, StoreError};
 use crate::time::{format_unix_millis, now_rfc3339, now_unix_millis};
 use serde_json::{Map, Value};
 use std::panic::AssertUnwindSafe;
@@ -265,6 +266,7 @@ pub(crate) fn run_on(
         error_code: Mutex::new(None),
         recording_failed: AtomicBool::new(false),
     };
+    lock(&thread.pipe).reset();
     let result = if ctx.set_status(TurnStatus::Running).is_err() {
         Ok(Err(KernelError::Failed(
             "could not record the turn's start".into(),
@@ -272,6 +274,11 @@ pub(crate) fn run_on(
     } else {
         std::panic::catch_unwind(AssertUnwindSafe(|| kernel.run_turn(&ctx, &input)))
     };
+    // Whatever the kernel handed over is durable and delivered before the turn is judged; a
+    // commit that failed after the kernel's last call still fails the turn as unrecorded.
+    if pipeline::flush(&thread).is_err() {
+        ctx.recording_failed.store(true, Ordering::SeqCst);
+    }
     let cancelled = turn.is_cancelled();
     let interrupted = || Some(turn_error("interrupted", "the turn was interrupted"));
     let (status, error) = match result {
@@ -500,13 +507,13 @@ fn checked<T: serde::Serialize + ?Sized>(definition: &str, value: &T) -> Result<
     })
 }
 
-fn recording_failed(e: impl std::fmt::Display) -> KernelError {
-    KernelError::Failed(format!("could not record an event durably: {e}"))
-}
-
 /// A store event from a typed payload.
 pub(crate) fn event(payload: &EventPayload) -> NewEvent {
     NewEvent::new(serde_json::to_value(payload).expect("an event payload is JSON"))
+}
+
+fn to_payload(payload: &EventPayload) -> Result<Value, KernelError> {
+    serde_json::to_value(payload).map_err(|e| KernelError::Failed(e.to_string()))
 }
 
 /// What the approval gate concluded for one tool request.
@@ -517,15 +524,10 @@ enum Verdict {
 }
 
 impl Ctx<'_> {
-    fn failed_to_record(&self, e: StoreError) -> KernelError {
+    /// The store refused this turn's events (the committer has logged and counted it).
+    fn failed_to_record(&self, message: String) -> KernelError {
         self.recording_failed.store(true, Ordering::SeqCst);
-        Stats::bump(&self.inner.stats.recording_failures);
-        tracing::error!(
-            target: "cc_app_server::turn",
-            "turn {}: an event could not be recorded: {e}",
-            self.turn.id
-        );
-        recording_failed(e)
+        KernelError::Failed(message)
     }
 
     fn set_status(&self, status: TurnStatus) -> Result<(), KernelError> {
@@ -535,22 +537,60 @@ impl Ctx<'_> {
             status,
             extra: Map::new(),
         });
-        emit(self.inner, self.thread, vec![event(&payload)], |_| vec![])
-            .map(|_| ())
+        self.record_value(to_payload(&payload)?, None, Note::None)
+    }
+
+    /// Hands one event over for recording; `note` goes to the followers once it is durable.
+    /// The payload is checked against the schema once, here (the store does not check it
+    /// again); `part` names the kernel's member of it, for the depth bound and the wording of
+    /// a refusal.
+    fn record_value(
+        &self,
+        payload: Value,
+        part: Option<(&str, &str)>,
+        note: Note,
+    ) -> Result<(), KernelError> {
+        if let Some((definition, member)) = part {
+            if !within_depth(&payload[member], MAX_OUTPUT_DEPTH) {
+                return Err(KernelError::Failed(format!(
+                    "the kernel produced a {definition} nested more than {MAX_OUTPUT_DEPTH} levels deep"
+                )));
+            }
+        }
+        let bytes = pipeline::approx_json_len(&payload);
+        let event = match CheckedEvent::try_new(NewEvent::new(payload)) {
+            Ok(e) => e,
+            Err((e, refused)) => {
+                // Said in terms of what the kernel produced where that is what is wrong.
+                if let Some((definition, member)) = part {
+                    checked(definition, &refused.payload[member])?;
+                }
+                return Err(KernelError::Failed(format!(
+                    "the kernel produced an invalid event: {e}"
+                )));
+            }
+        };
+        pipeline::record(self.inner, self.thread, event, bytes, note)
             .map_err(|e| self.failed_to_record(e))
     }
 
-    /// Appends one event and sends the notification built from its seq.
+    /// Everything handed over so far is durable and delivered (before a tool runs, before the
+    /// host is asked for an approval).
+    fn flush(&self) -> Result<(), KernelError> {
+        pipeline::flush(self.thread).map_err(|e| self.failed_to_record(e))
+    }
+
+    /// Records an event whose notification is built from its seq (the rare kinds).
     fn record(
         &self,
         payload: EventPayload,
-        note: impl FnOnce(String, u64) -> ServerNotification,
-    ) -> Result<u64, KernelError> {
-        let events = emit(self.inner, self.thread, vec![event(&payload)], |events| {
-            vec![note(self.thread.id.clone(), events[0].seq)]
-        })
-        .map_err(|e| self.failed_to_record(e))?;
-        Ok(events[0].seq)
+        note: impl FnOnce(String, u64) -> ServerNotification + Send + 'static,
+    ) -> Result<(), KernelError> {
+        let thread_id = self.thread.id.clone();
+        let build = Box::new(move |seq: u64| {
+            serde_json::to_string(&note(thread_id, seq)).expect("a notification is JSON")
+        });
+        self.record_value(to_payload(&payload)?, None, Note::Build(build))
     }
 
     fn turn_id_owned(&self) -> String {
@@ -605,21 +645,29 @@ impl Ctx<'_> {
                     binding: binding.clone(),
                     extra: Map::new(),
                 });
-                self.record(requested, |thread_id, event_seq| {
+                let (turn_id, item, bound, operation) = (
+                    self.turn_id_owned(),
+                    item_id.to_string(),
+                    binding.clone(),
+                    call.clone(),
+                );
+                self.record(requested, move |thread_id, event_seq| {
                     ServerNotification::ApprovalRequested(ApprovalRequestedNotification {
                         jsonrpc: rpc(),
                         params: ApprovalRequestedParams {
                             thread_id,
                             event_seq,
-                            turn_id: self.turn_id_owned(),
-                            item_id: item_id.into(),
-                            binding: binding.clone(),
-                            operation: call.clone(),
+                            turn_id,
+                            item_id: item,
+                            binding: bound,
+                            operation,
                             extra: Map::new(),
                         },
                     })
                 })?;
                 self.set_status(TurnStatus::WaitingApproval)?;
+                // The host has heard approval/requested (durable) before it is asked.
+                self.flush()?;
                 let answer = self.ask(&conn, &binding, call, expires_ms);
                 self.classify(answer, &binding, expires_ms, policy, &workspace)
             }
@@ -636,22 +684,11 @@ impl Ctx<'_> {
             failure,
             extra: Map::new(),
         });
-        self.record(resolved, |thread_id, event_seq| {
-            ServerNotification::ApprovalResolved(ApprovalResolvedNotification {
-                jsonrpc: rpc(),
-                params: ApprovalResolvedParams {
-                    thread_id,
-                    event_seq,
-                    turn_id: self.turn_id_owned(),
-                    item_id: item_id.into(),
-                    nonce: nonce.clone(),
-                    outcome,
-                    decision: decision.clone(),
-                    failure,
-                    extra: Map::new(),
-                },
-            })
-        })?;
+        self.record_value(
+            to_payload(&resolved)?,
+            None,
+            Note::Mirror("approval/resolved"),
+        )?;
         if *lock(&self.turn.status) == TurnStatus::WaitingApproval {
             self.set_status(TurnStatus::Running)?;
         }
@@ -851,72 +888,43 @@ impl TurnContext for Ctx<'_> {
     }
 
     fn item_started(&self, item: Item) -> Result<(), KernelError> {
-        checked("Item", &item)?;
         let payload = EventPayload::ItemStarted(ItemStartedEvent {
             turn_id: self.turn_id_owned(),
-            item: item.clone(),
+            item,
             extra: Map::new(),
         });
-        self.record(payload, |thread_id, event_seq| {
-            ServerNotification::ItemStarted(ItemStartedNotification {
-                jsonrpc: rpc(),
-                params: ItemStartedParams {
-                    thread_id,
-                    event_seq,
-                    turn_id: self.turn_id_owned(),
-                    item,
-                    extra: Map::new(),
-                },
-            })
-        })
-        .map(|_| ())
+        self.record_value(
+            to_payload(&payload)?,
+            Some(("Item", "item")),
+            Note::Mirror("item/started"),
+        )
     }
 
     fn item_delta(&self, item_id: &str, delta: ItemDelta) -> Result<(), KernelError> {
-        checked("Identifier", item_id)?;
-        checked("ItemDelta", &delta)?;
         let payload = EventPayload::ItemDelta(ItemDeltaEvent {
             turn_id: self.turn_id_owned(),
             item_id: item_id.into(),
-            delta: delta.clone(),
+            delta,
             extra: Map::new(),
         });
-        self.record(payload, |thread_id, event_seq| {
-            ServerNotification::ItemDelta(ItemDeltaNotification {
-                jsonrpc: rpc(),
-                params: ItemDeltaParams {
-                    thread_id,
-                    event_seq,
-                    turn_id: self.turn_id_owned(),
-                    item_id: item_id.into(),
-                    delta,
-                    extra: Map::new(),
-                },
-            })
-        })
-        .map(|_| ())
+        self.record_value(
+            to_payload(&payload)?,
+            Some(("ItemDelta", "delta")),
+            Note::Mirror("item/delta"),
+        )
     }
 
     fn item_completed(&self, item: Item) -> Result<(), KernelError> {
-        checked("Item", &item)?;
         let payload = EventPayload::ItemCompleted(ItemCompletedEvent {
             turn_id: self.turn_id_owned(),
-            item: item.clone(),
+            item,
             extra: Map::new(),
         });
-        self.record(payload, |thread_id, event_seq| {
-            ServerNotification::ItemCompleted(ItemCompletedNotification {
-                jsonrpc: rpc(),
-                params: ItemCompletedParams {
-                    thread_id,
-                    event_seq,
-                    turn_id: self.turn_id_owned(),
-                    item,
-                    extra: Map::new(),
-                },
-            })
-        })
-        .map(|_| ())
+        self.record_value(
+            to_payload(&payload)?,
+            Some(("Item", "item")),
+            Note::Mirror("item/completed"),
+        )
     }
 
     fn request_tool(&self, item_id: &str, call: ToolCall) -> Result<ToolResult, KernelError> {
@@ -931,20 +939,16 @@ impl TurnContext for Ctx<'_> {
             call: call.clone(),
             extra: Map::new(),
         });
-        self.record(requested, |thread_id, event_seq| {
-            ServerNotification::ToolRequested(ToolRequestedNotification {
-                jsonrpc: rpc(),
-                params: ToolRequestedParams {
-                    thread_id,
-                    event_seq,
-                    turn_id: self.turn_id_owned(),
-                    item_id: item_id.into(),
-                    call: call.clone(),
-                    extra: Map::new(),
-                },
-            })
-        })?;
-        let result = match self.gate(item_id, &call)? {
+        self.record_value(
+            to_payload(&requested)?,
+            None,
+            Note::Mirror("tool/requested"),
+        )?;
+        let verdict = self.gate(item_id, &call)?;
+        // The request and the approval's outcome are durable (and announced) before any tool
+        // runs: a tool result is an event, and recovery never runs a tool again.
+        self.flush()?;
+        let result = match verdict {
             Verdict::Cancel => {
                 self.turn.cancel();
                 ToolResult::Denied(ToolResultDenied {
@@ -979,20 +983,11 @@ impl TurnContext for Ctx<'_> {
             result: result.clone(),
             extra: Map::new(),
         });
-        self.record(recorded, |thread_id, event_seq| {
-            ServerNotification::ToolResult(ToolResultNotification {
-                jsonrpc: rpc(),
-                params: ToolResultParams {
-                    thread_id,
-                    event_seq,
-                    turn_id: self.turn_id_owned(),
-                    item_id: item_id.into(),
-                    result: result.clone(),
-                    extra: Map::new(),
-                },
-            })
-        })?;
+        self.record_value(to_payload(&recorded)?, None, Note::Mirror("tool/result"))?;
         if self.is_cancelled() {
+            // The result is durable before the cancellation is reported, so a caller that
+            // looks for it in the rollout (the graph's effect receipt) finds it.
+            self.flush()?;
             return Err(KernelError::Cancelled);
         }
         Ok(result)

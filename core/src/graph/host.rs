@@ -234,8 +234,9 @@ impl GraphHost {
     }
 }
 
-/// Resumes every run a previous process left unfinished (called once by `AppServer::open`,
-/// after the engine's own recovery closed the attempts' dangling turns).
+/// Resumes every run a previous process left unfinished (called once by `AppServer::open`). An
+/// attempt's turn the dead process left open is closed (`serverRestarted`) when its thread is
+/// first touched (engine/threads.rs), which a resumed attempt does before it runs again.
 pub(crate) fn resume(inner: &Arc<Inner>) {
     let host = &inner.graph;
     let Some(runs_store) = host.existing_store() else {

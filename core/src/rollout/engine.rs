@@ -1,9 +1,17 @@
 //! The store logic shared by every backend: per-thread head state, sealing (seq, prevHash, hash,
 //! time), group commit and durability policy, so JSONL and SQLite differ only in how bytes reach
 //! the disk and cannot drift apart in semantics.
+//!
+//! Reads are served from memory where they can be: a summary index of every thread in the state
+//! directory (built when the store opens, kept in step with every commit; the directory's lock
+//! means no other process writes it meanwhile), and a bounded tail cache of recent events. Loaded
+//! thread slots are bounded too, least recently used first out.
 
+use super::cache::{CacheLimits, TailCache};
+use super::encode::EncodedPayload;
 use super::*;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
@@ -22,6 +30,9 @@ pub struct Head {
     pub updated_at: String,
     pub compacted_through: u64,
     pub last_compaction_seq: Option<u64>,
+    /// The `idempotencyKey` of the request that created the thread (the header's), so a
+    /// retried thread/start finds its thread without reading any history.
+    pub start_key: Option<String>,
 }
 
 impl Head {
@@ -70,6 +81,7 @@ impl Head {
             updated_at: ev.time.clone(),
             compacted_through: 0,
             last_compaction_seq: None,
+            start_key: ev.idempotency_key.clone(),
         })
     }
 
@@ -148,6 +160,7 @@ impl Head {
             updated_at: String::new(),
             compacted_through: 0,
             last_compaction_seq: None,
+            start_key: None,
         }
     }
 
@@ -157,6 +170,20 @@ impl Head {
         match head {
             None => *head = Head::from_header(ev).ok(),
             Some(h) => h.apply(ev),
+        }
+    }
+
+    /// A borrowed view for `list_with`.
+    pub fn view(&self) -> SummaryRef<'_> {
+        SummaryRef {
+            thread_id: &self.thread_id,
+            title: self.title.as_deref(),
+            metadata: &self.metadata,
+            created_at: &self.created_at,
+            updated_at: &self.updated_at,
+            archived: self.archived,
+            last_seq: self.last_seq,
+            forked_from: self.forked_from.as_ref(),
         }
     }
 
@@ -178,26 +205,107 @@ impl Head {
     }
 }
 
-/// An event with its serialised line (JSON + '\n'), ready for any backend.
+/// An event with its serialised line (the JSON text, without the '\n'), ready for any backend,
+/// the tail cache and the caller: serialised once, shared.
 #[derive(Debug, Clone)]
 pub struct Sealed {
     pub ev: StoredEvent,
-    pub line: Vec<u8>,
+    pub line: Arc<str>,
 }
 
-/// Gives `ev` its seq, prevHash, time and hash on top of `head`, and advances `head`.
-fn seal(head: &mut Head, ev: NewEvent, time: &str) -> Result<Sealed, StoreError> {
+impl Sealed {
+    /// An event read back from disk, with its line as found.
+    pub fn read(ev: StoredEvent, line: Arc<str>) -> Sealed {
+        Sealed { ev, line }
+    }
+
+    /// An event whose line must be made (the SQLite store keeps columns, not lines).
+    pub fn from_event(ev: StoredEvent) -> Sealed {
+        let line: Arc<str> =
+            Arc::from(serde_json::to_string(&ev).expect("a StoredEvent always serialises"));
+        Sealed { ev, line }
+    }
+}
+
+/// Where the payload's JSON sits in an event line: every line is the envelope in schema order
+/// with `payload` last, and `,"payload":` cannot occur inside an envelope string (its quote
+/// would be escaped), so the first occurrence is the member itself.
+pub fn payload_range(line: &str) -> std::ops::Range<usize> {
+    const KEY: &str = ",\"payload\":";
+    match line.find(KEY) {
+        Some(i) if line.ends_with('}') => i + KEY.len()..line.len() - 1,
+        _ => 0..0,
+    }
+}
+
+/// Writes a JSON string (serde's escaping, which RFC 8785 shares for strings).
+fn push_json_str(out: &mut String, s: &str) {
+    super::encode::write_string(s, out);
+}
+
+fn push_json_opt(out: &mut String, s: Option<&str>) {
+    match s {
+        Some(s) => push_json_str(out, s),
+        None => out.push_str("null"),
+    }
+}
+
+/// Gives `ev` its seq, prevHash, time and hash on top of `head`, and advances `head`. The
+/// payload is serialised once (its JCS members), and that text makes both the hash input and
+/// the line.
+fn seal(head: &mut Head, ev: Prepared, time: &str) -> Result<Sealed, StoreError> {
+    let (ev, payload) = match ev {
+        Prepared::Raw(ev) => {
+            let encoded = EncodedPayload::new(&ev.payload);
+            (ev, encoded)
+        }
+        Prepared::Encoded(ev, encoded) => (ev, encoded),
+    };
     let seq = head.last_seq + 1;
     head.check(&ev.payload, seq)?;
-    let hash = event_hash(
-        seq,
-        &head.head_hash,
-        time,
-        ev.trace_id.as_deref(),
-        ev.parent_id.as_deref(),
-        ev.idempotency_key.as_deref(),
-        &ev.payload,
-    );
+    let mut jcs = String::with_capacity(payload.len_hint() + 256);
+    jcs.push_str("{\"idempotencyKey\":");
+    push_json_opt(&mut jcs, ev.idempotency_key.as_deref());
+    jcs.push_str(",\"parentId\":");
+    push_json_opt(&mut jcs, ev.parent_id.as_deref());
+    jcs.push_str(",\"payload\":");
+    payload.write_jcs(&mut jcs);
+    jcs.push_str(",\"prevHash\":");
+    push_json_str(&mut jcs, &head.head_hash);
+    jcs.push_str(",\"seq\":");
+    jcs.push_str(&seq.to_string());
+    jcs.push_str(",\"time\":");
+    push_json_str(&mut jcs, time);
+    jcs.push_str(",\"traceId\":");
+    push_json_opt(&mut jcs, ev.trace_id.as_deref());
+    jcs.push('}');
+    let hash = cc_agent_protocol::sha256_hex(jcs.as_bytes());
+    let mut line = String::with_capacity(payload.len_hint() + 300);
+    line.push_str("{\"seq\":");
+    line.push_str(&seq.to_string());
+    line.push_str(",\"prevHash\":");
+    push_json_str(&mut line, &head.head_hash);
+    line.push_str(",\"hash\":");
+    push_json_str(&mut line, &hash);
+    line.push_str(",\"time\":");
+    push_json_str(&mut line, time);
+    line.push_str(",\"traceId\":");
+    push_json_opt(&mut line, ev.trace_id.as_deref());
+    line.push_str(",\"parentId\":");
+    push_json_opt(&mut line, ev.parent_id.as_deref());
+    line.push_str(",\"idempotencyKey\":");
+    push_json_opt(&mut line, ev.idempotency_key.as_deref());
+    line.push_str(",\"payload\":");
+    let mut bytes = line.into_bytes();
+    payload.write_line(&mut bytes);
+    bytes.push(b'}');
+    if bytes.len() + 1 > MAX_EVENT_BYTES {
+        return Err(StoreError::InvalidArgument(format!(
+            "event is {} bytes serialised, the limit is {MAX_EVENT_BYTES}",
+            bytes.len() + 1
+        )));
+    }
+    let line = String::from_utf8(bytes).expect("JSON text is UTF-8");
     let stored = StoredEvent {
         seq,
         prev_hash: head.head_hash.clone(),
@@ -208,17 +316,11 @@ fn seal(head: &mut Head, ev: NewEvent, time: &str) -> Result<Sealed, StoreError>
         idempotency_key: ev.idempotency_key,
         payload: ev.payload,
     };
-    let mut line = serde_json::to_vec(&stored)
-        .map_err(|e| StoreError::InvalidArgument(format!("payload: {e}")))?;
-    if line.len() + 1 > MAX_EVENT_BYTES {
-        return Err(StoreError::InvalidArgument(format!(
-            "event is {} bytes serialised, the limit is {MAX_EVENT_BYTES}",
-            line.len() + 1
-        )));
-    }
-    line.push(b'\n');
     head.apply(&stored);
-    Ok(Sealed { ev: stored, line })
+    Ok(Sealed {
+        ev: stored,
+        line: Arc::from(line),
+    })
 }
 
 /// Checks one stored event against its expected position, the schema, the thread it must belong
@@ -344,6 +446,8 @@ pub struct Loaded<Tx> {
     pub warnings: Vec<String>,
     /// Set when the thread may be read but not written (a keyed thread opened without its key).
     pub read_only: Option<String>,
+    /// The header's line as read (seq 1), for the tail cache.
+    pub header_line: Option<Arc<str>>,
 }
 
 /// One thread's share of a commit round.
@@ -389,7 +493,35 @@ pub trait Backend: Send + Sync + 'static {
         written: u64,
         after: u64,
         n: usize,
-    ) -> Result<Vec<StoredEvent>, StoreError>;
+    ) -> Result<Vec<Sealed>, StoreError>;
+    /// The `n` written events right before seq `before` (at most `written.0 + 1`), oldest first,
+    /// each checked, and chained back from the head `written` (seq, hash) without reading the
+    /// history before them.
+    fn read_back(
+        &self,
+        id: &str,
+        tx: &mut Self::Tx,
+        written: (u64, &str),
+        before: u64,
+        n: usize,
+    ) -> Result<Vec<Sealed>, StoreError>;
+    /// The header (seq 1) alone.
+    fn read_header(&self, id: &str, tx: &mut Self::Tx) -> Result<Sealed, StoreError>;
+    /// The first written event carrying `idempotencyKey == key`, if any.
+    fn find_key(
+        &self,
+        id: &str,
+        tx: &mut Self::Tx,
+        written: u64,
+        key: &str,
+    ) -> Result<Option<StoredEvent>, StoreError>;
+    /// The head of a thread that needs nothing done to open (no repair, no acceptance, no
+    /// warning), read without writing anything; `None` when a full `load` must decide.
+    fn peek(&self, _id: &str) -> Result<Option<Head>, StoreError> {
+        Ok(None)
+    }
+    /// Every id the disk holds evidence of, in no particular order (the index at open).
+    fn all_ids(&self) -> Result<Vec<String>, StoreError>;
     fn turn_completed(
         &self,
         id: &str,
@@ -439,6 +571,16 @@ impl<Tx> Live<Tx> {
             read_only: None,
         }
     }
+
+    /// Whether dropping this slot loses nothing: no unwritten events, no anchor to move, and
+    /// nothing opening found that `verify` must still report.
+    fn evictable(&self) -> bool {
+        self.mem.is_empty()
+            && !self.needs_anchor
+            && self.repairs.is_empty()
+            && self.warnings.is_empty()
+            && self.read_only.is_none()
+    }
 }
 
 type SlotRef<Tx> = Arc<Mutex<Slot<Tx>>>;
@@ -448,13 +590,54 @@ struct Slot<Tx> {
     live: Option<Live<Tx>>,
 }
 
+/// The loaded slots, least recently used out first beyond `cap`.
+struct Slots<Tx> {
+    map: HashMap<String, (SlotRef<Tx>, u64)>,
+    clock: u64,
+    cap: usize,
+    evicted: u64,
+}
+
+/// What a caller wants back from a commit.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Want {
+    Events,
+    Lines,
+}
+
+/// An event on its way to being sealed: its payload serialised already (checked by whoever
+/// queued it), or not yet.
+enum Prepared {
+    Raw(NewEvent),
+    Encoded(NewEvent, EncodedPayload),
+}
+
+fn raw(events: Vec<NewEvent>) -> Vec<Prepared> {
+    events.into_iter().map(Prepared::Raw).collect()
+}
+
 struct Request {
     id: String,
     create: bool,
-    events: Vec<NewEvent>,
+    events: Vec<Prepared>,
+    want: Want,
 }
 
-type Outcome = Result<Vec<StoredEvent>, StoreError>;
+enum Reply {
+    Events(Vec<StoredEvent>),
+    Lines(Vec<AppendedEvent>),
+}
+
+type Outcome = Result<Reply, StoreError>;
+
+impl Reply {
+    fn events(self) -> Vec<StoredEvent> {
+        match self {
+            Reply::Events(e) => e,
+            Reply::Lines(_) => unreachable!("asked for events"),
+        }
+    }
+}
 
 #[derive(Default)]
 struct Queue {
@@ -464,17 +647,82 @@ struct Queue {
     next_ticket: u64,
 }
 
+/// One thread in the summary index.
+enum Entry {
+    /// Known to exist on disk (a log, an anchor, a row); not summarised yet.
+    Unknown,
+    Ready(Box<Head>),
+    /// Opening it failed verification (corrupt, or its anchor does not match): the reason.
+    Unreadable(String),
+}
+
+/// The summary index: every thread of the state directory, by id.
+#[derive(Default)]
+struct Catalog {
+    entries: BTreeMap<String, Entry>,
+    /// thread/start idempotency keys (from headers) → thread id.
+    start_keys: HashMap<String, String>,
+    unknown: usize,
+}
+
+impl Catalog {
+    fn set(&mut self, id: &str, entry: Entry) {
+        if let Entry::Ready(h) = &entry {
+            if let Some(k) = &h.start_key {
+                self.start_keys.insert(k.clone(), id.to_string());
+            }
+        }
+        let new_unknown = matches!(entry, Entry::Unknown);
+        match self.entries.insert(id.to_string(), entry) {
+            Some(Entry::Unknown) if !new_unknown => self.unknown -= 1,
+            None | Some(Entry::Ready(_)) | Some(Entry::Unreadable(_)) if new_unknown => {
+                self.unknown += 1
+            }
+            _ => {}
+        }
+    }
+
+    /// Publishes a committed head without reallocating what did not change.
+    fn publish(&mut self, head: &Head) {
+        match self.entries.get_mut(&head.thread_id) {
+            Some(Entry::Ready(h)) => (**h).clone_from(head),
+            _ => self.set(
+                &head.thread_id.clone(),
+                Entry::Ready(Box::new(head.clone())),
+            ),
+        }
+    }
+
+    fn remove(&mut self, id: &str) {
+        match self.entries.remove(id) {
+            Some(Entry::Unknown) => self.unknown -= 1,
+            Some(Entry::Ready(h)) => {
+                if let Some(k) = &h.start_key {
+                    if self.start_keys.get(k).is_some_and(|t| t == id) {
+                        self.start_keys.remove(k);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A page as read: the lines, the parsed events when they came from disk (a cache hit has
+/// lines only), and whether more follow.
+type SealedPage = (Vec<Arc<str>>, Option<Vec<StoredEvent>>, bool);
+
 /// A rollout store over a backend.
 pub struct Engine<B: Backend> {
     backend: B,
     options: StoreOptions,
-    slots: Mutex<HashMap<String, SlotRef<B::Tx>>>,
+    slots: Mutex<Slots<B::Tx>>,
     /// Threads known to exist, checked without the slot lock: the commit leader holds slot locks
     /// through its fdatasync, and callers must still be able to queue behind it meanwhile, or
     /// group commit would never group.
-    ready: Mutex<std::collections::HashSet<String>>,
-    /// Ephemeral threads not yet in the backend, so `list` still sees them.
-    unpersisted: Mutex<BTreeSet<String>>,
+    ready: Mutex<HashSet<String>>,
+    catalog: Mutex<Catalog>,
+    cache: TailCache,
     queue: Mutex<Queue>,
     wake: Condvar,
     closed: AtomicBool,
@@ -485,6 +733,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking thread must not take the whole store down with it; the state it guarded is
     // only ever updated after the I/O it describes succeeded.
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether a load error is the thread's own (cached as unreadable) rather than the moment's.
+fn is_verdict(e: &StoreError) -> bool {
+    matches!(
+        e,
+        StoreError::Corrupt { .. } | StoreError::AnchorMismatch { .. }
+    )
+}
+
+fn parse_cached(line: &str) -> StoredEvent {
+    // Lines enter the cache only after a commit or a full check on the way in from disk.
+    serde_json::from_str(line).expect("a cached line is a checked event")
 }
 
 impl<B: Backend> Engine<B> {
@@ -498,12 +759,31 @@ impl<B: Backend> Engine<B> {
                 "format_version must be at least 1".into(),
             ));
         }
+        // The index starts as the directory's catalog: every id the disk holds evidence of,
+        // summarised on first use or by `warm`. Listing the directory is all opening costs.
+        let mut catalog = Catalog::default();
+        for id in backend.all_ids()? {
+            if validate_thread_id(&id).is_ok() {
+                catalog.set(&id, Entry::Unknown);
+            }
+        }
+        let cache = TailCache::new(CacheLimits {
+            events_per_thread: options.tail_cache_events,
+            bytes_per_thread: options.tail_cache_thread_bytes,
+            total_bytes: options.tail_cache_bytes,
+        });
         Ok(Engine {
             backend,
+            slots: Mutex::new(Slots {
+                map: HashMap::new(),
+                clock: 0,
+                cap: options.max_loaded_threads.max(1),
+                evicted: 0,
+            }),
             options,
-            slots: Mutex::new(HashMap::new()),
-            ready: Mutex::new(std::collections::HashSet::new()),
-            unpersisted: Mutex::new(BTreeSet::new()),
+            ready: Mutex::new(HashSet::new()),
+            catalog: Mutex::new(catalog),
+            cache,
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
             closed: AtomicBool::new(false),
@@ -525,15 +805,56 @@ impl<B: Backend> Engine<B> {
     }
 
     fn slot_arc(&self, id: &str) -> SlotRef<B::Tx> {
-        lock(&self.slots)
-            .entry(id.to_string())
-            .or_insert_with(|| {
-                Arc::new(Mutex::new(Slot {
-                    loaded: false,
-                    live: None,
-                }))
-            })
-            .clone()
+        let mut s = lock(&self.slots);
+        s.clock += 1;
+        let tick = s.clock;
+        if let Some((arc, used)) = s.map.get_mut(id) {
+            *used = tick;
+            return Arc::clone(arc);
+        }
+        let arc: SlotRef<B::Tx> = Arc::new(Mutex::new(Slot {
+            loaded: false,
+            live: None,
+        }));
+        s.map.insert(id.to_string(), (Arc::clone(&arc), tick));
+        if s.map.len() > s.cap {
+            self.evict_slots(&mut s, id);
+        }
+        arc
+    }
+
+    /// Drops the least recently used slots nobody holds and that lose nothing by going (an
+    /// eighth of the cap at once, so the sort is paid once per cap/8 loads). A dropped thread
+    /// is loaded again (head and header only) when next used.
+    fn evict_slots(&self, s: &mut Slots<B::Tx>, keep: &str) {
+        let mut idle: Vec<(u64, String)> = s
+            .map
+            .iter()
+            .filter(|(id, (arc, _))| id.as_str() != keep && Arc::strong_count(arc) == 1)
+            .map(|(id, (_, used))| (*used, id.clone()))
+            .collect();
+        idle.sort_unstable();
+        let excess = s.map.len() - s.cap + s.cap / 8;
+        let mut gone = 0;
+        let mut ready = lock(&self.ready);
+        for (_, id) in idle {
+            if gone >= excess {
+                break;
+            }
+            let evictable = {
+                let (arc, _) = &s.map[&id];
+                match arc.try_lock() {
+                    Ok(g) => g.live.as_ref().is_none_or(|l| l.evictable()),
+                    Err(_) => false,
+                }
+            };
+            if evictable {
+                s.map.remove(&id);
+                ready.remove(&id);
+                gone += 1;
+                s.evicted += 1;
+            }
+        }
     }
 
     /// The thread's slot, loaded from disk on first use (repairing a torn tail if needed).
@@ -552,12 +873,28 @@ impl<B: Backend> Engine<B> {
                 }
                 return Ok(arc.clone());
             }
-            match self.backend.load(id)? {
+            let loaded = match self.backend.load(id) {
+                Ok(l) => l,
+                Err(e) => {
+                    if is_verdict(&e) {
+                        lock(&self.catalog)
+                            .set(id, Entry::Unreadable(cap_chars(&e.to_string(), 1000)));
+                    }
+                    return Err(e);
+                }
+            };
+            match loaded {
                 None => {
                     g.loaded = true;
+                    lock(&self.catalog).remove(id);
+                    self.cache.forget(id);
                     return Err(StoreError::NotFound(id.to_string()));
                 }
                 Some(l) => {
+                    if let Some(h) = l.header_line {
+                        self.cache.put_header(id, h, l.head.last_seq);
+                    }
+                    lock(&self.catalog).publish(&l.head);
                     g.live = Some(Live {
                         written_seq: l.head.last_seq,
                         written_hash: l.head.head_hash.clone(),
@@ -590,10 +927,12 @@ impl<B: Backend> Engine<B> {
                     }))
                 })
                 .collect();
+            let events = raw(events);
             self.submit(Request {
                 id: id.to_string(),
                 create: false,
                 events,
+                want: Want::Events,
             })?;
         }
         Ok(arc)
@@ -615,18 +954,40 @@ impl<B: Backend> Engine<B> {
 
     /// Queues a request and returns once a leader (possibly this caller) has committed it.
     fn submit(&self, req: Request) -> Outcome {
+        self.submit_many(vec![req])
+            .pop()
+            .expect("one request, one outcome")
+    }
+
+    /// Queues requests (in order) and returns once every one is committed, each with its own
+    /// outcome; requests for different threads share the round's fsyncs.
+    fn submit_many(&self, reqs: Vec<Request>) -> Vec<Outcome> {
         let mut q = lock(&self.queue);
-        let ticket = q.next_ticket;
-        q.next_ticket += 1;
-        q.pending.push_back((ticket, req));
+        let first = q.next_ticket;
+        let n = reqs.len() as u64;
+        for req in reqs {
+            let t = q.next_ticket;
+            q.next_ticket += 1;
+            q.pending.push_back((t, req));
+        }
+        let mut out: Vec<Option<Outcome>> = (0..n).map(|_| None).collect();
+        let mut left = n;
         loop {
-            if let Some(out) = q.done.remove(&ticket) {
-                return out;
+            for t in first..first + n {
+                if out[(t - first) as usize].is_none() {
+                    if let Some(o) = q.done.remove(&t) {
+                        out[(t - first) as usize] = Some(o);
+                        left -= 1;
+                    }
+                }
+            }
+            if left == 0 {
+                return out.into_iter().map(|o| o.expect("filled")).collect();
             }
             if !q.leader {
                 q.leader = true;
-                let n = q.pending.len().min(self.options.max_batch_requests.max(1));
-                let round: Vec<(u64, Request)> = q.pending.drain(..n).collect();
+                let take = q.pending.len().min(self.options.max_batch_requests.max(1));
+                let round: Vec<(u64, Request)> = q.pending.drain(..take).collect();
                 drop(q);
                 let results = self.commit_round(round);
                 q = lock(&self.queue);
@@ -655,16 +1016,19 @@ impl<B: Backend> Engine<B> {
     }
 
     /// One group commit: seal every request in order, write each thread's bytes once, fdatasync
-    /// once per thread (Sync), publish the new heads, then anchor them.
+    /// once per thread (Sync), publish the new heads (slot, index, tail cache), then anchor them.
     fn commit_round(&self, round: Vec<(u64, Request)>) -> Vec<(u64, Outcome)> {
         let time = crate::time::now_rfc3339();
         let mut order: Vec<String> = Vec::new();
         let mut groups: HashMap<String, Vec<(u64, Request)>> = HashMap::new();
         for (t, r) in round {
-            if !groups.contains_key(&r.id) {
-                order.push(r.id.clone());
+            match groups.get_mut(&r.id) {
+                Some(g) => g.push((t, r)),
+                None => {
+                    order.push(r.id.clone());
+                    groups.insert(r.id.clone(), vec![(t, r)]);
+                }
             }
-            groups.entry(r.id.clone()).or_default().push((t, r));
         }
         let mut results: Vec<(u64, Outcome)> = Vec::new();
         struct Pending<'g, Tx> {
@@ -673,7 +1037,8 @@ impl<B: Backend> Engine<B> {
             head: Head,
             create: bool,
             sealed: Vec<Sealed>,
-            tickets: Vec<(u64, Vec<StoredEvent>)>,
+            /// Each caller's share of `sealed`: (ticket, range, what it wants back).
+            tickets: Vec<(u64, std::ops::Range<usize>, Want)>,
         }
         let arcs: Vec<(String, SlotRef<B::Tx>)> = order
             .iter()
@@ -686,7 +1051,7 @@ impl<B: Backend> Engine<B> {
             let start_seq = head.as_ref().map_or(0, |h| h.last_seq);
             let read_only = guard.live.as_ref().and_then(|l| l.read_only.clone());
             let mut create = false;
-            let mut sealed = Vec::new();
+            let mut sealed: Vec<Sealed> = Vec::new();
             let mut tickets = Vec::new();
             for (ticket, req) in groups.remove(id).unwrap_or_default() {
                 let mut h = head.clone();
@@ -716,6 +1081,7 @@ impl<B: Backend> Engine<B> {
                             updated_at: time.clone(),
                             compacted_through: 0,
                             last_compaction_seq: None,
+                            start_key: None,
                         };
                         let s = seal(&mut fresh, first, &time)?;
                         let mut built =
@@ -734,7 +1100,7 @@ impl<B: Backend> Engine<B> {
                     Ok(()) => {
                         create |= req.create;
                         head = h;
-                        tickets.push((ticket, out.iter().map(|s| s.ev.clone()).collect()));
+                        tickets.push((ticket, sealed.len()..sealed.len() + out.len(), req.want));
                         sealed.extend(out);
                     }
                     Err(e) => results.push((ticket, Err(e))),
@@ -749,7 +1115,8 @@ impl<B: Backend> Engine<B> {
                         && crosses_seal_point(start_seq, head.last_seq, self.options.seal_every)
                     {
                         let payload = seal_payload(key, id, head.last_seq, &head.head_hash);
-                        if let Ok(s) = seal(&mut head, NewEvent::new(payload), &time) {
+                        if let Ok(s) = seal(&mut head, Prepared::Raw(NewEvent::new(payload)), &time)
+                        {
                             sealed.push(s);
                         }
                     }
@@ -820,7 +1187,7 @@ impl<B: Backend> Engine<B> {
                     }
                     let msg = e.to_string();
                     let mut first = Some(e);
-                    for (t, _) in p.tickets {
+                    for (t, _, _) in p.tickets {
                         results.push((
                             t,
                             Err(first.take().unwrap_or_else(|| {
@@ -830,6 +1197,33 @@ impl<B: Backend> Engine<B> {
                     }
                 }
                 Ok(()) => {
+                    let first_seq = p.sealed[0].ev.seq;
+                    let lines: Vec<Arc<str>> =
+                        p.sealed.iter().map(|s| Arc::clone(&s.line)).collect();
+                    let replies: Vec<(u64, Reply)> = p
+                        .tickets
+                        .iter()
+                        .map(|(t, range, want)| {
+                            let mine = &p.sealed[range.clone()];
+                            (
+                                *t,
+                                match want {
+                                    Want::Events => {
+                                        Reply::Events(mine.iter().map(|s| s.ev.clone()).collect())
+                                    }
+                                    Want::Lines => Reply::Lines(
+                                        mine.iter()
+                                            .map(|s| AppendedEvent {
+                                                seq: s.ev.seq,
+                                                time: s.ev.time.clone(),
+                                                line: Arc::clone(&s.line),
+                                            })
+                                            .collect(),
+                                    ),
+                                },
+                            )
+                        })
+                        .collect();
                     let g = &mut *p.guard;
                     g.loaded = true;
                     if durability == Durability::Ephemeral {
@@ -839,7 +1233,6 @@ impl<B: Backend> Engine<B> {
                                 l.mem.extend(p.sealed);
                             }
                             _ => {
-                                lock(&self.unpersisted).insert(p.id.clone());
                                 g.live = Some(Live::fresh(p.head, self.backend.new_tx(), p.sealed));
                             }
                         }
@@ -864,7 +1257,7 @@ impl<B: Backend> Engine<B> {
                                     let msg = format!(
                                         "the events were written but the keyed anchor could not be made durable ({e}); they are not acknowledged"
                                     );
-                                    results.extend(p.tickets.into_iter().map(|(t, _)| {
+                                    results.extend(replies.into_iter().map(|(t, _)| {
                                         (t, Err(StoreError::Io(std::io::Error::other(msg.clone()))))
                                     }));
                                     continue;
@@ -875,21 +1268,32 @@ impl<B: Backend> Engine<B> {
                             l.needs_anchor = true;
                         }
                     }
+                    let live = g.live.as_ref().expect("set above");
+                    // Published before the callers hear back: a reader that sees the
+                    // acknowledgement also sees the events.
+                    lock(&self.catalog).publish(&live.head);
+                    self.cache.committed(&p.id, first_seq, &lines);
                     lock(&self.ready).insert(p.id.clone());
-                    results.extend(p.tickets.into_iter().map(|(t, evs)| (t, Ok(evs))));
+                    results.extend(replies.into_iter().map(|(t, r)| (t, Ok(r))));
                 }
             }
         }
         results
     }
 
-    fn append_internal(&self, id: &str, events: Vec<NewEvent>) -> Outcome {
+    fn append_internal(
+        &self,
+        id: &str,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
         self.slot(id)?;
         self.submit(Request {
             id: id.to_string(),
             create: false,
-            events,
+            events: raw(events),
+            want: Want::Events,
         })
+        .map(Reply::events)
     }
 
     fn append_one(&self, id: &str, payload: Value) -> Result<StoredEvent, StoreError> {
@@ -938,48 +1342,68 @@ impl<B: Backend> Engine<B> {
         )?;
         let mut events = vec![header];
         events.extend(extra);
-        let out = self.submit(Request {
-            id: start.thread_id.clone(),
-            create: true,
-            events,
-        })?;
+        let out = self
+            .submit(Request {
+                id: start.thread_id.clone(),
+                create: true,
+                events: raw(events),
+                want: Want::Events,
+            })?
+            .events();
         let header = out.into_iter().next().expect("header sealed");
         Ok((self.summary(&start.thread_id)?, header))
     }
 
-    /// Events after `after` up to `n` (no clamp), from the backend then memory.
-    fn read_range(&self, id: &str, after: u64, n: usize) -> Result<ReadPage, StoreError> {
+    /// Events after `after` up to `n` (no clamp): from the tail cache when it holds them, else
+    /// from the backend (then memory), joining what was read to the cache.
+    fn read_sealed(&self, id: &str, after: u64, n: usize) -> Result<SealedPage, StoreError> {
+        validate_thread_id(id)?;
+        self.open_check()?;
+        if let Some(hit) = self.cache.get(id, after, n) {
+            let end = after + hit.lines.len() as u64;
+            return Ok((hit.lines, None, end < hit.head));
+        }
         self.with_live(id, |l| {
             let last = l.head.last_seq;
             if after >= last || n == 0 {
-                return Ok(ReadPage {
-                    events: Vec::new(),
-                    has_more: false,
-                });
+                return Ok((Vec::new(), Some(Vec::new()), false));
             }
             let end = last.min(after.saturating_add(n as u64));
+            let mut lines = Vec::with_capacity((end - after) as usize);
             let mut events = Vec::with_capacity((end - after) as usize);
             if after < l.written_seq {
                 let upto = end.min(l.written_seq);
-                events = self.backend.read(
+                let read = self.backend.read(
                     id,
                     &mut l.tx,
                     l.written_seq,
                     after,
                     (upto - after) as usize,
                 )?;
+                for s in read {
+                    lines.push(s.line);
+                    events.push(s.ev);
+                }
+                if l.mem.is_empty() {
+                    self.cache
+                        .read_from_disk(id, after + 1, &lines, l.written_seq);
+                }
             }
-            events.extend(
-                l.mem
-                    .iter()
-                    .filter(|s| s.ev.seq > after && s.ev.seq <= end)
-                    .map(|s| s.ev.clone()),
-            );
-            Ok(ReadPage {
-                events,
-                has_more: end < last,
-            })
+            for s in l.mem.iter().filter(|s| s.ev.seq > after && s.ev.seq <= end) {
+                lines.push(Arc::clone(&s.line));
+                events.push(s.ev.clone());
+            }
+            Ok((lines, Some(events), end < last))
         })
+    }
+
+    fn read_range(&self, id: &str, after: u64, n: usize) -> Result<ReadPage, StoreError> {
+        let (lines, events, has_more) = self.read_sealed(id, after, n)?;
+        let events = match events {
+            Some(e) => e,
+            None => lines.iter().map(|l| parse_cached(l)).collect(),
+        };
+        Ok(ReadPage { events, has_more })
     }
 
     fn event_at(&self, id: &str, seq: u64) -> Result<StoredEvent, StoreError> {
@@ -989,11 +1413,129 @@ impl<B: Backend> Engine<B> {
             .ok_or_else(|| StoreError::InvalidArgument(format!("thread {id:?} has no seq {seq}")))
     }
 
+    /// Summarises, then visits, the threads of one page in id order. Entries not summarised yet
+    /// are loaded first (outside the index lock); a thread that cannot be read is reported, and
+    /// only verification verdicts are remembered (an I/O error is tried again next time).
+    fn list_inner(
+        &self,
+        query: &ListQuery,
+        visit: &mut dyn FnMut(&Head),
+    ) -> Result<ListRest, StoreError> {
+        self.open_check()?;
+        if query.limit == 0 {
+            return Err(StoreError::InvalidArgument(
+                "list limit must be at least 1".into(),
+            ));
+        }
+        let limit = query.limit.min(MAX_LIST_LIMIT);
+        if let Some(c) = &query.cursor {
+            validate_thread_id(c)
+                .map_err(|_| StoreError::InvalidArgument(format!("invalid list cursor {c:?}")))?;
+        }
+        let after = |c: &Option<String>| match c {
+            Some(a) => Bound::Excluded(a.clone()),
+            None => Bound::Unbounded,
+        };
+        // Reasons for entries that failed to load this time but were not verdicts.
+        let mut transient: HashMap<String, String> = HashMap::new();
+        loop {
+            // Phase 1: which entries of this page still need loading?
+            let unknown: Vec<String> = {
+                let cat = lock(&self.catalog);
+                let mut seen = 0;
+                let mut unknown = Vec::new();
+                for (id, e) in cat.entries.range((after(&query.cursor), Bound::Unbounded)) {
+                    match e {
+                        Entry::Ready(h) if h.archived && !query.include_archived => continue,
+                        Entry::Unknown if !transient.contains_key(id) => unknown.push(id.clone()),
+                        _ => seen += 1,
+                    }
+                    if seen + unknown.len() > limit {
+                        break;
+                    }
+                }
+                unknown
+            };
+            if unknown.is_empty() {
+                break;
+            }
+            for id in unknown {
+                match self.summary_loaded(&id) {
+                    Ok(_) | Err(StoreError::NotFound(_)) => {}
+                    Err(StoreError::Closed) => return Err(StoreError::Closed),
+                    Err(e) if is_verdict(&e) => {}
+                    Err(e) => {
+                        transient.insert(id, cap_chars(&e.to_string(), 1000));
+                    }
+                }
+            }
+        }
+        // Phase 2: the page, under one lock.
+        let cat = lock(&self.catalog);
+        let mut unreadable = Vec::new();
+        let mut taken = 0;
+        let mut last: Option<&String> = None;
+        let mut next_cursor = None;
+        for (id, e) in cat.entries.range((after(&query.cursor), Bound::Unbounded)) {
+            let visible = match e {
+                Entry::Ready(h) => !h.archived || query.include_archived,
+                _ => true,
+            };
+            if !visible {
+                continue;
+            }
+            if taken == limit {
+                // One more exists: the page ends at the last entry taken.
+                next_cursor = last.cloned();
+                break;
+            }
+            match e {
+                Entry::Ready(h) => visit(h),
+                Entry::Unreadable(reason) => unreadable.push((id.clone(), reason.clone())),
+                Entry::Unknown => unreadable.push((
+                    id.clone(),
+                    transient
+                        .get(id)
+                        .cloned()
+                        .unwrap_or_else(|| "the thread could not be opened".into()),
+                )),
+            }
+            taken += 1;
+            last = Some(id);
+        }
+        Ok(ListRest {
+            next_cursor,
+            unreadable,
+        })
+    }
+
+    /// Summarises one thread the index knows by name only, from a read-only peek at its files;
+    /// false when the peek cannot decide (a repair, an acceptance or a warning is due: only a
+    /// full load may do that).
+    fn warm_one(&self, id: &str) -> bool {
+        match self.backend.peek(id) {
+            Ok(Some(head)) => {
+                let mut cat = lock(&self.catalog);
+                if matches!(cat.entries.get(id), Some(Entry::Unknown)) {
+                    cat.set(id, Entry::Ready(Box::new(head)));
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A thread's summary through its slot (loading it if needed), for the index.
+    fn summary_loaded(&self, id: &str) -> Result<ThreadSummary, StoreError> {
+        self.with_live(id, |l| Ok(l.head.summary()))
+    }
+
     /// Writes Ephemeral events, syncs Buffered writes, then moves every anchor up.
     fn flush_inner(&self) -> Result<(), StoreError> {
         let arcs: Vec<(String, SlotRef<B::Tx>)> = lock(&self.slots)
+            .map
             .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, (v, _))| (k.clone(), v.clone()))
             .collect();
         let mut first_err: Option<StoreError> = None;
         for (id, arc) in &arcs {
@@ -1017,7 +1559,6 @@ impl<B: Backend> Engine<B> {
                     l.written_hash = head.head_hash.clone();
                     l.persisted = true;
                     l.needs_anchor = true;
-                    lock(&self.unpersisted).remove(id);
                 }
                 Err(e) => {
                     l.mem = mem;
@@ -1087,8 +1628,278 @@ impl<B: Backend> RolloutStore for Engine<B> {
         self.append_internal(thread_id, events)
     }
 
-    fn read(&self, thread_id: &str, after_seq: u64, limit: usize) -> Result<ReadPage, StoreError> {
+    fn append_batch(
+        &self,
+        batches: Vec<(String, Vec<CheckedEvent>)>,
+    ) -> Vec<Result<Vec<AppendedEvent>, StoreError>> {
+        let mut out: Vec<Option<Result<Vec<AppendedEvent>, StoreError>>> =
+            batches.iter().map(|_| None).collect();
+        let mut reqs = Vec::new();
+        let mut at = Vec::new();
+        for (i, (id, events)) in batches.into_iter().enumerate() {
+            let checked = (|| {
+                validate_thread_id(&id)?;
+                if events.len() > MAX_BATCH_EVENTS {
+                    return Err(StoreError::InvalidArgument(format!(
+                        "{} events in one append, the limit is {MAX_BATCH_EVENTS}",
+                        events.len()
+                    )));
+                }
+                self.slot(&id)?;
+                Ok(())
+            })();
+            match checked {
+                Err(e) => out[i] = Some(Err(e)),
+                Ok(()) if events.is_empty() => out[i] = Some(Ok(Vec::new())),
+                Ok(()) => {
+                    at.push(i);
+                    reqs.push(Request {
+                        id,
+                        create: false,
+                        events: events
+                            .into_iter()
+                            .map(|c| {
+                                let (ev, enc) = c.into_parts();
+                                Prepared::Encoded(ev, enc)
+                            })
+                            .collect(),
+                        want: Want::Lines,
+                    });
+                }
+            }
+        }
+        for (i, r) in at.into_iter().zip(self.submit_many(reqs)) {
+            out[i] = Some(r.map(|reply| match reply {
+                Reply::Lines(l) => l,
+                Reply::Events(_) => unreachable!("asked for lines"),
+            }));
+        }
+        out.into_iter().map(|o| o.expect("filled")).collect()
+    }
+
+    fn read_json(
+        &self,
+        thread_id: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<JsonPage, StoreError> {
+        if limit == 0 {
+            return Err(StoreError::InvalidArgument(
+                "read limit must be at least 1".into(),
+            ));
+        }
+        let (events, _, has_more) =
+            self.read_sealed(thread_id, after_seq, limit.min(MAX_READ_LIMIT))?;
+        Ok(JsonPage { events, has_more })
+    }
+
+    fn read_back(
+        &self,
+        thread_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<ReadPage, StoreError> {
         validate_thread_id(thread_id)?;
+        self.open_check()?;
+        if limit == 0 {
+            return Err(StoreError::InvalidArgument(
+                "read limit must be at least 1".into(),
+            ));
+        }
+        let limit = limit.min(MAX_READ_LIMIT);
+        if let Some(b) = before {
+            if let Some((first, lines)) = self.cache.before(thread_id, b, limit) {
+                return Ok(ReadPage {
+                    events: lines.iter().map(|l| parse_cached(l)).collect(),
+                    has_more: first > 1,
+                });
+            }
+        }
+        self.with_live(thread_id, |l| {
+            let head = l.head.last_seq;
+            let before = before.unwrap_or(head + 1).min(head + 1);
+            if let Some((first, lines)) = self.cache.before(thread_id, before, limit) {
+                return Ok(ReadPage {
+                    events: lines.iter().map(|l| parse_cached(l)).collect(),
+                    has_more: first > 1,
+                });
+            }
+            if before <= 1 {
+                return Ok(ReadPage {
+                    events: Vec::new(),
+                    has_more: false,
+                });
+            }
+            let from = before.saturating_sub(limit as u64).max(1);
+            // Memory first (Ephemeral events not written yet), then the written part.
+            let mut events: Vec<StoredEvent> = Vec::new();
+            let written_end = before.min(l.written_seq + 1);
+            if from < written_end {
+                let read = self.backend.read_back(
+                    thread_id,
+                    &mut l.tx,
+                    (l.written_seq, &l.written_hash),
+                    written_end,
+                    (written_end - from) as usize,
+                )?;
+                if l.mem.is_empty() && written_end == l.written_seq + 1 {
+                    let lines: Vec<Arc<str>> = read.iter().map(|s| Arc::clone(&s.line)).collect();
+                    if let Some(first) = read.first() {
+                        self.cache
+                            .read_from_disk(thread_id, first.ev.seq, &lines, l.written_seq);
+                    }
+                }
+                events.extend(read.into_iter().map(|s| s.ev));
+            }
+            events.extend(
+                l.mem
+                    .iter()
+                    .filter(|s| s.ev.seq >= from && s.ev.seq < before)
+                    .map(|s| s.ev.clone()),
+            );
+            Ok(ReadPage {
+                events,
+                has_more: from > 1,
+            })
+        })
+    }
+
+    fn header(&self, thread_id: &str) -> Result<StoredEvent, StoreError> {
+        validate_thread_id(thread_id)?;
+        self.open_check()?;
+        if let Some(line) = self.cache.header(thread_id) {
+            return Ok(parse_cached(&line));
+        }
+        self.with_live(thread_id, |l| {
+            if let Some(s) = l.mem.first().filter(|s| s.ev.seq == 1) {
+                return Ok(s.ev.clone());
+            }
+            let s = self.backend.read_header(thread_id, &mut l.tx)?;
+            self.cache.put_header(thread_id, s.line, l.head.last_seq);
+            Ok(s.ev)
+        })
+    }
+
+    fn list_with(
+        &self,
+        query: &ListQuery,
+        visit: &mut dyn FnMut(SummaryRef<'_>),
+    ) -> Result<ListRest, StoreError> {
+        self.list_inner(query, &mut |h| visit(h.view()))
+    }
+
+    fn find_by_idempotency_key(
+        &self,
+        thread_id: &str,
+        key: &str,
+    ) -> Result<Option<StoredEvent>, StoreError> {
+        self.with_live(thread_id, |l| {
+            if let Some(s) = l
+                .mem
+                .iter()
+                .find(|s| s.ev.idempotency_key.as_deref() == Some(key))
+            {
+                return Ok(Some(s.ev.clone()));
+            }
+            if l.written_seq == 0 {
+                return Ok(None);
+            }
+            self.backend
+                .find_key(thread_id, &mut l.tx, l.written_seq, key)
+        })
+    }
+
+    fn thread_by_start_key(&self, key: &str) -> Result<Option<String>, StoreError> {
+        self.open_check()?;
+        // Every thread must be summarised to answer "none has it".
+        loop {
+            let unknown: Vec<String> = {
+                let cat = lock(&self.catalog);
+                if let Some(id) = cat.start_keys.get(key) {
+                    return Ok(Some(id.clone()));
+                }
+                if cat.unknown == 0 {
+                    return Ok(None);
+                }
+                cat.entries
+                    .iter()
+                    .filter(|(_, e)| matches!(e, Entry::Unknown))
+                    .map(|(id, _)| id.clone())
+                    .take(1024)
+                    .collect()
+            };
+            let mut progressed = false;
+            for id in unknown {
+                match self.warm_one(&id) {
+                    true => progressed = true,
+                    false => match self.summary_loaded(&id) {
+                        Ok(_) | Err(StoreError::NotFound(_)) => progressed = true,
+                        Err(StoreError::Closed) => return Err(StoreError::Closed),
+                        Err(e) if is_verdict(&e) => progressed = true,
+                        Err(e) => return Err(e),
+                    },
+                }
+            }
+            if !progressed {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn warm(&self, stop: &AtomicBool) {
+        let mut after: Option<String> = None;
+        while !stop.load(Ordering::Relaxed) && self.open_check().is_ok() {
+            let ids: Vec<String> = {
+                let cat = lock(&self.catalog);
+                if cat.unknown == 0 {
+                    return;
+                }
+                let range = match &after {
+                    Some(a) => (Bound::Excluded(a.clone()), Bound::Unbounded),
+                    None => (Bound::Unbounded, Bound::Unbounded),
+                };
+                cat.entries
+                    .range(range)
+                    .filter(|(_, e)| matches!(e, Entry::Unknown))
+                    .map(|(id, _)| id.clone())
+                    .take(256)
+                    .collect()
+            };
+            let Some(last) = ids.last().cloned() else {
+                return;
+            };
+            for id in ids {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                self.warm_one(&id);
+            }
+            after = Some(last);
+        }
+    }
+
+    fn stats(&self) -> StoreStats {
+        let (indexed, unknown) = {
+            let c = lock(&self.catalog);
+            (c.entries.len() as u64, c.unknown as u64)
+        };
+        let (loaded, unloaded) = {
+            let s = lock(&self.slots);
+            (s.map.len() as u64, s.evicted)
+        };
+        let (cached_threads, cached_bytes, cache_evictions) = self.cache.usage();
+        StoreStats {
+            indexed_threads: indexed,
+            unsummarised_threads: unknown,
+            loaded_threads: loaded,
+            unloaded_threads: unloaded,
+            cached_threads: cached_threads as u64,
+            cached_bytes: cached_bytes as u64,
+            cache_evictions,
+        }
+    }
+
+    fn read(&self, thread_id: &str, after_seq: u64, limit: usize) -> Result<ReadPage, StoreError> {
         if limit == 0 {
             return Err(StoreError::InvalidArgument(
                 "read limit must be at least 1".into(),
@@ -1098,80 +1909,23 @@ impl<B: Backend> RolloutStore for Engine<B> {
     }
 
     fn summary(&self, thread_id: &str) -> Result<ThreadSummary, StoreError> {
-        self.with_live(thread_id, |l| Ok(l.head.summary()))
+        validate_thread_id(thread_id)?;
+        self.open_check()?;
+        // The index is exact for every thread it has summarised (this process is the only
+        // writer); the slot is needed only for a thread not summarised yet.
+        if let Some(Entry::Ready(h)) = lock(&self.catalog).entries.get(thread_id) {
+            return Ok(h.summary());
+        }
+        self.summary_loaded(thread_id)
     }
 
     fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
-        self.open_check()?;
-        if query.limit == 0 {
-            return Err(StoreError::InvalidArgument(
-                "list limit must be at least 1".into(),
-            ));
-        }
-        let limit = query.limit.min(MAX_LIST_LIMIT);
-        if let Some(c) = &query.cursor {
-            validate_thread_id(c)
-                .map_err(|_| StoreError::InvalidArgument(format!("invalid list cursor {c:?}")))?;
-        }
-        let mut after = query.cursor.clone();
-        let mut out: Vec<ThreadSummary> = Vec::with_capacity(limit + 1);
-        let mut unreadable = Vec::new();
-        'outer: loop {
-            let chunk = (limit + 1).max(64);
-            let mut ids = self.backend.ids_after(after.as_deref(), chunk)?;
-            {
-                let un = lock(&self.unpersisted);
-                let range: Box<dyn Iterator<Item = &String>> = match &after {
-                    Some(a) => Box::new(un.range::<String, _>((
-                        std::ops::Bound::Excluded(a),
-                        std::ops::Bound::Unbounded,
-                    ))),
-                    None => Box::new(un.iter()),
-                };
-                ids.extend(range.take(chunk).cloned());
-            }
-            ids.sort();
-            ids.dedup();
-            ids.truncate(chunk);
-            if ids.is_empty() {
-                break;
-            }
-            for id in ids {
-                after = Some(id.clone());
-                match self.summary(&id) {
-                    Ok(s) if s.archived && !query.include_archived => continue,
-                    Ok(s) => out.push(s),
-                    // Evidence that turned out to be nothing (an anchor left by a start that
-                    // never completed, cleaned up on load).
-                    Err(StoreError::NotFound(_)) => continue,
-                    Err(StoreError::Closed) => return Err(StoreError::Closed),
-                    Err(e) => unreadable.push((id, cap_chars(&e.to_string(), 1000))),
-                }
-                if out.len() + unreadable.len() > limit {
-                    break 'outer;
-                }
-            }
-        }
-        // One entry too many was taken to learn whether another page exists; drop it (whichever
-        // list it went to) and resume after the last entry kept.
-        let next_cursor = if out.len() + unreadable.len() > limit {
-            let last_out = out.last().map(|s| s.thread_id.clone());
-            let last_bad = unreadable.last().map(|(id, _)| id.clone());
-            if last_out > last_bad {
-                out.pop();
-            } else {
-                unreadable.pop();
-            }
-            let a = out.last().map(|s| s.thread_id.clone());
-            let b = unreadable.last().map(|(id, _)| id.clone());
-            a.max(b)
-        } else {
-            None
-        };
+        let mut threads = Vec::new();
+        let rest = self.list_inner(query, &mut |h| threads.push(h.summary()))?;
         Ok(ListPage {
-            threads: out,
-            next_cursor,
-            unreadable,
+            threads,
+            next_cursor: rest.next_cursor,
+            unreadable: rest.unreadable,
         })
     }
 

@@ -8,7 +8,7 @@
 //! never happens by accident: it means the anchor was removed, and the thread is refused unless
 //! the host accepts it (`StoreOptions::accept_unanchored`).
 
-use super::engine::{check_event, parse_line, Backend, Head, Loaded, Repair, WriteSet};
+use super::engine::{check_event, parse_line, Backend, Head, Loaded, Repair, Sealed, WriteSet};
 use super::fsutil::{fdatasync, Dir, Open};
 use super::keyed::mac_eq;
 use super::{
@@ -20,7 +20,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Bytes per anchor slot; the anchor file holds two so a torn anchor write leaves the other.
 pub const ANCHOR_SLOT: usize = 512;
@@ -39,18 +39,32 @@ pub struct JsonlBackend {
     dirty_anchors: Mutex<HashSet<String>>,
 }
 
-/// Per-thread state: committed length, anchor generation and the lazily built offset index.
+/// Per-thread state: committed length, anchor generation, the lazily built offset index, and
+/// how far back from the head reading backwards has checked the chain.
 pub struct JsonlTx {
     len: u64,
     anchor_gen: u64,
     index: Option<Index>,
+    back: Option<Back>,
 }
 
-/// Built by one full scan on the first `read`/`terminal_evidence`; kept up to date by appends.
+/// Built by one full scan on the first `read`/`terminal_evidence`/key lookup; kept up to date
+/// by appends.
 struct Index {
     /// `offsets[i]` is where seq `i + 1` starts.
     offsets: Vec<u64>,
     turns: HashMap<String, u64>,
+    /// idempotencyKey → the first seq recorded with it.
+    keys: HashMap<String, u64>,
+}
+
+/// The oldest event reading backwards from the head has reached and checked: its seq, the byte
+/// it starts at, and its prevHash (what the event before it must hash to).
+#[derive(Clone)]
+struct Back {
+    seq: u64,
+    offset: u64,
+    prev_hash: String,
 }
 
 /// The decoded anchor: the head the log must still contain, plus derived state so opening
@@ -242,6 +256,7 @@ enum AnchorChoice {
 struct Scan {
     offsets: Vec<u64>,
     turns: HashMap<String, u64>,
+    keys: HashMap<String, u64>,
     last: Option<StoredEvent>,
     count: u64,
     end: u64,
@@ -281,6 +296,7 @@ fn scan(
     let mut s = Scan {
         offsets: Vec::new(),
         turns: HashMap::new(),
+        keys: HashMap::new(),
         last: None,
         count: 0,
         end: from,
@@ -317,6 +333,9 @@ fn scan(
                         if let Some(t) = ev.payload.get("turnId").and_then(|v| v.as_str()) {
                             s.turns.entry(t.to_string()).or_insert(ev.seq);
                         }
+                    }
+                    if let Some(k) = &ev.idempotency_key {
+                        s.keys.entry(k.clone()).or_insert(ev.seq);
                     }
                 }
                 if let Some(h) = fold.as_deref_mut() {
@@ -613,6 +632,7 @@ impl JsonlBackend {
         tx.index = Some(Index {
             offsets: s.offsets,
             turns: s.turns,
+            keys: s.keys,
         });
         Ok(())
     }
@@ -623,7 +643,7 @@ impl JsonlBackend {
         tx: &JsonlTx,
         first: u64,
         last: u64,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
+    ) -> Result<Vec<Sealed>, StoreError> {
         let idx = tx.index.as_ref().expect("index built");
         // Start one event early so the first returned event's prevHash is checked too.
         let from_seq = first.saturating_sub(1).max(1);
@@ -654,7 +674,9 @@ impl JsonlBackend {
             check_event(&ev, seq, &p, self.ctx(id)).map_err(|r| corrupt(seq, r))?;
             prev = Some(ev.hash.clone());
             if seq >= first {
-                out.push(ev);
+                let text = std::str::from_utf8(line)
+                    .map_err(|e| corrupt(seq, format!("not UTF-8 ({e})")))?;
+                out.push(Sealed::read(ev, Arc::from(text)));
             }
             seq += 1;
         }
@@ -732,7 +754,9 @@ impl Backend for JsonlBackend {
             index: Some(Index {
                 offsets: Vec::new(),
                 turns: HashMap::new(),
+                keys: HashMap::new(),
             }),
+            back: None,
         }
     }
 
@@ -986,6 +1010,7 @@ impl Backend for JsonlBackend {
             len: committed,
             anchor_gen,
             index: None,
+            back: None,
         };
         if writable && (tail_count > 0 || seq0 || rebuild_anchor || !repairs.is_empty()) {
             // The tail was written but maybe never synced (the crash came before its ack): make
@@ -1001,6 +1026,9 @@ impl Backend for JsonlBackend {
             // Nothing may be written for this thread, not even a record of what was found.
             repairs.clear();
         }
+        let header_line = std::str::from_utf8(&first[..first.len() - 1])
+            .ok()
+            .map(Arc::from);
         Ok(Some(Loaded {
             head,
             tx,
@@ -1008,6 +1036,7 @@ impl Backend for JsonlBackend {
             notes,
             warnings,
             read_only,
+            header_line,
         }))
     }
 
@@ -1056,11 +1085,12 @@ impl Backend for JsonlBackend {
                 } else {
                     self.open_log(set.id, Open::Append)?
                 };
-                let bytes: Vec<u8> = set
-                    .events
-                    .iter()
-                    .flat_map(|s| s.line.iter().copied())
-                    .collect();
+                let mut bytes: Vec<u8> =
+                    Vec::with_capacity(set.events.iter().map(|s| s.line.len() + 1).sum());
+                for s in set.events {
+                    bytes.extend_from_slice(s.line.as_bytes());
+                    bytes.push(b'\n');
+                }
                 let res = (&file).write_all(&bytes).and_then(|()| {
                     if durable {
                         fdatasync(&file)
@@ -1088,11 +1118,14 @@ impl Backend for JsonlBackend {
                     let mut off = set.tx.len;
                     for s in set.events {
                         idx.offsets.push(off);
-                        off += s.line.len() as u64;
+                        off += s.line.len() as u64 + 1;
                         if s.ev.kind() == "turnCompleted" {
                             if let Some(t) = s.ev.payload.get("turnId").and_then(|v| v.as_str()) {
                                 idx.turns.entry(t.to_string()).or_insert(s.ev.seq);
                             }
+                        }
+                        if let Some(k) = &s.ev.idempotency_key {
+                            idx.keys.entry(k.clone()).or_insert(s.ev.seq);
                         }
                     }
                 }
@@ -1179,13 +1212,226 @@ impl Backend for JsonlBackend {
         written: u64,
         after: u64,
         n: usize,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
+    ) -> Result<Vec<Sealed>, StoreError> {
         self.ensure_index(id, tx)?;
         let last = written.min(after + n as u64);
         if last <= after {
             return Ok(Vec::new());
         }
         self.read_events(id, tx, after + 1, last)
+    }
+
+    fn read_back(
+        &self,
+        id: &str,
+        tx: &mut JsonlTx,
+        written: (u64, &str),
+        before: u64,
+        n: usize,
+    ) -> Result<Vec<Sealed>, StoreError> {
+        let before = before.min(written.0 + 1);
+        if before <= 1 || n == 0 {
+            return Ok(Vec::new());
+        }
+        let from = before.saturating_sub(n as u64).max(1);
+        if tx.index.is_some() {
+            return self.read_events(id, tx, from, before - 1);
+        }
+        // Where the event before `before` ends, and what it must hash to: the head, or the
+        // oldest event an earlier backward read reached.
+        let (end, expect) = if before == written.0 + 1 {
+            (tx.len, written.1.to_string())
+        } else {
+            match &tx.back {
+                Some(b) if b.seq == before => (b.offset, b.prev_hash.clone()),
+                _ => {
+                    self.ensure_index(id, tx)?;
+                    return self.read_events(id, tx, from, before - 1);
+                }
+            }
+        };
+        let corrupt = |seq: u64, reason: String| StoreError::Corrupt {
+            thread_id: id.to_string(),
+            seq,
+            reason,
+        };
+        let want = (before - from) as usize;
+        let file = self.open_log(id, Open::Read)?;
+        // Backwards in growing windows until the wanted lines and the newline before them (or
+        // the start of the file) are in hand: the cost is those lines, not the history.
+        let mut window: u64 = 64 * 1024;
+        let (buf, start) = loop {
+            let s0 = end.saturating_sub(window);
+            let mut b = vec![0u8; (end - s0) as usize];
+            file.read_exact_at(&mut b, s0)?;
+            let newlines = b.iter().filter(|c| **c == b'\n').count();
+            if newlines > want || s0 == 0 {
+                break (b, s0);
+            }
+            if window > MAX_EVENT_BYTES as u64 * (want as u64 + 1) {
+                return Err(corrupt(
+                    before - 1,
+                    "a line is longer than the event size limit".into(),
+                ));
+            }
+            window *= 2;
+        };
+        if buf.last() != Some(&b'\n') {
+            return Err(corrupt(
+                before - 1,
+                "the event does not end where the log's head says it does".into(),
+            ));
+        }
+        let body = &buf[..buf.len() - 1];
+        let mut out = Vec::with_capacity(want);
+        let mut expect = expect;
+        let mut seq = before - 1;
+        let mut line_end = body.len();
+        let mut back = None;
+        while out.len() < want {
+            let line_start = body[..line_end]
+                .iter()
+                .rposition(|c| *c == b'\n')
+                .map_or(0, |p| p + 1);
+            if line_start == 0 && start > 0 {
+                return Err(corrupt(seq, "the line before it is missing".into()));
+            }
+            let line = &body[line_start..line_end];
+            let ev: StoredEvent = serde_json::from_slice(line)
+                .map_err(|e| corrupt(seq, format!("not a valid event line ({e})")))?;
+            check_event(&ev, seq, &ev.prev_hash, self.ctx(id)).map_err(|r| corrupt(seq, r))?;
+            if ev.hash != expect {
+                return Err(corrupt(
+                    seq,
+                    "its hash is not the prevHash of the event after it (the chain is broken)"
+                        .into(),
+                ));
+            }
+            if seq == 1 && ev.prev_hash != ZERO_HASH {
+                return Err(corrupt(1, "the header's prevHash is not all zeros".into()));
+            }
+            expect.clone_from(&ev.prev_hash);
+            let text =
+                std::str::from_utf8(line).map_err(|e| corrupt(seq, format!("not UTF-8 ({e})")))?;
+            back = Some(Back {
+                seq,
+                offset: start + line_start as u64,
+                prev_hash: ev.prev_hash.clone(),
+            });
+            out.push(Sealed::read(ev, Arc::from(text)));
+            if seq == 1 {
+                break;
+            }
+            seq -= 1;
+            line_end = line_start.saturating_sub(1);
+        }
+        let keep = match (&tx.back, &back) {
+            (Some(old), Some(new)) => new.seq < old.seq,
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        if keep {
+            tx.back = back;
+        }
+        out.reverse();
+        Ok(out)
+    }
+
+    fn read_header(&self, id: &str, _tx: &mut JsonlTx) -> Result<Sealed, StoreError> {
+        let file = self.open_log(id, Open::Read)?;
+        let mut first = Vec::new();
+        BufReader::new(file.take(MAX_EVENT_BYTES as u64 + 1)).read_until(b'\n', &mut first)?;
+        let corrupt = |reason: String| StoreError::Corrupt {
+            thread_id: id.to_string(),
+            seq: 1,
+            reason,
+        };
+        if first.last() != Some(&b'\n') {
+            return Err(corrupt("the header line is incomplete".into()));
+        }
+        let line = &first[..first.len() - 1];
+        let ev = parse_line(line, 1, ZERO_HASH, self.ctx(id)).map_err(corrupt)?;
+        let text = std::str::from_utf8(line).map_err(|e| corrupt(format!("not UTF-8 ({e})")))?;
+        Ok(Sealed::read(ev, Arc::from(text)))
+    }
+
+    fn find_key(
+        &self,
+        id: &str,
+        tx: &mut JsonlTx,
+        written: u64,
+        key: &str,
+    ) -> Result<Option<StoredEvent>, StoreError> {
+        self.ensure_index(id, tx)?;
+        let seq = tx
+            .index
+            .as_ref()
+            .and_then(|i| i.keys.get(key).copied())
+            .filter(|s| *s <= written);
+        match seq {
+            None => Ok(None),
+            Some(s) => Ok(self.read_events(id, tx, s, s)?.pop().map(|s| s.ev)),
+        }
+    }
+
+    fn peek(&self, id: &str) -> Result<Option<Head>, StoreError> {
+        let ctx = self.ctx(id);
+        let AnchorChoice::Anchored {
+            anchor: a,
+            fallback: None,
+            read_only: None,
+        } = self.choose_anchor(id)?
+        else {
+            return Ok(None);
+        };
+        if a.seq == 0 {
+            return Ok(None);
+        }
+        let file = match self.open_log(id, Open::Read) {
+            Ok(f) => f,
+            Err(_) => return Ok(None),
+        };
+        // Anything after the anchored event (a tail to check or cut) is a full load's to judge.
+        if file.metadata()?.len() != a.offset {
+            return Ok(None);
+        }
+        let mut first = Vec::new();
+        BufReader::new((&file).take(MAX_EVENT_BYTES as u64 + 1)).read_until(b'\n', &mut first)?;
+        if first.last() != Some(&b'\n') {
+            return Ok(None);
+        }
+        let Ok(header) = parse_line(&first[..first.len() - 1], 1, ZERO_HASH, ctx) else {
+            return Ok(None);
+        };
+        let Ok(mut head) = Head::from_header(&header) else {
+            return Ok(None);
+        };
+        let Ok(line) = line_ending_at(&file, a.offset) else {
+            return Ok(None);
+        };
+        let Ok(ev) = serde_json::from_slice::<StoredEvent>(&line) else {
+            return Ok(None);
+        };
+        if ev.seq != a.seq
+            || ev.hash != a.hash
+            || check_event(&ev, a.seq, &ev.prev_hash, ctx).is_err()
+        {
+            return Ok(None);
+        }
+        head.apply(&ev);
+        head.archived = a.archived;
+        head.format_version = a.format;
+        head.compacted_through = a.compacted_through;
+        head.last_compaction_seq = a.last_compaction_seq;
+        Ok(Some(head))
+    }
+
+    fn all_ids(&self) -> Result<Vec<String>, StoreError> {
+        let mut cat = self.catalog.lock().unwrap_or_else(|e| e.into_inner());
+        let set = self.scan_ids()?;
+        let ids = set.iter().cloned().collect();
+        *cat = Some(set);
+        Ok(ids)
     }
 
     fn turn_completed(
@@ -1201,7 +1447,7 @@ impl Backend for JsonlBackend {
             .and_then(|i| i.turns.get(turn_id).copied());
         match seq {
             None => Ok(None),
-            Some(s) => Ok(self.read_events(id, tx, s, s)?.pop()),
+            Some(s) => Ok(self.read_events(id, tx, s, s)?.pop().map(|s| s.ev)),
         }
     }
 
@@ -1320,6 +1566,7 @@ impl Backend for JsonlBackend {
             tx.index = Some(Index {
                 offsets: s.offsets,
                 turns: s.turns,
+                keys: s.keys,
             });
         }
         Ok(report)
@@ -1328,22 +1575,7 @@ impl Backend for JsonlBackend {
     fn ids_after(&self, after: Option<&str>, n: usize) -> Result<Vec<String>, StoreError> {
         let mut cat = self.catalog.lock().unwrap_or_else(|e| e.into_inner());
         if cat.is_none() {
-            // Directory names are the catalog: no index file to drift from the logs. A thread is
-            // any id with a log or an anchor, so a log deleted behind its anchor still shows.
-            let mut set = BTreeSet::new();
-            for (dir, suffix) in [
-                (&self.threads, layout::LOG_SUFFIX),
-                (&self.anchors, layout::ANCHOR_SUFFIX),
-            ] {
-                for name in dir.names()? {
-                    if let Some(id) = name.to_str().and_then(|n| n.strip_suffix(suffix)) {
-                        if validate_thread_id(id).is_ok() {
-                            set.insert(id.to_string());
-                        }
-                    }
-                }
-            }
-            *cat = Some(set);
+            *cat = Some(self.scan_ids()?);
         }
         let set = cat.as_ref().expect("filled above");
         let it: Box<dyn Iterator<Item = &String>> = match after {
@@ -1414,6 +1646,25 @@ fn anchor_for(head: &Head, offset: u64, gen: u64) -> Anchor {
 }
 
 impl JsonlBackend {
+    /// Directory names are the catalog: no index file to drift from the logs. A thread is any
+    /// id with a log or an anchor, so a log deleted behind its anchor still shows.
+    fn scan_ids(&self) -> Result<BTreeSet<String>, StoreError> {
+        let mut set = BTreeSet::new();
+        for (dir, suffix) in [
+            (&self.threads, layout::LOG_SUFFIX),
+            (&self.anchors, layout::ANCHOR_SUFFIX),
+        ] {
+            for name in dir.names()? {
+                if let Some(id) = name.to_str().and_then(|n| n.strip_suffix(suffix)) {
+                    if validate_thread_id(id).is_ok() {
+                        set.insert(id.to_string());
+                    }
+                }
+            }
+        }
+        Ok(set)
+    }
+
     /// Replaces a missing or unreadable anchor file as a whole (a new file renamed over it),
     /// so no damaged slot survives to be mistaken for a newer generation.
     fn replace_anchor(&self, id: &str, tx: &mut JsonlTx, head: &Head) -> Result<(), StoreError> {

@@ -2,6 +2,8 @@
 //! survives crashes, can be resumed, forked and verified by a third party. See
 //! `docs/rollout-format.md` for the exact on-disk format.
 
+mod cache;
+mod encode;
 mod engine;
 mod fsutil;
 mod jsonl;
@@ -81,6 +83,15 @@ pub struct StoreOptions {
     pub accept_unanchored: bool,
     /// Keyed mode only: events between two `sealed` events (at least 1).
     pub seal_every: u64,
+    /// Threads whose head, anchor state and file handles stay loaded; beyond it the least
+    /// recently used idle ones are dropped (their summary stays in the index, 1 is the least).
+    pub max_loaded_threads: usize,
+    /// Tail cache: events kept per thread (0 turns the cache off).
+    pub tail_cache_events: usize,
+    /// Tail cache: bytes kept per thread (its events' JSON text and its header).
+    pub tail_cache_thread_bytes: usize,
+    /// Tail cache: bytes kept over all threads; beyond it the least recently used tails go.
+    pub tail_cache_bytes: usize,
 }
 
 impl Default for StoreOptions {
@@ -92,6 +103,10 @@ impl Default for StoreOptions {
             key: None,
             accept_unanchored: false,
             seal_every: DEFAULT_SEAL_EVERY,
+            max_loaded_threads: 1024,
+            tail_cache_events: 512,
+            tail_cache_thread_bytes: 1 << 20,
+            tail_cache_bytes: 32 << 20,
         }
     }
 }
@@ -116,6 +131,52 @@ impl NewEvent {
             idempotency_key: None,
         }
     }
+}
+
+/// An event the store's rules have already accepted (`CheckedEvent::new` runs the same checks
+/// as `append`, the schema's `EventPayload` included), so `append_batch` does not check it again:
+/// whoever must check an event first (to word the refusal itself) checks it once.
+/// It also carries the payload already serialised (its RFC 8785 members), so the thread that
+/// checked it did that work too, not the commit leader.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckedEvent {
+    event: NewEvent,
+    encoded: encode::EncodedPayload,
+}
+
+impl CheckedEvent {
+    pub fn new(event: NewEvent) -> Result<CheckedEvent, StoreError> {
+        Self::try_new(event).map_err(|(e, _)| e)
+    }
+
+    /// `new`, handing the event back with the refusal (so a caller can say what was wrong
+    /// with it in its own terms without having cloned it first).
+    pub fn try_new(event: NewEvent) -> Result<CheckedEvent, (StoreError, Box<NewEvent>)> {
+        match validate_new_event(&event) {
+            Ok(()) => {
+                let encoded = encode::EncodedPayload::new(&event.payload);
+                Ok(CheckedEvent { event, encoded })
+            }
+            Err(e) => Err((e, Box::new(event))),
+        }
+    }
+
+    pub fn event(&self) -> &NewEvent {
+        &self.event
+    }
+
+    pub fn into_inner(self) -> NewEvent {
+        self.event
+    }
+
+    fn into_parts(self) -> (NewEvent, encode::EncodedPayload) {
+        (self.event, self.encoded)
+    }
+}
+
+/// Writes `s` as a JSON string (RFC 8785's escapes, which are serde_json's too).
+pub fn write_json_string(s: &str, out: &mut String) {
+    encode::write_string(s, out)
 }
 
 /// One event as stored: exactly the schema's `RolloutEvent`, fields in schema order.
@@ -238,6 +299,68 @@ pub struct ThreadSummary {
 pub struct ReadPage {
     pub events: Vec<StoredEvent>,
     pub has_more: bool,
+}
+
+/// One page of `read_json`: each event as its exact JSON text (the schema's `RolloutEvent`,
+/// the line the store keeps), so a server can answer with it without decoding it again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsonPage {
+    pub events: Vec<Arc<str>>,
+    pub has_more: bool,
+}
+
+/// An event `append_batch` committed: its seq and time, and its JSON text (shared with the
+/// store's tail cache: serialised once).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppendedEvent {
+    pub seq: u64,
+    pub time: String,
+    pub line: Arc<str>,
+}
+
+impl AppendedEvent {
+    /// The payload's JSON text inside the line (`{"type":…}`; the `type` member comes first).
+    pub fn payload_json(&self) -> &str {
+        &self.line[engine::payload_range(&self.line)]
+    }
+}
+
+/// A borrowed view of one thread's summary, as `list_with` visits it.
+#[derive(Debug, Clone, Copy)]
+pub struct SummaryRef<'a> {
+    pub thread_id: &'a str,
+    pub title: Option<&'a str>,
+    pub metadata: &'a Map<String, Value>,
+    pub created_at: &'a str,
+    pub updated_at: &'a str,
+    pub archived: bool,
+    pub last_seq: u64,
+    pub forked_from: Option<&'a ForkOrigin>,
+}
+
+/// What `list_with` returns besides the visited threads.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ListRest {
+    pub next_cursor: Option<String>,
+    pub unreadable: Vec<(String, String)>,
+}
+
+/// What the store holds in memory now (for `AppServer::stats_snapshot` and the benchmarks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreStats {
+    /// Threads in the summary index (every thread of the state directory).
+    pub indexed_threads: u64,
+    /// Of those, not summarised yet (loaded on first use or by `warm`).
+    pub unsummarised_threads: u64,
+    /// Threads whose slot (head, anchor state, handles) is loaded.
+    pub loaded_threads: u64,
+    /// Slots dropped to stay under `max_loaded_threads`.
+    pub unloaded_threads: u64,
+    /// Threads with a cached tail, and the bytes the tail cache holds.
+    pub cached_threads: u64,
+    pub cached_bytes: u64,
+    /// Tails dropped to stay under the cache's byte budget.
+    pub cache_evictions: u64,
 }
 
 /// Parameters of `list`.
@@ -398,6 +521,150 @@ pub trait RolloutStore: Send + Sync {
     fn flush(&self) -> Result<(), StoreError>;
     /// Flushes and refuses every later call with `Closed`. Dropping the last handle also flushes.
     fn close(&self) -> Result<(), StoreError>;
+
+    /// Appends to several threads in one commit round (their fsyncs shared), each batch atomic
+    /// on its own; returns per batch, in order, once durable per the store's `Durability`. The
+    /// events come back as their JSON text, so a caller never serialises them again.
+    fn append_batch(
+        &self,
+        batches: Vec<(String, Vec<CheckedEvent>)>,
+    ) -> Vec<Result<Vec<AppendedEvent>, StoreError>> {
+        batches
+            .into_iter()
+            .map(|(id, events)| {
+                let events = events.into_iter().map(CheckedEvent::into_inner).collect();
+                self.append(&id, events).map(|evs| {
+                    evs.into_iter()
+                        .map(|e| AppendedEvent {
+                            seq: e.seq,
+                            time: e.time.clone(),
+                            line: Arc::from(
+                                serde_json::to_string(&e).expect("a StoredEvent serialises"),
+                            ),
+                        })
+                        .collect()
+                })
+            })
+            .collect()
+    }
+    /// `read`, each event as its JSON text.
+    fn read_json(
+        &self,
+        thread_id: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<JsonPage, StoreError> {
+        let page = self.read(thread_id, after_seq, limit)?;
+        Ok(JsonPage {
+            events: page
+                .events
+                .iter()
+                .map(|e| Arc::from(serde_json::to_string(e).expect("a StoredEvent serialises")))
+                .collect(),
+            has_more: page.has_more,
+        })
+    }
+    /// The newest `limit` events before seq `before` (`None`: the head), oldest first,
+    /// without reading the history before them; `has_more` says whether older ones exist.
+    fn read_back(
+        &self,
+        thread_id: &str,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<ReadPage, StoreError> {
+        let head = self.summary(thread_id)?.last_seq;
+        let before = before.unwrap_or(head + 1).min(head + 1);
+        let from = before.saturating_sub(limit as u64).max(1);
+        if before <= 1 {
+            return Ok(ReadPage {
+                events: Vec::new(),
+                has_more: false,
+            });
+        }
+        let page = self.read(thread_id, from - 1, (before - from) as usize)?;
+        Ok(ReadPage {
+            events: page.events,
+            has_more: from > 1,
+        })
+    }
+    /// The thread's header (seq 1), without reading anything else.
+    fn header(&self, thread_id: &str) -> Result<StoredEvent, StoreError> {
+        self.read(thread_id, 0, 1)?
+            .events
+            .pop()
+            .ok_or_else(|| StoreError::NotFound(thread_id.to_string()))
+    }
+    /// `list`, visiting each thread's summary in place instead of copying it.
+    fn list_with(
+        &self,
+        query: &ListQuery,
+        visit: &mut dyn FnMut(SummaryRef<'_>),
+    ) -> Result<ListRest, StoreError> {
+        let page = self.list(query)?;
+        for s in &page.threads {
+            visit(SummaryRef {
+                thread_id: &s.thread_id,
+                title: s.title.as_deref(),
+                metadata: &s.metadata,
+                created_at: &s.created_at,
+                updated_at: &s.updated_at,
+                archived: s.archived,
+                last_seq: s.last_seq,
+                forked_from: s.forked_from.as_ref(),
+            });
+        }
+        Ok(ListRest {
+            next_cursor: page.next_cursor,
+            unreadable: page.unreadable,
+        })
+    }
+    /// The first event of the thread recorded with `idempotencyKey == key`, if any.
+    fn find_by_idempotency_key(
+        &self,
+        thread_id: &str,
+        key: &str,
+    ) -> Result<Option<StoredEvent>, StoreError> {
+        let mut after = 0;
+        loop {
+            let page = self.read(thread_id, after, MAX_READ_LIMIT)?;
+            for e in page.events {
+                after = e.seq;
+                if e.idempotency_key.as_deref() == Some(key) {
+                    return Ok(Some(e));
+                }
+            }
+            if !page.has_more {
+                return Ok(None);
+            }
+        }
+    }
+    /// The thread whose header records `idempotencyKey == key` (the request that created it).
+    fn thread_by_start_key(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let mut cursor = None;
+        loop {
+            let page = self.list(&ListQuery {
+                include_archived: true,
+                cursor,
+                limit: MAX_LIST_LIMIT,
+            })?;
+            for t in &page.threads {
+                if self.header(&t.thread_id)?.idempotency_key.as_deref() == Some(key) {
+                    return Ok(Some(t.thread_id.clone()));
+                }
+            }
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => return Ok(None),
+            }
+        }
+    }
+    /// Summarises, in the background, the threads the index knows by name only, so `list`
+    /// never has to open them; returns early when `stop` is set. Reads only, writes nothing.
+    fn warm(&self, _stop: &std::sync::atomic::AtomicBool) {}
+    /// What the store holds in memory now.
+    fn stats(&self) -> StoreStats {
+        StoreStats::default()
+    }
 }
 
 /// Which store to open.

@@ -7,7 +7,7 @@
 //! state directory's pinned descriptor (`/proc/self/fd/N/...` on Linux, see fsutil), and SQLite
 //! keeps every file it needs open for the connection's lifetime.
 
-use super::engine::{check_event, Backend, Head, Loaded, Repair, WriteSet};
+use super::engine::{check_event, payload_range, Backend, Head, Loaded, Repair, Sealed, WriteSet};
 use super::fsutil::{Dir, Open};
 use super::keyed::mac_eq;
 use super::{
@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS events (
   PRIMARY KEY (thread_id, seq)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS events_turn ON events (thread_id, turn_completed) WHERE turn_completed IS NOT NULL;
+CREATE INDEX IF NOT EXISTS events_key ON events (thread_id, idempotency_key) WHERE idempotency_key IS NOT NULL;
 ";
 
 /// The SQLite backend.
@@ -330,6 +331,7 @@ impl Backend for SqliteBackend {
                 notes,
                 warnings,
                 read_only,
+                header_line: None,
             }));
         };
         let seq = row.seq;
@@ -425,6 +427,7 @@ impl Backend for SqliteBackend {
             notes,
             warnings,
             read_only,
+            header_line: Some(Sealed::from_event(header).line),
         }))
     }
 
@@ -450,6 +453,7 @@ impl Backend for SqliteBackend {
                     for s in set.events {
                         let e = &s.ev;
                         let turn = turn_of(e);
+                        let payload = &s.line[payload_range(&s.line)];
                         ins.execute(params![
                             set.id,
                             e.seq as i64,
@@ -459,7 +463,7 @@ impl Backend for SqliteBackend {
                             e.trace_id,
                             e.parent_id,
                             e.idempotency_key,
-                            serde_json::to_string(&e.payload).expect("a Value serialises"),
+                            payload,
                             turn
                         ])?;
                     }
@@ -512,12 +516,104 @@ impl Backend for SqliteBackend {
         written: u64,
         after: u64,
         n: usize,
-    ) -> Result<Vec<StoredEvent>, StoreError> {
+    ) -> Result<Vec<Sealed>, StoreError> {
         let last = written.min(after + n as u64);
         if last <= after {
             return Ok(Vec::new());
         }
-        Self::range(&self.conn(), self.ctx(id), after + 1, last)
+        Ok(Self::range(&self.conn(), self.ctx(id), after + 1, last)?
+            .into_iter()
+            .map(Sealed::from_event)
+            .collect())
+    }
+
+    fn read_back(
+        &self,
+        id: &str,
+        _tx: &mut (),
+        written: (u64, &str),
+        before: u64,
+        n: usize,
+    ) -> Result<Vec<Sealed>, StoreError> {
+        let before = before.min(written.0 + 1);
+        if before <= 1 || n == 0 {
+            return Ok(Vec::new());
+        }
+        let from = before.saturating_sub(n as u64).max(1);
+        // Rows are found by key, so reading back is a range read like any other.
+        Ok(Self::range(&self.conn(), self.ctx(id), from, before - 1)?
+            .into_iter()
+            .map(Sealed::from_event)
+            .collect())
+    }
+
+    fn read_header(&self, id: &str, _tx: &mut ()) -> Result<Sealed, StoreError> {
+        let mut evs = Self::range(&self.conn(), self.ctx(id), 1, 1)?;
+        Ok(Sealed::from_event(evs.pop().ok_or_else(|| {
+            StoreError::Corrupt {
+                thread_id: id.to_string(),
+                seq: 1,
+                reason: "header row is missing".into(),
+            }
+        })?))
+    }
+
+    fn find_key(
+        &self,
+        id: &str,
+        _tx: &mut (),
+        written: u64,
+        key: &str,
+    ) -> Result<Option<StoredEvent>, StoreError> {
+        let c = self.conn();
+        let seq: Option<i64> = c
+            .query_row(
+                "SELECT min(seq) FROM events WHERE thread_id = ?1 AND idempotency_key = ?2",
+                params![id, key],
+                |r| r.get(0),
+            )
+            .optional()?
+            .flatten();
+        let Some(s) = seq.map(|s| s as u64).filter(|s| *s <= written) else {
+            return Ok(None);
+        };
+        let ev = Self::range(&c, self.ctx(id), s, s)?.pop();
+        // The index is not evidence: the event itself must carry the key.
+        Ok(ev.filter(|e| e.idempotency_key.as_deref() == Some(key)))
+    }
+
+    fn peek(&self, id: &str) -> Result<Option<Head>, StoreError> {
+        // Opening writes only when a row is missing or adopted under a key; leave those to a
+        // full load.
+        let row = Self::row(&self.conn(), id)?;
+        match (&row, &self.key) {
+            (None, _) => return Ok(None),
+            (Some(r), Some(_)) if r.mac.is_none() => return Ok(None),
+            (Some(r), None) if r.mac.is_some() => return Ok(None),
+            _ => {}
+        }
+        match self.load(id) {
+            Ok(Some(l)) if l.repairs.is_empty() && l.warnings.is_empty() => Ok(Some(l.head)),
+            _ => Ok(None),
+        }
+    }
+
+    fn all_ids(&self) -> Result<Vec<String>, StoreError> {
+        let c = self.conn();
+        let mut ids: Vec<String> = c
+            .prepare("SELECT thread_id FROM threads")?
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<Result<_, _>>()?;
+        // Events whose thread row is gone count too: one index seek per distinct thread.
+        let mut next = c.prepare("SELECT min(thread_id) FROM events WHERE thread_id > ?1")?;
+        let mut cursor = String::new();
+        while let Some(id) = next.query_row([&cursor], |r| r.get::<_, Option<String>>(0))? {
+            ids.push(id.clone());
+            cursor = id;
+        }
+        ids.sort();
+        ids.dedup();
+        Ok(ids)
     }
 
     fn turn_completed(

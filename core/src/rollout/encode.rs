@@ -1,0 +1,299 @@
+//! Serialising an event exactly once on the write path: the payload is walked one time into its
+//! RFC 8785 (JCS) members, and those same bytes make the hash input, the line on disk, the SQLite
+//! payload column and (spliced by the engine) the notification. Before this, a delta was
+//! serialised three or four times between the kernel and the host.
+//!
+//! The line keeps the payload's `type` member first (readers and people look for it there) and
+//! the other members in JCS order; the hash input is the plain JCS form. Both are assembled from
+//! the same member texts, so they cannot disagree.
+
+use serde_json::{Map, Number, Value};
+use std::fmt::Write as _;
+
+/// The payload, once: its members as (key, JCS value text), in JCS key order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct EncodedPayload {
+    members: Vec<(String, String)>,
+    /// Index of the `type` member in `members`, if any.
+    type_at: Option<usize>,
+}
+
+impl EncodedPayload {
+    /// Encodes an object payload (anything else is encoded as its JCS text alone).
+    pub fn new(payload: &Value) -> EncodedPayload {
+        let Value::Object(map) = payload else {
+            let mut text = String::new();
+            write_value(payload, &mut text);
+            return EncodedPayload {
+                members: vec![(String::new(), text)],
+                type_at: None,
+            };
+        };
+        let mut members: Vec<(String, String)> = map
+            .iter()
+            .map(|(k, v)| {
+                let mut key = String::with_capacity(k.len() + 2);
+                write_string(k, &mut key);
+                let mut text = String::new();
+                write_value(v, &mut text);
+                (key, text)
+            })
+            .collect();
+        sort_members(map, &mut members);
+        let type_at = members.iter().position(|(k, _)| k == "\"type\"");
+        EncodedPayload { members, type_at }
+    }
+
+    fn is_object(&self) -> bool {
+        !(self.members.len() == 1 && self.members[0].0.is_empty())
+    }
+
+    /// The JCS text (what the hash covers).
+    pub fn write_jcs(&self, out: &mut String) {
+        if !self.is_object() {
+            out.push_str(&self.members[0].1);
+            return;
+        }
+        out.push('{');
+        for (i, (k, v)) in self.members.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(k);
+            out.push(':');
+            out.push_str(v);
+        }
+        out.push('}');
+    }
+
+    /// The text written on the line: `type` first, then the other members in JCS order.
+    pub fn write_line(&self, out: &mut Vec<u8>) {
+        if !self.is_object() {
+            out.extend_from_slice(self.members[0].1.as_bytes());
+            return;
+        }
+        out.push(b'{');
+        let mut first = true;
+        let mut put = |out: &mut Vec<u8>, (k, v): &(String, String)| {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            out.extend_from_slice(k.as_bytes());
+            out.push(b':');
+            out.extend_from_slice(v.as_bytes());
+        };
+        if let Some(t) = self.type_at {
+            put(out, &self.members[t]);
+        }
+        for (i, m) in self.members.iter().enumerate() {
+            if Some(i) != self.type_at {
+                put(out, m);
+            }
+        }
+        out.push(b'}');
+    }
+
+    /// Bytes of the encoded members (for sizing buffers).
+    pub fn len_hint(&self) -> usize {
+        self.members
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 2)
+            .sum::<usize>()
+            + 2
+    }
+}
+
+/// Sorts encoded members by their keys' UTF-16 code units (RFC 8785 §3.2.3); ASCII keys (all of
+/// ours) compare the same byte-wise, so the UTF-16 comparison runs only when a key needs it.
+fn sort_members(map: &Map<String, Value>, members: &mut [(String, String)]) {
+    if map.keys().all(|k| k.is_ascii()) {
+        members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    } else {
+        // The encoded key text orders like the key itself except for escapes; compare the raw
+        // keys, found again by decoding the encoded text.
+        members.sort_by(|a, b| {
+            let ka: String = serde_json::from_str(&a.0).unwrap_or_default();
+            let kb: String = serde_json::from_str(&b.0).unwrap_or_default();
+            ka.encode_utf16().cmp(kb.encode_utf16())
+        });
+    }
+}
+
+/// RFC 8785 text of any value (identical to `cc_agent_protocol::jcs::canonicalize`).
+pub(crate) fn write_value(value: &Value, out: &mut String) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => write_number(n, out),
+        Value::String(s) => write_string(s, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_value(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            if keys.iter().all(|k| k.is_ascii()) {
+                keys.sort_unstable();
+            } else {
+                keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+            }
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(key, out);
+                out.push(':');
+                write_value(&map[key], out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn write_number(n: &Number, out: &mut String) {
+    if let Some(i) = n.as_i64() {
+        let _ = write!(out, "{i}");
+    } else if let Some(u) = n.as_u64() {
+        let _ = write!(out, "{u}");
+    } else if let Some(f) = n.as_f64() {
+        // Floats are rare in our payloads: the reference writer's ECMAScript form.
+        let _ = f;
+        out.push_str(&cc_agent_protocol::jcs::canonicalize(&Value::Number(
+            n.clone(),
+        )));
+    }
+}
+
+/// Whether any byte is a control character, `"` or `\\`: eight bytes at a time (the classic
+/// "has a byte less than n" and "has a zero byte" word tricks, exact as a yes/no answer).
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS != 0;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let x = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        if x.wrapping_sub(ONES * 0x20) & !x & HIGHS != 0
+            || has_zero(x ^ (ONES * b'"' as u64))
+            || has_zero(x ^ (ONES * b'\\' as u64))
+        {
+            return true;
+        }
+    }
+    chunks
+        .remainder()
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+}
+
+/// A JSON string with only the escapes RFC 8785 allows; runs without escapes are copied whole.
+pub(crate) fn write_string(s: &str, out: &mut String) {
+    let bytes = s.as_bytes();
+    // Most strings (ids, times, text) need no escape: one vectorisable scan, one copy.
+    if !needs_escape(bytes) {
+        out.reserve(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
+    out.push('"');
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: &str = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            0x08 => "\\b",
+            0x0C => "\\f",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0..=0x1F => "",
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        if esc.is_empty() {
+            let _ = write!(out, "\\u{:04x}", b);
+        } else {
+            out.push_str(esc);
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn jcs(v: &Value) -> String {
+        let mut s = String::new();
+        write_value(v, &mut s);
+        s
+    }
+
+    #[test]
+    fn matches_the_reference_canonicalisation() {
+        let cases = [
+            json!({"\u{fb01}": 1, "\u{1F600}": 2, "b": 3, "a": {"z": 1, "y": 2}}),
+            serde_json::from_str::<Value>("[1.0, -0.0, 1e21, 1e-7, 0.1, 100, -5, 1.5e300]")
+                .unwrap(),
+            json!("a\"b\\c\n\u{1}\u{7f}é/\t\r\u{8}\u{c}\u{1f}"),
+            json!({"type": "itemDelta", "turnId": "t", "itemId": "i", "delta": {"type": "text", "text": "x\ny"}}),
+            json!({"nested": [{"b": null, "a": true}, [], {}], "n": 18446744073709551615u64, "m": -9007199254740991i64}),
+        ];
+        for v in cases {
+            assert_eq!(jcs(&v), cc_agent_protocol::jcs::canonicalize(&v), "{v}");
+            let p = EncodedPayload::new(&v);
+            let mut s = String::new();
+            p.write_jcs(&mut s);
+            assert_eq!(s, cc_agent_protocol::jcs::canonicalize(&v), "{v}");
+        }
+    }
+
+    #[test]
+    fn the_escape_scan_finds_every_byte_that_needs_one_at_every_position() {
+        for len in 0..20 {
+            for at in 0..len {
+                for b in (0u8..0x20).chain([b'"', b'\\']) {
+                    let mut v = vec![b'a'; len];
+                    v[at] = b;
+                    assert!(needs_escape(&v), "{len} {at} {b}");
+                }
+                let mut v = vec![b'a'; len];
+                for (i, c) in [0x20u8, 0x7f, b'/', b'!', b'#', b'[', b']', b'~']
+                    .iter()
+                    .cycle()
+                    .take(len)
+                    .enumerate()
+                {
+                    v[i] = *c;
+                }
+                assert!(!needs_escape(&v), "{v:?}");
+            }
+        }
+        assert!(!needs_escape("é€😀 plain".as_bytes()));
+    }
+
+    #[test]
+    fn the_line_form_puts_type_first_and_parses_to_the_same_value() {
+        let v = json!({"turnId": "t", "type": "itemDelta", "itemId": "i", "delta": {"type": "text", "text": "é\"x"}});
+        let p = EncodedPayload::new(&v);
+        let mut line = Vec::new();
+        p.write_line(&mut line);
+        let text = String::from_utf8(line).unwrap();
+        assert!(text.starts_with("{\"type\":\"itemDelta\","), "{text}");
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), v);
+        assert!(p.len_hint() >= text.len());
+    }
+}
