@@ -42,11 +42,16 @@ impl Ledger {
                 }
             }
         }
-        let file = std::fs::OpenOptions::new()
+        let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
             .expect("open the ledger");
+        // A line the kill cut short is ended here, so the next line starts on its own (it would
+        // otherwise be glued to the torn one and read as that key's).
+        if !text.is_empty() && !text.ends_with('\n') {
+            file.write_all(b"\n").expect("end the torn ledger line");
+        }
         Ledger {
             file: Mutex::new((file, applied)),
         }
@@ -58,13 +63,16 @@ impl ToolExecutor for Ledger {
         let key = current_effect().map_or_else(|| "no-key".to_string(), |e| e.idempotency_key);
         let mut g = self.file.lock().unwrap();
         if let Some(v) = g.1.get(&key).cloned() {
-            writeln!(g.0, "DUP {key}").unwrap();
+            g.0.write_all(format!("DUP {key}\n").as_bytes()).unwrap();
             g.0.sync_data().unwrap();
             return ToolResult::Ok(ToolResultOk { output: v });
         }
         let output = json!({"tool": call.tool, "args": call.arguments});
-        // The application: one whole line, made durable before the result is returned.
-        writeln!(g.0, "A {key} {output}").unwrap();
+        // The application: one whole line in one write (`writeln!` on a file is several writes,
+        // and a kill between them leaves a torn line), made durable before the result is
+        // returned.
+        g.0.write_all(format!("A {key} {output}\n").as_bytes())
+            .unwrap();
         g.0.sync_data().unwrap();
         g.1.insert(key, output.clone());
         ToolResult::Ok(ToolResultOk { output })
