@@ -1141,8 +1141,11 @@ fn main() {
             child,
         );
         let c = &soak.c;
+        // What the engine holds, so RSS growth can be told apart from its bounded caches and its
+        // index of every thread on disk (docs/engine.md, "Memory").
+        let e = server.stats_snapshot();
         println!(
-            "t={t:5.0}s rss={} MiB threads={} child_rss={} child_threads={} sent={} answered={} overloaded={} turns={} interrupts={} approvals={} threads_checked={}",
+            "t={t:5.0}s rss={} MiB threads={} child_rss={} child_threads={} sent={} answered={} overloaded={} turns={} interrupts={} approvals={} threads_checked={} indexed={} loaded={}/{} tail_cache={} KiB",
             s.1 / 1024,
             s.2,
             s.3.map_or("-".into(), |r| (r / 1024).to_string()),
@@ -1154,6 +1157,10 @@ fn main() {
             c.interrupts.load(Ordering::Relaxed),
             c.approvals.load(Ordering::Relaxed),
             c.threads_checked.load(Ordering::Relaxed),
+            e.store_indexed_threads,
+            e.threads_loaded,
+            e.store_loaded_threads,
+            e.tail_cache_bytes / 1024,
         );
         samples.push(s);
     }

@@ -359,6 +359,11 @@ impl AppServer {
             outbound_queued: signed(s.outbound_queued),
             recording_failures: signed(s.recording_failures),
             threads_loaded: signed(s.threads_loaded),
+            store_indexed_threads: signed(s.store_indexed_threads),
+            store_loaded_threads: signed(s.store_loaded_threads),
+            tail_cache_bytes: signed(s.tail_cache_bytes),
+            pipeline_waits: signed(s.pipeline_waits),
+            dangling_turns_closed: signed(s.dangling_turns_closed),
             failed_closed: FailedClosedStats {
                 no_handler: signed(f.no_handler),
                 handler_error: signed(f.handler_error),
@@ -413,6 +418,16 @@ pub struct ServerStats {
     /// Events the store could not write (disk full, I/O error).
     pub recording_failures: i64,
     pub threads_loaded: i64,
+    /// Threads in the store's in-memory summary index (every thread of the state directory).
+    pub store_indexed_threads: i64,
+    /// Threads whose store slot (head, anchor state, open files) is loaded; bounded.
+    pub store_loaded_threads: i64,
+    /// Bytes of event JSON the tail cache holds (bounded; docs/engine.md, "Memory").
+    pub tail_cache_bytes: i64,
+    /// Times a running turn waited because it had its bound of events in flight.
+    pub pipeline_waits: i64,
+    /// Turns a dead process left open, closed (`serverRestarted`) when their thread was touched.
+    pub dangling_turns_closed: i64,
     /// Approvals that failed closed, by reason.
     pub failed_closed: FailedClosedStats,
 }

@@ -148,6 +148,8 @@ def test_close_reopen_resume(state_dir: str, store: cc.Store) -> None:
         assert resumed.thread.title == "kept" and resumed.thread.last_event_seq == last_seq
         assert resumed.active_turn is None and not resumed.has_more
         assert resumed.events[-1].seq == last_seq
+        stats = server.stats()
+        assert stats.indexed_threads == 1 and stats.loaded_threads >= 1 and stats.tail_cache_bytes > 0, stats
         kinds = [type(e.payload).__name__ for e in resumed.events]
         assert "TurnCompletedEvent" in kinds and "ToolResultEvent" in kinds, kinds
         # The thread goes on after the restart.

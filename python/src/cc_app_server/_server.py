@@ -48,13 +48,17 @@ class OpenAI:
 
 @dataclass(frozen=True)
 class ServerStats:
-    """The engine's counters (they never go down)."""
+    """The engine's counters (they never go down) and its memory gauges (bounded caches; the
+    index holds one summary per thread on disk)."""
 
     tools_executed: int
     ignored_responses: int
     closed_slow_consumers: int
     listener_errors: int
     dropped_log_records: int
+    indexed_threads: int = 0
+    loaded_threads: int = 0
+    tail_cache_bytes: int = 0
 
 
 def _choice(name: str, value: str, table: dict[str, Any]) -> Any:
@@ -157,7 +161,9 @@ class AppServer:
         s = self._require().stats()
         return ServerStats(tools_executed=int(s.tools_executed), ignored_responses=int(s.ignored_responses),
                            closed_slow_consumers=int(s.closed_slow_consumers),
-                           listener_errors=int(s.listener_errors), dropped_log_records=int(s.dropped_log_records))
+                           listener_errors=int(s.listener_errors), dropped_log_records=int(s.dropped_log_records),
+                           indexed_threads=int(s.store_indexed_threads), loaded_threads=int(s.store_loaded_threads),
+                           tail_cache_bytes=int(s.tail_cache_bytes))
 
     def set_policy(self, policy: Policy) -> None:
         """Changes the approval policy; grants made under the old one lapse."""

@@ -157,6 +157,9 @@ class LifecycleTest {
                 val all = runBlocking { client.threadList(limit = 100) }.threads.map { it.id }.toSet()
                 assertEquals((0 until 50).map { "t$it" }.toSet(), all)
                 assertEquals(0L, client.pendingRequests)
+                val stats = server.stats()
+                assertEquals(50L, stats.storeIndexedThreads, "the index holds every thread on disk")
+                assertTrue(stats.tailCacheBytes > 0, "recent events are served from the tail cache")
             }
         }
     }
