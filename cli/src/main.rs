@@ -138,6 +138,10 @@ pub struct ServeArgs {
     /// never cut off.
     #[arg(long, value_name = "MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub stall_timeout_ms: u64,
+    /// Memory for the tail cache of recent events (thread/read and thread/resume are served from
+    /// it), in MiB over all threads; 0 turns it off. Bounded: the least recently used tails go.
+    #[arg(long, value_name = "MIB", default_value_t = 32, value_parser = clap::value_parser!(u32).range(0..=4096))]
+    pub tail_cache_mib: u32,
     /// Turns whose kernel runs at once (one thread each).
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_running_turns: u32,

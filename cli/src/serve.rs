@@ -100,6 +100,7 @@ pub(crate) fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
     };
     config.store_options.key = args.key.key()?;
     config.store_options.accept_unanchored = args.accept_unanchored;
+    config.store_options.tail_cache_bytes = (args.tail_cache_mib as usize) << 20;
     let defaults = Limits::default();
     config.limits = Limits {
         max_line_bytes: args.max_line_bytes as usize,

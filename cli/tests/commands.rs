@@ -262,6 +262,27 @@ fn help_reads_well_on_every_command() {
 }
 
 #[test]
+fn the_tail_cache_budget_is_bounded_and_zero_turns_it_off() {
+    let dir = state_dir();
+    let d = s(dir.path());
+    let (rc, _, err) = run(&["serve", "--state-dir", &d, "--tail-cache-mib", "4097"]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("--tail-cache-mib"), "{err}");
+    // At the edge and with the cache off, reads are still answered (from the rollout).
+    for mib in ["4096", "0"] {
+        let mut p = Proc::serve(dir.path(), &["--tail-cache-mib", mib]);
+        p.init();
+        let id = format!("t{mib}");
+        p.req("thread/start", json!({"threadId": id}));
+        let read = p.req("thread/read", json!({"threadId": id}));
+        assert_eq!(read["result"]["thread"]["id"], json!(id), "{read}");
+        assert_eq!(read["result"]["events"][0]["seq"], json!(1), "{read}");
+        p.close_stdin();
+        assert!(p.wait_exit(TIMEOUT).success());
+    }
+}
+
+#[test]
 fn verify_draws_a_progress_bar_only_on_a_terminal() {
     let dir = state_dir();
     let d = s(dir.path());
