@@ -2,9 +2,34 @@
 //! A kernel never touches a tool directly — it asks its `TurnContext`, which passes every request
 //! through the approval gate — so no kernel, scripted or host-written, can run a tool unapproved.
 
-use crate::protocol::{Item, ItemDelta, ToolCall, ToolResult, UserInput};
-use serde_json::Value;
+use crate::protocol::{Item, ItemDelta, ItemStatus, ToolCall, ToolCallItem, ToolResult, UserInput};
+use serde_json::{Map, Value};
 use std::time::Duration;
+
+/// One tool call as the user sees it: a `toolCall` item started, the call passed through the
+/// approval gate (`request_tool`), and the item completed with the status its result implies
+/// (declined when it was denied). The result is returned for the kernel to go on with.
+pub fn run_tool_call(ctx: &dyn TurnContext, call: &ToolCall) -> Result<ToolResult, KernelError> {
+    let id = ctx.new_item_id();
+    let item = |status: ItemStatus, result: Option<ToolResult>| {
+        Item::ToolCall(ToolCallItem {
+            id: id.clone(),
+            call: call.clone(),
+            status,
+            result,
+            extra: Map::new(),
+        })
+    };
+    ctx.item_started(item(ItemStatus::InProgress, None))?;
+    let result = ctx.request_tool(&id, call.clone())?;
+    let status = match &result {
+        ToolResult::Ok(_) => ItemStatus::Completed,
+        ToolResult::Error(_) => ItemStatus::Failed,
+        ToolResult::Denied(_) => ItemStatus::Declined,
+    };
+    ctx.item_completed(item(status, Some(result.clone())))?;
+    Ok(result)
+}
 
 /// Why a kernel stopped early.
 #[derive(Debug, Clone, PartialEq, Eq)]

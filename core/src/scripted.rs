@@ -11,8 +11,7 @@
 
 use crate::kernel::{AgentKernel, KernelError, TurnContext};
 use crate::protocol::{
-    AgentMessageItem, Item, ItemDelta, ItemStatus, ReasoningItem, TextDelta, ToolCall,
-    ToolCallItem, ToolResult, UserInput,
+    AgentMessageItem, Item, ItemDelta, ReasoningItem, TextDelta, ToolCall, UserInput,
 };
 use serde_json::{json, Map, Value};
 use std::time::{Duration, Instant};
@@ -125,24 +124,7 @@ impl AgentKernel for ScriptedKernel {
                         "arguments": step.get("arguments").cloned().unwrap_or(Value::Null),
                     }))
                     .map_err(|e| KernelError::Failed(format!("bad tool step: {e}")))?;
-                    let id = ctx.new_item_id();
-                    let item = |status: ItemStatus, result: Option<ToolResult>| {
-                        Item::ToolCall(ToolCallItem {
-                            id: id.clone(),
-                            call: call.clone(),
-                            status,
-                            result,
-                            extra: Map::new(),
-                        })
-                    };
-                    ctx.item_started(item(ItemStatus::InProgress, None))?;
-                    let result = ctx.request_tool(&id, call.clone())?;
-                    let status = match &result {
-                        ToolResult::Ok(_) => ItemStatus::Completed,
-                        ToolResult::Error(_) => ItemStatus::Failed,
-                        ToolResult::Denied(_) => ItemStatus::Declined,
-                    };
-                    ctx.item_completed(item(status, Some(result)))?;
+                    crate::kernel::run_tool_call(ctx, &call)?;
                 }
                 Some("sleep") => {
                     if ctx.sleep_cancellable(Duration::from_millis(ms)) {

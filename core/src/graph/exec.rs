@@ -13,9 +13,8 @@ use crate::engine::turn::{event, run_on, TurnShared};
 use crate::engine::{emit_locked, History, Inner, ThreadState};
 use crate::kernel::{AgentKernel, KernelError, ToolSpec, TurnContext};
 use crate::protocol::{
-    EventPayload, GraphReceiptSource, GraphRunError, Item, ItemDelta, ItemStatus, TextInput,
-    ToolCall, ToolCallItem, ToolResult, ToolResultDenied, Turn, TurnStartedEvent, TurnStatus,
-    UserInput,
+    EventPayload, GraphReceiptSource, GraphRunError, Item, ItemDelta, TextInput, ToolCall,
+    ToolResult, ToolResultDenied, Turn, TurnStartedEvent, TurnStatus, UserInput,
 };
 use crate::rollout::{HeaderExtra, ThreadStart, MAX_READ_LIMIT};
 use serde_json::{Map, Value};
@@ -429,26 +428,7 @@ impl AgentKernel for NodeKernel<'_> {
         };
         match &self.base {
             Base::Agent(k) => k.run_turn(&ctx, input),
-            Base::Tool(call) => {
-                let id = ctx.new_item_id();
-                let item = |status: ItemStatus, result: Option<ToolResult>| {
-                    Item::ToolCall(ToolCallItem {
-                        id: id.clone(),
-                        call: call.clone(),
-                        status,
-                        result,
-                        extra: Map::new(),
-                    })
-                };
-                ctx.item_started(item(ItemStatus::InProgress, None))?;
-                let result = ctx.request_tool(&id, call.clone())?;
-                let status = match &result {
-                    ToolResult::Ok(_) => ItemStatus::Completed,
-                    ToolResult::Error(_) => ItemStatus::Failed,
-                    ToolResult::Denied(_) => ItemStatus::Declined,
-                };
-                ctx.item_completed(item(status, Some(result)))
-            }
+            Base::Tool(call) => crate::kernel::run_tool_call(&ctx, call).map(drop),
         }
     }
 }
