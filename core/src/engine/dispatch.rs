@@ -92,20 +92,28 @@ impl From<StoreError> for RpcError {
                 thread_id,
                 seq,
                 reason,
-            } => RpcError::new(
+            } => {
+                // The host's log hears of it too: threads load lazily, so this is where damage
+                // is first seen (a mobile host cannot read stderr).
+                tracing::warn!(target: "cc_app_server::engine", "thread {thread_id:?} is unreadable: first bad event at seq {seq}: {reason}");
+                RpcError::new(
                 -32603,
                 format!(
                     "thread {thread_id:?} is unreadable: its rollout fails verification; restore it from a backup (see `cc-app-server rollout verify`)"
                 ),
             )
-            .with_reason(format!("first bad event at seq {seq}: {reason}")),
-            StoreError::AnchorMismatch { thread_id, reason } => RpcError::new(
+            .with_reason(format!("first bad event at seq {seq}: {reason}"))
+            }
+            StoreError::AnchorMismatch { thread_id, reason } => {
+                tracing::warn!(target: "cc_app_server::engine", "thread {thread_id:?} is unreadable: {reason}");
+                RpcError::new(
                 -32603,
                 format!(
                     "thread {thread_id:?} is unreadable: its rollout does not match its head anchor; restore it from a backup or accept it as it is (see `cc-app-server rollout verify`)"
                 ),
             )
-            .with_reason(reason),
+            .with_reason(reason)
+            }
             other => {
                 // Internals go to diagnostics, never to the wire.
                 tracing::error!(target: "cc_app_server::rollout", "rollout store error: {other}");

@@ -528,8 +528,9 @@ fn engine_diagnostics_reach_the_c_log_callback_at_the_chosen_level() {
             CC_OK
         );
     }
-    // A thread whose log is damaged in the middle: opening the server reports it (a warning
-    // from the engine's recovery, which an iOS or Android host could not see on stderr).
+    // A thread whose log is damaged in the middle: touching it reports it (a warning from the
+    // store's check when the thread is loaded, which an iOS or Android host could not see on
+    // stderr). Threads load lazily, so the server's open alone reads no history.
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let server = open(&state, json!({}), None);
@@ -558,11 +559,21 @@ fn engine_diagnostics_reach_the_c_log_callback_at_the_chosen_level() {
     std::fs::write(&log, bytes).unwrap();
     lock(&LOGGED).clear();
     let server = open(&state, json!({}), None);
+    unsafe {
+        let mut client = null_mut();
+        assert_eq!(
+            cc_client_connect(server, None, null_mut(), 0, &mut client),
+            CC_OK
+        );
+        let (code, answer) = request(client, "thread/read", json!({"threadId": "bad"}));
+        assert_ne!(code, CC_OK, "a damaged thread is not served: {answer}");
+        cc_client_free(client);
+    }
     assert!(
         logged_after(Duration::from_secs(10), |(level, target, message)| {
             *level == CC_LOG_WARN && target.starts_with("cc_app_server") && message.contains("bad")
         }),
-        "the recovery warning names the thread: {:?}",
+        "the warning names the thread: {:?}",
         lock(&LOGGED)
     );
     // Below the chosen level nothing is delivered; after turning it off, nothing at all.
