@@ -524,7 +524,8 @@ fn to_payload(payload: &EventPayload) -> Result<Value, KernelError> {
 fn delta_payload(turn_id: String, item_id: &str, delta: ItemDelta) -> Result<Value, KernelError> {
     let delta = match delta {
         ItemDelta::Text(TextDelta { text, extra }) => {
-            let mut m = Map::new();
+            // Sized up front: growing a map member by member costs more than filling it.
+            let mut m = Map::with_capacity(2 + extra.len());
             m.insert("type".into(), Value::from("text"));
             m.insert("text".into(), Value::String(text));
             m.extend(extra);
@@ -532,7 +533,7 @@ fn delta_payload(turn_id: String, item_id: &str, delta: ItemDelta) -> Result<Val
         }
         other => serde_json::to_value(&other).map_err(|e| KernelError::Failed(e.to_string()))?,
     };
-    let mut m = Map::new();
+    let mut m = Map::with_capacity(4);
     m.insert("type".into(), Value::from("itemDelta"));
     m.insert("turnId".into(), Value::String(turn_id));
     m.insert("itemId".into(), Value::from(item_id));
