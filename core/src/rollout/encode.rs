@@ -315,3 +315,28 @@ mod tests {
         assert!(p.len_hint() >= text.len());
     }
 }
+
+#[cfg(test)]
+mod shed_tests {
+    use crate::rollout::{CheckedEvent, NewEvent};
+    use serde_json::json;
+
+    /// A shed payload comes back whole from `into_inner` (for a store that seals from the
+    /// parsed form); a kind something looks into is never shed.
+    #[test]
+    fn a_shed_payload_comes_back_whole_and_only_hot_kinds_are_shed() {
+        let delta = json!({"type": "itemDelta", "turnId": "t", "itemId": "i", "delta": {"type": "text", "text": "a\u{1}\"é"}});
+        let mut c = CheckedEvent::new(NewEvent::new(delta.clone())).unwrap();
+        c.shed_payload();
+        assert!(c.event().payload.is_null());
+        assert_eq!(c.into_inner().payload, delta);
+        let resolved = json!({
+            "type": "approvalResolved", "turnId": "t1", "itemId": "tool-1",
+            "nonce": "0123456789abcdef0123456789abcdef", "outcome": "declined",
+            "decision": {"decision": "decline"}, "failure": null
+        });
+        let mut c = CheckedEvent::new(NewEvent::new(resolved.clone())).unwrap();
+        c.shed_payload();
+        assert_eq!(c.event().payload, resolved, "not a hot kind: kept");
+    }
+}

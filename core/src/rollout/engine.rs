@@ -205,6 +205,23 @@ impl Head {
     }
 }
 
+/// A payload of a kind that no head, index or backend looks into beyond its line (so its parsed
+/// form may be let go once encoded): deltas, item and tool events, status changes. A payload
+/// let go is `null`, which `kind` reads as "" — none of the kinds anything looks for.
+pub(crate) fn is_hot_kind(payload: &Value) -> bool {
+    matches!(
+        payload.get("type").and_then(Value::as_str),
+        Some(
+            "itemDelta"
+                | "itemStarted"
+                | "itemCompleted"
+                | "toolRequested"
+                | "toolResult"
+                | "turnStatusChanged"
+        )
+    )
+}
+
 /// An event with its serialised line (the JSON text, without the '\n'), ready for any backend,
 /// the tail cache and the caller: serialised once, shared.
 #[derive(Debug, Clone)]
@@ -224,15 +241,7 @@ impl Sealed {
     /// and envelope, not a tree of a dozen allocations each. Kinds a backend, an index or a
     /// head looks into (headers, turn ends, compactions, …) keep theirs.
     fn slim(mut self) -> Sealed {
-        if matches!(
-            self.ev.kind(),
-            "itemDelta"
-                | "itemStarted"
-                | "itemCompleted"
-                | "toolRequested"
-                | "toolResult"
-                | "turnStatusChanged"
-        ) {
+        if is_hot_kind(&self.ev.payload) {
             self.ev.payload = Value::Null;
         }
         self
