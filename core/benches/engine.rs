@@ -695,18 +695,35 @@ fn section_turns(r: &mut Report, quick: bool) {
         );
     }
     // The host's floor: ready-made delta notifications pushed through the engine's outbound
-    // queue to the Rust client's pump pattern (parse each into a Value, hand it over a channel
-    // to the host thread, which looks at its method) — no engine, no store: how fast the host
-    // side alone can take a turn's notifications.
+    // queue to the Rust client's pump pattern (take what is queued, tell notifications from the
+    // rest without building a Value, hand them over in batches to the host thread, which parses
+    // each and looks at its method) — no engine, no store: how fast the host side alone can
+    // take a turn's notifications.
     {
+        #[derive(serde::Deserialize)]
+        struct Head {
+            #[serde(default)]
+            method: Option<serde::de::IgnoredAny>,
+            #[serde(default)]
+            id: Option<serde::de::IgnoredAny>,
+        }
         let q = BoundedQueue::new(512, 8 << 20);
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Value>(65_536);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<String>>(256);
         let pump = {
             let q = Arc::clone(&q);
             std::thread::spawn(move || {
-                while let Ok(m) = q.recv(None) {
-                    let v: Value = serde_json::from_str(&m).unwrap();
-                    if tx.send(v).is_err() {
+                while let Ok(first) = q.recv(None) {
+                    let mut batch = vec![first];
+                    while batch.len() < 256 {
+                        match q.try_recv() {
+                            Some(m) => batch.push(m),
+                            None => break,
+                        }
+                    }
+                    batch.retain(|m| {
+                        matches!(serde_json::from_str::<Head>(m), Ok(h) if h.method.is_some() && h.id.is_none())
+                    });
+                    if tx.send(batch).is_err() {
                         break;
                     }
                 }
@@ -724,9 +741,12 @@ fn section_turns(r: &mut Report, quick: bool) {
         };
         let t = Instant::now();
         let mut n = 0;
-        while let Ok(v) = rx.recv() {
-            if v["method"] == "item/delta" {
-                n += 1;
+        while let Ok(batch) = rx.recv() {
+            for m in batch {
+                let v: Value = serde_json::from_str(&m).unwrap();
+                if v["method"] == "item/delta" {
+                    n += 1;
+                }
             }
         }
         let rate = n as f64 / t.elapsed().as_secs_f64();

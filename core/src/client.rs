@@ -8,9 +8,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Decides approval/decide requests for the host. Absent, failing or too slow: the client
@@ -98,7 +99,7 @@ pub struct Client {
     conn: Arc<Connection>,
     pending: Pending,
     next_id: AtomicU64,
-    notifications: Mutex<Receiver<Value>>,
+    notifications: Arc<Inbox>,
     config: ClientConfig,
     pump: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The server's initialize result.
@@ -114,20 +115,24 @@ impl Client {
     ) -> Result<Client, ClientError> {
         let conn = Arc::new(server.connect().map_err(|_| ClientError::Closed)?);
         let pending: Pending = Arc::default();
-        let (tx, rx) = sync_channel(config.notification_capacity);
+        let inbox = Inbox::new(config.notification_capacity);
         let pump = {
             let (conn, pending) = (Arc::clone(&conn), Arc::clone(&pending));
+            let inbox = Arc::clone(&inbox);
             let approvals = Approvals::new(Arc::clone(&conn), handler, config);
             std::thread::Builder::new()
                 .name("cc-client-pump".into())
-                .spawn(move || pump(&conn, &pending, &tx, approvals))
+                .spawn(move || {
+                    pump(&conn, &pending, &inbox, approvals);
+                    inbox.close();
+                })
                 .map_err(|_| ClientError::Closed)?
         };
         let mut client = Client {
             conn,
             pending,
             next_id: AtomicU64::new(1),
-            notifications: Mutex::new(rx),
+            notifications: inbox,
             config,
             pump: Mutex::new(Some(pump)),
             initialize_result: Value::Null,
@@ -195,11 +200,20 @@ impl Client {
 
     /// The next notification, telling a timeout from a closed connection with nothing left.
     pub fn recv_notification(&self, timeout: Duration) -> Result<Value, RecvError> {
-        match lock(&self.notifications).recv_timeout(timeout) {
-            Ok(v) => Ok(v),
-            Err(RecvTimeoutError::Timeout) => Err(RecvError::Timeout),
-            Err(RecvTimeoutError::Disconnected) => Err(RecvError::Closed),
+        loop {
+            let text = self.notifications.recv(timeout)?;
+            // The pump checked that it is one JSON object; parsed here, on the host's thread,
+            // so the Value is built and dropped by one thread (no cross-thread frees).
+            if let Ok(v) = serde_json::from_str(&text) {
+                return Ok(v);
+            }
         }
+    }
+
+    /// The next notification as the server's own JSON text (one object, no newline), for a
+    /// host that forwards or parses it itself: no `Value` is built.
+    pub fn recv_notification_text(&self, timeout: Duration) -> Result<String, RecvError> {
+        self.notifications.recv(timeout)
     }
 
     /// True once the connection is closed (by `close`, the server, or a host that stopped reading).
@@ -216,6 +230,8 @@ impl Client {
     /// thread that holds the client.
     pub fn close(&self) {
         self.conn.close();
+        // A pump waiting for room in a full inbox stops too (what is buffered stays readable).
+        self.notifications.close();
         let pump = lock(&self.pump).take();
         if let Some(p) = pump {
             let _ = p.join();
@@ -229,13 +245,12 @@ impl Drop for Client {
     }
 }
 
-fn pump(
-    conn: &Connection,
-    pending: &Pending,
-    notifications: &SyncSender<Value>,
-    mut approvals: Approvals,
-) {
-    loop {
+/// The most messages the pump takes off the connection per lock of the host's inbox.
+const PUMP_BATCH: usize = 256;
+
+fn pump(conn: &Connection, pending: &Pending, inbox: &Inbox, mut approvals: Approvals) {
+    let mut batch: Vec<String> = Vec::with_capacity(PUMP_BATCH);
+    'outer: loop {
         // Wake for the next approval deadline too, so a slow handler is declined on time.
         let wait = approvals
             .next_deadline()
@@ -244,39 +259,199 @@ fn pump(
             .min(Duration::from_millis(200));
         let received = conn.recv(Some(wait));
         approvals.decline_expired();
-        let text = match received {
+        let mut text = match received {
             Ok(t) => t,
             Err(RecvError::Timeout) => continue,
             Err(RecvError::Closed) => break,
         };
-        let Ok(message) = serde_json::from_str::<Value>(&text) else {
-            continue;
-        };
-        match (message.get("method"), message.get("id")) {
-            (Some(_), Some(id)) => approvals.route(id.clone(), &message["params"]),
-            (Some(_), None) => {
-                if notifications.send(message).is_err() {
-                    break;
+        // What is already queued goes to the host in one hand-over (one lock, one wake-up).
+        loop {
+            match classify(&text) {
+                Kind::Notification => batch.push(text),
+                Kind::Other => {
+                    // Keep the order the server sent: notifications before this message are
+                    // the host's before its answer is.
+                    if !inbox.push_all(&mut batch) {
+                        break 'outer;
+                    }
+                    route(&text, pending, &mut approvals);
                 }
+                Kind::Invalid => {}
             }
-            (None, Some(id)) => {
-                let waiter = id.as_u64().and_then(|id| lock(pending).remove(&id));
-                if let Some(tx) = waiter {
-                    let result = match message.get("error") {
-                        Some(e) => Err(ClientError::Protocol {
-                            code: e["code"].as_i64().unwrap_or(-32603),
-                            message: e["message"].as_str().unwrap_or_default().to_string(),
-                            data: e.get("data").cloned(),
-                        }),
-                        None => Ok(message["result"].clone()),
-                    };
-                    let _ = tx.try_send(result);
-                }
+            if batch.len() >= PUMP_BATCH {
+                break;
             }
-            (None, None) => {}
+            match conn.try_recv() {
+                Some(t) => text = t,
+                None => break,
+            }
+        }
+        if !inbox.push_all(&mut batch) {
+            break;
         }
     }
     lock(pending).clear();
+}
+
+enum Kind {
+    /// A method and no id.
+    Notification,
+    /// A response or a server request.
+    Other,
+    /// Not one JSON object: dropped, as before.
+    Invalid,
+}
+
+/// Tells a notification from the rest with one validating pass over the text that keeps
+/// nothing (no `Value`, no allocation); only responses and server requests are parsed fully.
+fn classify(text: &str) -> Kind {
+    /// A member that is present, whatever its value (`"id": null` included).
+    #[derive(Default)]
+    struct Present(bool);
+    impl<'de> serde::Deserialize<'de> for Present {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            serde::de::IgnoredAny::deserialize(d).map(|_| Present(true))
+        }
+    }
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(default)]
+        method: Present,
+        #[serde(default)]
+        id: Present,
+    }
+    // A derived struct also reads from an array; only an object is a message.
+    if !text.trim_start().starts_with('{') {
+        return Kind::Invalid;
+    }
+    match serde_json::from_str::<Head>(text) {
+        Ok(Head {
+            method: Present(true),
+            id: Present(false),
+        }) => Kind::Notification,
+        Ok(_) => Kind::Other,
+        Err(_) => Kind::Invalid,
+    }
+}
+
+/// A response to its waiter, a server request to the approval machinery.
+fn route(text: &str, pending: &Pending, approvals: &mut Approvals) {
+    let Ok(message) = serde_json::from_str::<Value>(text) else {
+        return;
+    };
+    match (message.get("method"), message.get("id")) {
+        (Some(_), Some(id)) => approvals.route(id.clone(), &message["params"]),
+        (None, Some(id)) => {
+            let waiter = id.as_u64().and_then(|id| lock(pending).remove(&id));
+            if let Some(tx) = waiter {
+                let result = match message.get("error") {
+                    Some(e) => Err(ClientError::Protocol {
+                        code: e["code"].as_i64().unwrap_or(-32603),
+                        message: e["message"].as_str().unwrap_or_default().to_string(),
+                        data: e.get("data").cloned(),
+                    }),
+                    None => Ok(message["result"].clone()),
+                };
+                let _ = tx.try_send(result);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The notifications waiting for the host: at most `capacity` (when full the pump waits, as
+/// the server's outbound queue then does), handed over in batches with one wake-up each.
+struct Inbox {
+    state: Mutex<InboxState>,
+    /// The host waits here for a notification.
+    ready: Condvar,
+    /// The pump waits here for room.
+    space: Condvar,
+    capacity: usize,
+}
+
+struct InboxState {
+    items: VecDeque<String>,
+    /// The pump is gone: what is left is drained, then `Closed`.
+    closed: bool,
+    /// Hosts blocked in `recv`; the pump signals only when one is (no futex call per batch).
+    readers_waiting: usize,
+    pump_waiting: bool,
+}
+
+impl Inbox {
+    fn new(capacity: usize) -> Arc<Inbox> {
+        Arc::new(Inbox {
+            state: Mutex::new(InboxState {
+                items: VecDeque::new(),
+                closed: false,
+                readers_waiting: 0,
+                pump_waiting: false,
+            }),
+            ready: Condvar::new(),
+            space: Condvar::new(),
+            capacity: capacity.max(1),
+        })
+    }
+
+    /// Moves every message of `batch` in, in order, waiting for room as needed. `false` once
+    /// the inbox is closed (the client is going away).
+    fn push_all(&self, batch: &mut Vec<String>) -> bool {
+        if batch.is_empty() {
+            return true;
+        }
+        let mut drain = batch.drain(..);
+        let mut s = lock(&self.state);
+        loop {
+            if s.closed {
+                return false;
+            }
+            let room = self.capacity.saturating_sub(s.items.len());
+            s.items.extend(drain.by_ref().take(room));
+            if s.readers_waiting > 0 {
+                self.ready.notify_one();
+            }
+            if drain.len() == 0 {
+                return true;
+            }
+            s.pump_waiting = true;
+            s = self.space.wait(s).unwrap_or_else(|p| p.into_inner());
+            s.pump_waiting = false;
+        }
+    }
+
+    fn recv(&self, timeout: Duration) -> Result<String, RecvError> {
+        let deadline = Instant::now() + timeout;
+        let mut s = lock(&self.state);
+        loop {
+            if let Some(item) = s.items.pop_front() {
+                if s.pump_waiting {
+                    self.space.notify_one();
+                }
+                return Ok(item);
+            }
+            if s.closed {
+                return Err(RecvError::Closed);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(RecvError::Timeout);
+            }
+            s.readers_waiting += 1;
+            s = self
+                .ready
+                .wait_timeout(s, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            s.readers_waiting -= 1;
+        }
+    }
+
+    fn close(&self) {
+        lock(&self.state).closed = true;
+        self.ready.notify_all();
+        self.space.notify_all();
+    }
 }
 
 /// One approval/decide request on its way to an answer: whoever flips `answered` first (the
@@ -416,5 +591,153 @@ fn approval_worker(
                 _ => asked.answer(conn, decline()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::ServerConfig;
+    use crate::rollout::Durability;
+
+    #[test]
+    fn classify_tells_notifications_from_the_rest() {
+        assert!(matches!(
+            classify(r#"{"jsonrpc":"2.0","method":"item/delta","params":{"a":[1,{"b":null}]}}"#),
+            Kind::Notification
+        ));
+        assert!(matches!(
+            classify(r#"{"jsonrpc":"2.0","id":3,"result":{}}"#),
+            Kind::Other
+        ));
+        // A request, even with a null id, is not a notification.
+        assert!(matches!(
+            classify(r#"{"jsonrpc":"2.0","method":"approval/decide","id":null,"params":{}}"#),
+            Kind::Other
+        ));
+        assert!(matches!(
+            classify(r#"{"jsonrpc":"2.0","method":"x"} trailing"#),
+            Kind::Invalid
+        ));
+        assert!(matches!(classify("[1,2]"), Kind::Invalid));
+        assert!(matches!(classify(r#" ["x"]"#), Kind::Invalid));
+        assert!(matches!(classify(r#"{"method":"x""#), Kind::Invalid));
+    }
+
+    #[test]
+    fn the_inbox_holds_exactly_its_capacity_and_the_pump_waits_for_room() {
+        let inbox = Inbox::new(3);
+        let pusher = {
+            let inbox = Arc::clone(&inbox);
+            std::thread::spawn(move || {
+                let mut batch: Vec<String> = (0..5).map(|i| i.to_string()).collect();
+                inbox.push_all(&mut batch)
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !lock(&inbox.state).pump_waiting {
+            assert!(Instant::now() < deadline, "the pump never waited for room");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(lock(&inbox.state).items.len(), 3, "capacity, not one more");
+        let got: Vec<String> = (0..5)
+            .map(|_| inbox.recv(Duration::from_secs(10)).unwrap())
+            .collect();
+        assert_eq!(got, ["0", "1", "2", "3", "4"], "in order");
+        assert!(pusher.join().unwrap());
+        assert_eq!(
+            inbox.recv(Duration::from_millis(10)),
+            Err(RecvError::Timeout)
+        );
+        inbox.close();
+        assert_eq!(inbox.recv(Duration::ZERO), Err(RecvError::Closed));
+        assert!(!inbox.push_all(&mut vec!["late".into()]), "closed refuses");
+    }
+
+    /// A turn's notifications to a host that does not read fill the inbox to its capacity; the
+    /// host then gets every one in order, as the server's own text or parsed; and `close`
+    /// returns although the pump was waiting for room.
+    #[test]
+    fn notifications_keep_their_order_and_text_and_close_never_hangs_on_a_full_inbox() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = ServerConfig::new(dir.path());
+        config.store_options.durability = Durability::Ephemeral;
+        let server = AppServer::open(config).unwrap();
+        let client = Client::connect(
+            &server,
+            None,
+            ClientConfig {
+                notification_capacity: 8,
+                ..ClientConfig::default()
+            },
+        )
+        .unwrap();
+        let deltas = 200;
+        let script =
+            json!({"steps": [{"type": "message", "text": "y".repeat(deltas), "chunks": deltas}]});
+        client
+            .request(
+                "thread/start",
+                json!({"threadId": "c", "agentOptions": {"script": script}}),
+            )
+            .unwrap();
+        client
+            .request(
+                "turn/start",
+                json!({"threadId": "c", "input": [{"type": "text", "text": "go"}]}),
+            )
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while lock(&client.notifications.state).items.len() < 8 {
+            assert!(Instant::now() < deadline, "the inbox never filled");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let (mut last_seq, mut text, mut seen) = (0, String::new(), 0);
+        loop {
+            // Alternate the two ways of taking a notification.
+            let n: Value = if seen % 2 == 0 {
+                let raw = client
+                    .recv_notification_text(Duration::from_secs(20))
+                    .unwrap();
+                assert!(raw.starts_with('{') && !raw.contains('\n'), "{raw}");
+                serde_json::from_str(&raw).unwrap()
+            } else {
+                client.recv_notification(Duration::from_secs(20)).unwrap()
+            };
+            seen += 1;
+            if let Some(seq) = n["params"]["eventSeq"].as_u64() {
+                assert!(seq > last_seq, "in seq order: {seq} after {last_seq}");
+                last_seq = seq;
+            }
+            if n["method"] == "item/delta" {
+                text.push_str(n["params"]["delta"]["text"].as_str().unwrap());
+            }
+            if n["method"] == "turn/completed" {
+                break;
+            }
+        }
+        assert_eq!(text, "y".repeat(deltas));
+        // A second turn fills the inbox again; close must not wait for the host to read.
+        client
+            .request(
+                "turn/start",
+                json!({"threadId": "c", "input": [{"type": "text", "text": "again"}]}),
+            )
+            .unwrap();
+        while lock(&client.notifications.state).items.len() < 8 {
+            assert!(Instant::now() < deadline, "the inbox never filled again");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let (tx, rx) = sync_channel(1);
+        std::thread::spawn(move || {
+            client.close();
+            let _ = tx.send(client.recv_notification(Duration::ZERO).is_ok());
+        });
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(20)),
+            Ok(true),
+            "close returned, what was buffered is still readable"
+        );
+        server.shutdown();
     }
 }

@@ -924,6 +924,52 @@ fn durability_modes_are_explicit(kind: StoreKind) {
     }
 }
 
+/// Ephemeral memory keeps hot events as their line only (the parsed payload is let go): every
+/// way of reading them back before a flush still gives the whole event, equal to what the
+/// append returned, and the flush writes exactly those events.
+fn ephemeral_events_read_back_whole_before_and_after_a_flush(kind: StoreKind) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = state(&tmp);
+    let s = open_with(kind, &dir, Durability::Ephemeral);
+    start(&*s, "e");
+    let mut keyed = delta(7);
+    keyed.idempotency_key = Some("k-7".into());
+    let mut batch: Vec<NewEvent> = (0..5).map(delta).collect();
+    batch.push(keyed);
+    batch.push(NewEvent::new(
+        json!({"type": "itemStarted", "turnId": "t1", "item": {"type": "agentMessage", "id": "i9", "text": ""}}),
+    ));
+    let appended = s.append("e", batch).unwrap();
+    let header = s.header("e").unwrap();
+    let mut expected = vec![header.clone()];
+    expected.extend(appended.iter().cloned());
+    assert!(expected[1..].iter().all(|e| e.payload.is_object()));
+    let all = read_all(&*s, "e");
+    assert_eq!(all, expected, "read");
+    assert_eq!(
+        s.read_back("e", None, 3).unwrap().events,
+        expected[5..],
+        "read_back"
+    );
+    assert_eq!(
+        s.find_by_idempotency_key("e", "k-7").unwrap().as_ref(),
+        Some(&expected[6]),
+        "by key"
+    );
+    assert_eq!(
+        s.read_json("e", 0, 100).unwrap().events.len(),
+        expected.len()
+    );
+    let report = s.verify("e").unwrap();
+    assert!(report.ok(), "{report:?}");
+    assert_eq!(report.events, expected.len() as u64);
+    s.flush().unwrap();
+    drop(s);
+    let s = open(kind, &dir);
+    assert_eq!(read_all(&*s, "e"), expected, "after the flush");
+    assert!(s.verify("e").unwrap().ok());
+}
+
 fn state_dir_and_files_are_private(kind: StoreKind) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = state(&tmp);
@@ -980,5 +1026,6 @@ conformance!(
     every_written_event_matches_the_schema,
     migration_is_recorded_once,
     durability_modes_are_explicit,
+    ephemeral_events_read_back_whole_before_and_after_a_flush,
     state_dir_and_files_are_private,
 );

@@ -169,14 +169,15 @@ pub(crate) fn recv_batch(
 ) -> Result<Vec<String>, ClientError> {
     use cc_app_server::engine::RecvError as CoreRecv;
     let mut batch = Vec::new();
-    match client.recv_notification(timeout) {
-        Ok(first) => batch.push(first.to_string()),
+    // The server's own text: no parse and re-serialise per notification.
+    match client.recv_notification_text(timeout) {
+        Ok(first) => batch.push(first),
         Err(CoreRecv::Timeout) => return Ok(batch),
         Err(CoreRecv::Closed) => return Err(ClientError::Closed),
     }
     while batch.len() < max {
-        match client.recv_notification(Duration::ZERO) {
-            Ok(next) => batch.push(next.to_string()),
+        match client.recv_notification_text(Duration::ZERO) {
+            Ok(next) => batch.push(next),
             Err(_) => break,
         }
     }
@@ -188,7 +189,7 @@ fn recv_text(client: &CoreClient, max: usize, timeout: Duration) -> Result<Strin
     use cc_app_server::engine::RecvError as CoreRecv;
     use std::fmt::Write as _;
     let mut text = String::new();
-    match client.recv_notification(timeout) {
+    match client.recv_notification_text(timeout) {
         Ok(first) => {
             let _ = write!(text, "{first}");
         }
@@ -196,7 +197,7 @@ fn recv_text(client: &CoreClient, max: usize, timeout: Duration) -> Result<Strin
         Err(CoreRecv::Closed) => return Err(ClientError::Closed),
     }
     for _ in 1..max {
-        match client.recv_notification(Duration::ZERO) {
+        match client.recv_notification_text(Duration::ZERO) {
             Ok(next) => {
                 let _ = write!(text, "\n{next}");
             }

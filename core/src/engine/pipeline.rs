@@ -286,10 +286,12 @@ fn mirror(method: &str, thread_id: &str, event: &AppendedEvent) -> String {
 pub(crate) fn record(
     inner: &Inner,
     thread: &Arc<ThreadState>,
-    event: CheckedEvent,
+    mut event: CheckedEvent,
     bytes: usize,
     note: Note,
 ) -> Result<(), String> {
+    // Freed here, on the thread that built it, not on the committer's.
+    event.shed_payload();
     let limits = inner.config.limits;
     let max_events = limits.max_inflight_events.max(1);
     let mut waited = false;

@@ -10,85 +10,96 @@
 use serde_json::{Map, Number, Value};
 use std::fmt::Write as _;
 
-/// The payload, once: its members as (key, JCS value text), in JCS key order.
+/// The payload, once: every member as `"key":value` JCS text, back to back in one buffer (one
+/// allocation per event, not two per member), and each member's place in it, in JCS key order.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct EncodedPayload {
-    members: Vec<(String, String)>,
-    /// Index of the `type` member in `members`, if any.
+    /// The members' texts in the order the payload had them; for a payload that is not an
+    /// object, its JCS text alone.
+    text: String,
+    /// Each member's (start, end of key, end) in `text`, in JCS key order.
+    spans: Vec<(usize, usize, usize)>,
+    object: bool,
+    /// Index of the `type` member in `spans`, if any.
     type_at: Option<usize>,
 }
 
 impl EncodedPayload {
     /// Encodes an object payload (anything else is encoded as its JCS text alone).
     pub fn new(payload: &Value) -> EncodedPayload {
+        let mut text = String::with_capacity(128);
         let Value::Object(map) = payload else {
-            let mut text = String::new();
             write_value(payload, &mut text);
             return EncodedPayload {
-                members: vec![(String::new(), text)],
+                text,
+                spans: Vec::new(),
+                object: false,
                 type_at: None,
             };
         };
-        let mut members: Vec<(String, String)> = map
+        let mut spans = Vec::with_capacity(map.len());
+        for (k, v) in map {
+            let start = text.len();
+            write_string(k, &mut text);
+            let key_end = text.len();
+            text.push(':');
+            write_value(v, &mut text);
+            spans.push((start, key_end, text.len()));
+        }
+        sort_members(map, &text, &mut spans);
+        let type_at = spans
             .iter()
-            .map(|(k, v)| {
-                let mut key = String::with_capacity(k.len() + 2);
-                write_string(k, &mut key);
-                let mut text = String::new();
-                write_value(v, &mut text);
-                (key, text)
-            })
-            .collect();
-        sort_members(map, &mut members);
-        let type_at = members.iter().position(|(k, _)| k == "\"type\"");
-        EncodedPayload { members, type_at }
+            .position(|&(s, k, _)| &text[s..k] == "\"type\"");
+        EncodedPayload {
+            text,
+            spans,
+            object: true,
+            type_at,
+        }
     }
 
-    fn is_object(&self) -> bool {
-        !(self.members.len() == 1 && self.members[0].0.is_empty())
+    fn member(&self, i: usize) -> &str {
+        let (s, _, e) = self.spans[i];
+        &self.text[s..e]
     }
 
     /// The JCS text (what the hash covers).
     pub fn write_jcs(&self, out: &mut String) {
-        if !self.is_object() {
-            out.push_str(&self.members[0].1);
+        if !self.object {
+            out.push_str(&self.text);
             return;
         }
         out.push('{');
-        for (i, (k, v)) in self.members.iter().enumerate() {
+        for i in 0..self.spans.len() {
             if i > 0 {
                 out.push(',');
             }
-            out.push_str(k);
-            out.push(':');
-            out.push_str(v);
+            out.push_str(self.member(i));
         }
         out.push('}');
     }
 
     /// The text written on the line: `type` first, then the other members in JCS order.
     pub fn write_line(&self, out: &mut Vec<u8>) {
-        if !self.is_object() {
-            out.extend_from_slice(self.members[0].1.as_bytes());
+        if !self.object {
+            out.extend_from_slice(self.text.as_bytes());
             return;
         }
         out.push(b'{');
         let mut first = true;
-        let mut put = |out: &mut Vec<u8>, (k, v): &(String, String)| {
+        let mut put = |out: &mut Vec<u8>, member: &str| {
             if !first {
                 out.push(b',');
             }
             first = false;
-            out.extend_from_slice(k.as_bytes());
-            out.push(b':');
-            out.extend_from_slice(v.as_bytes());
+            out.extend_from_slice(member.as_bytes());
         };
         if let Some(t) = self.type_at {
-            put(out, &self.members[t]);
+            put(out, self.member(t));
         }
-        for (i, m) in self.members.iter().enumerate() {
+        for i in 0..self.spans.len() {
             if Some(i) != self.type_at {
-                put(out, m);
+                put(out, self.member(i));
             }
         }
         out.push(b'}');
@@ -96,25 +107,28 @@ impl EncodedPayload {
 
     /// Bytes of the encoded members (for sizing buffers).
     pub fn len_hint(&self) -> usize {
-        self.members
-            .iter()
-            .map(|(k, v)| k.len() + v.len() + 2)
-            .sum::<usize>()
-            + 2
+        self.text.len() + self.spans.len() + 2
     }
 }
 
-/// Sorts encoded members by their keys' UTF-16 code units (RFC 8785 §3.2.3); ASCII keys (all of
-/// ours) compare the same byte-wise, so the UTF-16 comparison runs only when a key needs it.
-fn sort_members(map: &Map<String, Value>, members: &mut [(String, String)]) {
-    if map.keys().all(|k| k.is_ascii()) {
-        members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+/// Sorts encoded members by their keys' UTF-16 code units (RFC 8785 §3.2.3); keys that need no
+/// escape (all of ours) compare the same byte-wise, so the UTF-16 comparison runs only when a key
+/// needs it.
+fn sort_members(map: &Map<String, Value>, text: &str, spans: &mut [(usize, usize, usize)]) {
+    let key = |&(s, k, _): &(usize, usize, usize)| &text[s..k];
+    // A key of printable ASCII without a quote or a backslash is written as itself, so its text
+    // orders as its UTF-16 code units do; an escaped one (a control character, a quote) would not.
+    let plain = |k: &String| {
+        k.bytes()
+            .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+    };
+    if map.keys().all(plain) {
+        spans.sort_unstable_by(|a, b| key(a).cmp(key(b)));
     } else {
-        // The encoded key text orders like the key itself except for escapes; compare the raw
-        // keys, found again by decoding the encoded text.
-        members.sort_by(|a, b| {
-            let ka: String = serde_json::from_str(&a.0).unwrap_or_default();
-            let kb: String = serde_json::from_str(&b.0).unwrap_or_default();
+        // Compare the raw keys, found again by decoding the encoded text.
+        spans.sort_by(|a, b| {
+            let ka: String = serde_json::from_str(key(a)).unwrap_or_default();
+            let kb: String = serde_json::from_str(key(b)).unwrap_or_default();
             ka.encode_utf16().cmp(kb.encode_utf16())
         });
     }
@@ -251,6 +265,10 @@ mod tests {
             json!("a\"b\\c\n\u{1}\u{7f}é/\t\r\u{8}\u{c}\u{1f}"),
             json!({"type": "itemDelta", "turnId": "t", "itemId": "i", "delta": {"type": "text", "text": "x\ny"}}),
             json!({"nested": [{"b": null, "a": true}, [], {}], "n": 18446744073709551615u64, "m": -9007199254740991i64}),
+            // ASCII keys whose escapes would sort them differently from their raw text.
+            json!({"a\u{1}": 1, "a ": 2, "a\"": 3, "a#": 4, "a\\": 5, "a]": 6, "type": "t",
+                   "in": {"a\u{1}": 1, "a ": 2, "a\"": 3, "a\\": 5, "a]": 6}}),
+            json!({}),
         ];
         for v in cases {
             assert_eq!(jcs(&v), cc_agent_protocol::jcs::canonicalize(&v), "{v}");
@@ -295,5 +313,30 @@ mod tests {
         assert!(text.starts_with("{\"type\":\"itemDelta\","), "{text}");
         assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), v);
         assert!(p.len_hint() >= text.len());
+    }
+}
+
+#[cfg(test)]
+mod shed_tests {
+    use crate::rollout::{CheckedEvent, NewEvent};
+    use serde_json::json;
+
+    /// A shed payload comes back whole from `into_inner` (for a store that seals from the
+    /// parsed form); a kind something looks into is never shed.
+    #[test]
+    fn a_shed_payload_comes_back_whole_and_only_hot_kinds_are_shed() {
+        let delta = json!({"type": "itemDelta", "turnId": "t", "itemId": "i", "delta": {"type": "text", "text": "a\u{1}\"é"}});
+        let mut c = CheckedEvent::new(NewEvent::new(delta.clone())).unwrap();
+        c.shed_payload();
+        assert!(c.event().payload.is_null());
+        assert_eq!(c.into_inner().payload, delta);
+        let resolved = json!({
+            "type": "approvalResolved", "turnId": "t1", "itemId": "tool-1",
+            "nonce": "0123456789abcdef0123456789abcdef", "outcome": "declined",
+            "decision": {"decision": "decline"}, "failure": null
+        });
+        let mut c = CheckedEvent::new(NewEvent::new(resolved.clone())).unwrap();
+        c.shed_payload();
+        assert_eq!(c.event().payload, resolved, "not a hot kind: kept");
     }
 }

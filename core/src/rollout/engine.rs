@@ -205,6 +205,23 @@ impl Head {
     }
 }
 
+/// A payload of a kind that no head, index or backend looks into beyond its line (so its parsed
+/// form may be let go once encoded): deltas, item and tool events, status changes. A payload
+/// let go is `null`, which `kind` reads as "" — none of the kinds anything looks for.
+pub(crate) fn is_hot_kind(payload: &Value) -> bool {
+    matches!(
+        payload.get("type").and_then(Value::as_str),
+        Some(
+            "itemDelta"
+                | "itemStarted"
+                | "itemCompleted"
+                | "toolRequested"
+                | "toolResult"
+                | "turnStatusChanged"
+        )
+    )
+}
+
 /// An event with its serialised line (the JSON text, without the '\n'), ready for any backend,
 /// the tail cache and the caller: serialised once, shared.
 #[derive(Debug, Clone)]
@@ -217,6 +234,26 @@ impl Sealed {
     /// An event read back from disk, with its line as found.
     pub fn read(ev: StoredEvent, line: Arc<str>) -> Sealed {
         Sealed { ev, line }
+    }
+
+    /// For Ephemeral memory: the parsed payload of a kind only readers look at is let go (its
+    /// line keeps it; `event` parses it back), so events waiting for a flush cost their line
+    /// and envelope, not a tree of a dozen allocations each. Kinds a backend, an index or a
+    /// head looks into (headers, turn ends, compactions, …) keep theirs.
+    fn slim(mut self) -> Sealed {
+        if is_hot_kind(&self.ev.payload) {
+            self.ev.payload = Value::Null;
+        }
+        self
+    }
+
+    /// The whole event (a slimmed one parsed back from its line).
+    pub fn event(&self) -> StoredEvent {
+        if self.ev.payload.is_null() {
+            parse_cached(&self.line)
+        } else {
+            self.ev.clone()
+        }
     }
 
     /// An event whose line must be made (the SQLite store keeps columns, not lines).
@@ -1227,13 +1264,18 @@ impl<B: Backend> Engine<B> {
                     let g = &mut *p.guard;
                     g.loaded = true;
                     if durability == Durability::Ephemeral {
+                        let sealed = p.sealed.into_iter().map(Sealed::slim);
                         match g.live.as_mut() {
                             Some(l) if !p.create => {
                                 l.head = p.head;
-                                l.mem.extend(p.sealed);
+                                l.mem.extend(sealed);
                             }
                             _ => {
-                                g.live = Some(Live::fresh(p.head, self.backend.new_tx(), p.sealed));
+                                g.live = Some(Live::fresh(
+                                    p.head,
+                                    self.backend.new_tx(),
+                                    sealed.collect(),
+                                ));
                             }
                         }
                     } else {
@@ -1391,7 +1433,7 @@ impl<B: Backend> Engine<B> {
             }
             for s in l.mem.iter().filter(|s| s.ev.seq > after && s.ev.seq <= end) {
                 lines.push(Arc::clone(&s.line));
-                events.push(s.ev.clone());
+                events.push(s.event());
             }
             Ok((lines, Some(events), end < last))
         })
@@ -1755,7 +1797,7 @@ impl<B: Backend> RolloutStore for Engine<B> {
                 l.mem
                     .iter()
                     .filter(|s| s.ev.seq >= from && s.ev.seq < before)
-                    .map(|s| s.ev.clone()),
+                    .map(Sealed::event),
             );
             Ok(ReadPage {
                 events,
@@ -1772,7 +1814,7 @@ impl<B: Backend> RolloutStore for Engine<B> {
         }
         self.with_live(thread_id, |l| {
             if let Some(s) = l.mem.first().filter(|s| s.ev.seq == 1) {
-                return Ok(s.ev.clone());
+                return Ok(s.event());
             }
             let s = self.backend.read_header(thread_id, &mut l.tx)?;
             self.cache.put_header(thread_id, s.line, l.head.last_seq);
@@ -1799,7 +1841,7 @@ impl<B: Backend> RolloutStore for Engine<B> {
                 .iter()
                 .find(|s| s.ev.idempotency_key.as_deref() == Some(key))
             {
-                return Ok(Some(s.ev.clone()));
+                return Ok(Some(s.event()));
             }
             if l.written_seq == 0 {
                 return Ok(None);
@@ -2155,7 +2197,7 @@ impl<B: Backend> RolloutStore for Engine<B> {
             if report.ok() {
                 let mut prev = l.written_hash.clone();
                 for s in &l.mem {
-                    if let Err(r) = check_event(&s.ev, report.events + 1, &prev, ctx) {
+                    if let Err(r) = check_event(&s.event(), report.events + 1, &prev, ctx) {
                         report.first_bad_seq = Some(s.ev.seq);
                         report.reason = Some(r);
                         break;
