@@ -265,7 +265,7 @@ fn help_reads_well_on_every_command() {
 fn the_tail_cache_budget_is_bounded_and_zero_turns_it_off() {
     let dir = state_dir();
     let d = s(dir.path());
-    let (rc, _, err) = run(&["serve", "--state-dir", &d, "--tail-cache-mib", "4097"]);
+    let (rc, _, err) = run(&["serve", "--state-dir", d, "--tail-cache-mib", "4097"]);
     assert_eq!(rc, 2, "{err}");
     assert!(err.contains("--tail-cache-mib"), "{err}");
     // At the edge and with the cache off, reads are still answered (from the rollout).
