@@ -8,14 +8,19 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 
 import pytest
 
 CHILD = textwrap.dedent("""
-    import sys, tempfile, time
+    import signal, sys, tempfile, time
     import cc_app_server as cc
     from cc_app_server import protocol as p
+
+    # A shell's background job starts with SIGINT ignored, and Python then keeps it ignored: be
+    # the interactive program whose Ctrl-C this test is about, whatever launched the test.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     mode = sys.argv[1]
     with tempfile.TemporaryDirectory() as d, cc.AppServer.open(d + "/s", durability="buffered",
@@ -51,7 +56,13 @@ def test_ctrl_c_interrupts_a_blocking_wait_within_100_ms(mode: str) -> None:
         time.sleep(0.3)  # well inside the blocking wait
         sent = time.monotonic()  # CLOCK_MONOTONIC: the same clock in both processes
         child.send_signal(signal.SIGINT)
-        line = child.stdout.readline().split()
+        # A child that never reacts must fail the test, not hang it.
+        watchdog = threading.Timer(30, child.kill)
+        watchdog.start()
+        try:
+            line = child.stdout.readline().split()
+        finally:
+            watchdog.cancel()
         assert line and line[0] == "interrupted", line
         latency = float(line[1]) - sent
         assert 0 <= latency < 0.1, f"KeyboardInterrupt {latency * 1000:.1f} ms after SIGINT"
