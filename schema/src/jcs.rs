@@ -1,7 +1,8 @@
 //! RFC 8785 (JSON Canonicalization Scheme): the one byte form we hash, so that a digest never
 //! depends on key order, whitespace or number spelling.
 
-use serde_json::Value;
+use serde_json::{Number, Value};
+use std::fmt::Write as _;
 
 /// Serialises `value` in its RFC 8785 canonical form.
 ///
@@ -19,7 +20,9 @@ pub fn canonical_bytes(value: &Value) -> Vec<u8> {
     canonicalize(value).into_bytes()
 }
 
-fn write_value(value: &Value, out: &mut String) {
+/// Appends the RFC 8785 text of `value` to `out` (what `canonicalize` returns, without a
+/// fresh allocation: the rollout's encoder writes events with it).
+pub fn write_value(value: &Value, out: &mut String) {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -37,7 +40,11 @@ fn write_value(value: &Value, out: &mut String) {
         }
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+            if keys.iter().all(|k| k.is_ascii()) {
+                keys.sort_unstable();
+            } else {
+                keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+            }
             out.push('{');
             for (i, key) in keys.into_iter().enumerate() {
                 if i > 0 {
@@ -52,11 +59,11 @@ fn write_value(value: &Value, out: &mut String) {
     }
 }
 
-fn write_number(n: &serde_json::Number, out: &mut String) {
+fn write_number(n: &Number, out: &mut String) {
     if let Some(i) = n.as_i64() {
-        out.push_str(&i.to_string());
+        let _ = write!(out, "{i}");
     } else if let Some(u) = n.as_u64() {
-        out.push_str(&u.to_string());
+        let _ = write!(out, "{u}");
     } else if let Some(f) = n.as_f64() {
         if f == 0.0 {
             // -0 canonicalises to 0.
@@ -68,21 +75,63 @@ fn write_number(n: &serde_json::Number, out: &mut String) {
     }
 }
 
-fn write_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0C}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
+/// Whether any byte is a control character, `"` or `\\`: eight bytes at a time (the classic
+/// "has a byte less than n" and "has a zero byte" word tricks, exact as a yes/no answer).
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS != 0;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let x = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        if x.wrapping_sub(ONES * 0x20) & !x & HIGHS != 0
+            || has_zero(x ^ (ONES * b'"' as u64))
+            || has_zero(x ^ (ONES * b'\\' as u64))
+        {
+            return true;
         }
     }
+    chunks
+        .remainder()
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+}
+
+/// Appends `s` as a JSON string with only the escapes RFC 8785 allows; runs without escapes are
+/// copied whole.
+pub fn write_string(s: &str, out: &mut String) {
+    let bytes = s.as_bytes();
+    // Most strings (ids, times, text) need no escape: one vectorisable scan, one copy.
+    if !needs_escape(bytes) {
+        out.reserve(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
+    out.push('"');
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: &str = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            0x08 => "\\b",
+            0x0C => "\\f",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0..=0x1F => "",
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        if esc.is_empty() {
+            let _ = write!(out, "\\u{:04x}", b);
+        } else {
+            out.push_str(esc);
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
     out.push('"');
 }
 
@@ -90,6 +139,30 @@ fn write_string(s: &str, out: &mut String) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_escape_scan_finds_every_byte_that_needs_one_at_every_position() {
+        for len in 0..20 {
+            for at in 0..len {
+                for b in (0u8..0x20).chain([b'"', b'\\']) {
+                    let mut v = vec![b'a'; len];
+                    v[at] = b;
+                    assert!(needs_escape(&v), "{len} {at} {b}");
+                }
+                let mut v = vec![b'a'; len];
+                for (i, c) in [0x20u8, 0x7f, b'/', b'!', b'#', b'[', b']', b'~']
+                    .iter()
+                    .cycle()
+                    .take(len)
+                    .enumerate()
+                {
+                    v[i] = *c;
+                }
+                assert!(!needs_escape(&v), "{v:?}");
+            }
+        }
+        assert!(!needs_escape("é€😀 plain".as_bytes()));
+    }
 
     #[test]
     fn sorts_keys_by_utf16_code_units() {

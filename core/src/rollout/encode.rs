@@ -7,8 +7,7 @@
 //! the other members in JCS order; the hash input is the plain JCS form. Both are assembled from
 //! the same member texts, so they cannot disagree.
 
-use serde_json::{Map, Number, Value};
-use std::fmt::Write as _;
+use serde_json::{Map, Value};
 
 /// The payload, once: every member as `"key":value` JCS text, back to back in one buffer (one
 /// allocation per event, not two per member), and each member's place in it, in JCS key order.
@@ -134,116 +133,7 @@ fn sort_members(map: &Map<String, Value>, text: &str, spans: &mut [(usize, usize
     }
 }
 
-/// RFC 8785 text of any value (identical to `cc_agent_protocol::jcs::canonicalize`).
-pub(crate) fn write_value(value: &Value, out: &mut String) {
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => write_number(n, out),
-        Value::String(s) => write_string(s, out),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_value(item, out);
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            if keys.iter().all(|k| k.is_ascii()) {
-                keys.sort_unstable();
-            } else {
-                keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
-            }
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_string(key, out);
-                out.push(':');
-                write_value(&map[key], out);
-            }
-            out.push('}');
-        }
-    }
-}
-
-fn write_number(n: &Number, out: &mut String) {
-    if let Some(i) = n.as_i64() {
-        let _ = write!(out, "{i}");
-    } else if let Some(u) = n.as_u64() {
-        let _ = write!(out, "{u}");
-    } else if let Some(f) = n.as_f64() {
-        // Floats are rare in our payloads: the reference writer's ECMAScript form.
-        let _ = f;
-        out.push_str(&cc_agent_protocol::jcs::canonicalize(&Value::Number(
-            n.clone(),
-        )));
-    }
-}
-
-/// Whether any byte is a control character, `"` or `\\`: eight bytes at a time (the classic
-/// "has a byte less than n" and "has a zero byte" word tricks, exact as a yes/no answer).
-fn needs_escape(bytes: &[u8]) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS != 0;
-    let mut chunks = bytes.chunks_exact(8);
-    for c in &mut chunks {
-        let x = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-        if x.wrapping_sub(ONES * 0x20) & !x & HIGHS != 0
-            || has_zero(x ^ (ONES * b'"' as u64))
-            || has_zero(x ^ (ONES * b'\\' as u64))
-        {
-            return true;
-        }
-    }
-    chunks
-        .remainder()
-        .iter()
-        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
-}
-
-/// A JSON string with only the escapes RFC 8785 allows; runs without escapes are copied whole.
-pub(crate) fn write_string(s: &str, out: &mut String) {
-    let bytes = s.as_bytes();
-    // Most strings (ids, times, text) need no escape: one vectorisable scan, one copy.
-    if !needs_escape(bytes) {
-        out.reserve(s.len() + 2);
-        out.push('"');
-        out.push_str(s);
-        out.push('"');
-        return;
-    }
-    out.push('"');
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let esc: &str = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            0x08 => "\\b",
-            0x0C => "\\f",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0..=0x1F => "",
-            _ => continue,
-        };
-        out.push_str(&s[start..i]);
-        if esc.is_empty() {
-            let _ = write!(out, "\\u{:04x}", b);
-        } else {
-            out.push_str(esc);
-        }
-        start = i + 1;
-    }
-    out.push_str(&s[start..]);
-    out.push('"');
-}
+pub(crate) use cc_agent_protocol::jcs::{write_string, write_value};
 
 #[cfg(test)]
 mod tests {
@@ -277,30 +167,6 @@ mod tests {
             p.write_jcs(&mut s);
             assert_eq!(s, cc_agent_protocol::jcs::canonicalize(&v), "{v}");
         }
-    }
-
-    #[test]
-    fn the_escape_scan_finds_every_byte_that_needs_one_at_every_position() {
-        for len in 0..20 {
-            for at in 0..len {
-                for b in (0u8..0x20).chain([b'"', b'\\']) {
-                    let mut v = vec![b'a'; len];
-                    v[at] = b;
-                    assert!(needs_escape(&v), "{len} {at} {b}");
-                }
-                let mut v = vec![b'a'; len];
-                for (i, c) in [0x20u8, 0x7f, b'/', b'!', b'#', b'[', b']', b'~']
-                    .iter()
-                    .cycle()
-                    .take(len)
-                    .enumerate()
-                {
-                    v[i] = *c;
-                }
-                assert!(!needs_escape(&v), "{v:?}");
-            }
-        }
-        assert!(!needs_escape("é€😀 plain".as_bytes()));
     }
 
     #[test]
