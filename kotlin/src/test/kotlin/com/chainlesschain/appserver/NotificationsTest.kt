@@ -114,11 +114,15 @@ class NotificationsTest {
     fun `closing the client completes its collectors after what was delivered`() = runBlocking {
         AppServer.open(tempStateDir()).use { server ->
             val client = server.client()
-            val all = async(Dispatchers.IO, start = CoroutineStart.UNDISPATCHED) { client.notifications().toList() }
+            // One collector only: a second one started after turn/start could subscribe after a
+            // fast turn had already completed and wait for it forever.
+            val seen = java.util.concurrent.ConcurrentLinkedQueue<ServerNotification>()
+            val all = async(Dispatchers.IO, start = CoroutineStart.UNDISPATCHED) {
+                client.notifications().onEach { seen.add(it) }.toList()
+            }
             while (!client.hasNativeListener) delay(5)
             val turn = client.startScripted("c", script(messageStep("bye")))
-            val seen = client.collectUntil { completedTurn(it)?.id == turn }
-            assertTrue(seen.isNotEmpty())
+            withTimeout(WAIT_MS) { while (seen.none { completedTurn(it)?.id == turn }) delay(5) }
             client.close()
             val collected = withTimeout(WAIT_MS) { all.await() }
             assertEquals(turn, collected.firstNotNullOf { completedTurn(it) }.id)
