@@ -4,9 +4,12 @@
 //! Opening a thread reads its header line, its anchor and the bytes after the anchored event
 //! only, so resume cost depends on the un-anchored tail, never on the history.
 //!
-//! The anchor file is created (durably, at seq 0) before its log, so a log without an anchor
-//! never happens by accident: it means the anchor was removed, and the thread is refused unless
-//! the host accepts it (`StoreOptions::accept_unanchored`).
+//! A log without an anchor never happens by accident past its header: it means the anchor was
+//! removed, and the thread is refused unless the host accepts it
+//! (`StoreOptions::accept_unanchored`). A thread created with its header alone (`thread/start`,
+//! unkeyed) gets its anchor (at seq 0, durably) just before anything more is written to its
+//! log, so creation is one durable point; a log that is exactly one header line and has no
+//! anchor is such a thread. Keyed stores and forks write the anchor before the log, as always.
 
 use super::engine::{check_event, parse_line, Backend, Head, Loaded, Repair, Sealed, WriteSet};
 use super::fsutil::{fdatasync, Dir, Open};
@@ -44,6 +47,9 @@ pub struct JsonlBackend {
 pub struct JsonlTx {
     len: u64,
     anchor_gen: u64,
+    /// Created with its header alone and no anchor yet: the anchor (seq 0) must be durable
+    /// before anything more is written to the log.
+    anchor_deferred: bool,
     index: Option<Index>,
     back: Option<Back>,
 }
@@ -751,6 +757,7 @@ impl Backend for JsonlBackend {
         JsonlTx {
             len: 0,
             anchor_gen: 0,
+            anchor_deferred: false,
             index: Some(Index {
                 offsets: Vec::new(),
                 turns: HashMap::new(),
@@ -833,6 +840,7 @@ impl Backend for JsonlBackend {
         let mut read_only = None;
         let mut anchor_gen = 0;
         let mut rebuild_anchor = false;
+        let mut deferred = false;
         let mut fell_back: Option<Fallback> = None;
         // Where the un-anchored tail starts, the event it links to, and whether it must be
         // authenticated (keyed mode, anchored by a keyed anchor).
@@ -881,6 +889,17 @@ impl Backend for JsonlBackend {
                     head.last_compaction_seq = a.last_compaction_seq;
                     (a.offset, ev, self.key.is_some())
                 }
+            }
+            AnchorChoice::Unanchored { .. }
+                if self.key.is_none() && !anchor_file && header_len == len =>
+            {
+                // Its header alone and no anchor: a thread created with its anchor deferred
+                // (module docs). The anchor is written before anything more is.
+                deferred = true;
+                if read_only.is_none() {
+                    let _ = self.anchors.unlink(&format!("{}.tmp", anchor_name(id)));
+                }
+                (header_len, header.clone(), false)
             }
             AnchorChoice::Unanchored { why } if self.accept_unanchored => {
                 let w = format!(
@@ -1009,10 +1028,14 @@ impl Backend for JsonlBackend {
         let mut tx = JsonlTx {
             len: committed,
             anchor_gen,
+            anchor_deferred: deferred,
             index: None,
             back: None,
         };
-        if writable && (tail_count > 0 || seq0 || rebuild_anchor || !repairs.is_empty()) {
+        if writable
+            && !deferred
+            && (tail_count > 0 || seq0 || rebuild_anchor || !repairs.is_empty())
+        {
             // The tail was written but maybe never synced (the crash came before its ack): make
             // it durable before the anchor may point at it.
             fdatasync(&file)?;
@@ -1050,28 +1073,30 @@ impl Backend for JsonlBackend {
             .iter_mut()
             .map(|set| {
                 let file = if set.create {
-                    // The anchor (at seq 0) exists durably before the log: a log without an
-                    // anchor then always means the anchor was removed.
-                    let a0 = Anchor {
-                        seq: 0,
-                        hash: ZERO_HASH.into(),
-                        offset: 0,
-                        gen: 0,
-                        archived: false,
-                        format: set.head.format_version,
-                        compacted_through: 0,
-                        last_compaction_seq: None,
-                        thread: None,
-                        key_id: None,
-                        mac: None,
-                    };
-                    match self.write_anchor(set.id, &a0, true, true) {
-                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                            return Err(StoreError::AlreadyExists(set.id.to_string()))
+                    // The anchor (at seq 0) exists durably before anything past the header is
+                    // in the log: a log without an anchor then always means the anchor was
+                    // removed, or is a header alone (a created thread). A header alone, unkeyed,
+                    // defers it: creation is then one durable point (the log's).
+                    let defer = set.events.len() == 1 && self.key.is_none();
+                    if defer {
+                        if self.anchors.exists(&anchor_name(set.id))? {
+                            return Err(StoreError::AlreadyExists(set.id.to_string()));
                         }
-                        r => r?,
+                    } else {
+                        match self.write_anchor(
+                            set.id,
+                            &seq0_anchor(set.head.format_version),
+                            true,
+                            true,
+                        ) {
+                            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                                return Err(StoreError::AlreadyExists(set.id.to_string()))
+                            }
+                            r => r?,
+                        }
                     }
                     set.tx.anchor_gen = 0;
+                    set.tx.anchor_deferred = defer;
                     match self.open_log(set.id, Open::CreateNew) {
                         Ok(f) => f,
                         Err(e) => {
@@ -1083,6 +1108,11 @@ impl Backend for JsonlBackend {
                         }
                     }
                 } else {
+                    if set.tx.anchor_deferred {
+                        // Created with its header alone: the anchor first, then the rest.
+                        self.create_deferred_anchor(set.id, set.head.format_version)?;
+                        set.tx.anchor_deferred = false;
+                    }
                     self.open_log(set.id, Open::Append)?
                 };
                 let mut bytes: Vec<u8> =
@@ -1163,6 +1193,11 @@ impl Backend for JsonlBackend {
         head: &Head,
         durable: bool,
     ) -> Result<(), StoreError> {
+        if tx.anchor_deferred {
+            // A header alone: there is nothing to anchor, and the anchor is written before
+            // anything more is (module docs).
+            return Ok(());
+        }
         let a = anchor_for(head, tx.len, tx.anchor_gen + 1);
         match self.write_anchor(id, &a, durable, false) {
             // Threads written before anchors were created first may have none yet.
@@ -1499,6 +1534,15 @@ impl Backend for JsonlBackend {
             let mut anchored = 0;
             match self.choose_anchor(id) {
                 Err(e) => report.reason = Some(e.to_string()),
+                Ok(AnchorChoice::Unanchored { .. })
+                    if self.key.is_none()
+                        && s.count == 1
+                        && s.end == len
+                        && !self.anchors.exists(&anchor_name(id))? =>
+                {
+                    // A thread created with its header alone: its anchor is deferred until
+                    // something more is written (module docs).
+                }
                 Ok(AnchorChoice::Unanchored { why }) => {
                     report.reason = Some(format!(
                         "{why}: nothing vouches that the log ends where it should"
@@ -1628,6 +1672,23 @@ impl Backend for JsonlBackend {
     }
 }
 
+/// The anchor of a thread that has nothing anchored yet (slot 0, generation 0).
+fn seq0_anchor(format: u16) -> Anchor {
+    Anchor {
+        seq: 0,
+        hash: ZERO_HASH.into(),
+        offset: 0,
+        gen: 0,
+        archived: false,
+        format,
+        compacted_through: 0,
+        last_compaction_seq: None,
+        thread: None,
+        key_id: None,
+        mac: None,
+    }
+}
+
 /// The anchor that records `head`, whose last event ends at byte `offset`.
 fn anchor_for(head: &Head, offset: u64, gen: u64) -> Anchor {
     Anchor {
@@ -1663,6 +1724,21 @@ impl JsonlBackend {
             }
         }
         Ok(set)
+    }
+
+    /// Writes the seq-0 anchor of a thread created with its header alone, as a whole file
+    /// (written, synced, renamed into place, directory synced): a crash leaves either no anchor,
+    /// which with a header-only log is still a created thread, or a complete one.
+    fn create_deferred_anchor(&self, id: &str, format: u16) -> io::Result<()> {
+        let tmp = format!("{}.tmp", anchor_name(id));
+        let _ = self.anchors.unlink(&tmp);
+        {
+            let f = self.anchors.open_file(&tmp, Open::CreateNew)?;
+            f.write_all_at(&seq0_anchor(format).encode(id, self.key.as_ref()), 0)?;
+            fdatasync(&f)?;
+        }
+        self.anchors.rename(&tmp, &anchor_name(id))?;
+        self.anchors.sync()
     }
 
     /// Replaces a missing or unreadable anchor file as a whole (a new file renamed over it),
