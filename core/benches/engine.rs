@@ -541,7 +541,13 @@ fn section_start(r: &mut Report, quick: bool) {
     let server = open(&dir, StoreKind::Jsonl, Durability::Sync, Limits::default());
     let conn = server.connect().unwrap();
     init(&conn);
-    let (mut eng, mut floor) = (Vec::new(), Vec::new());
+    // The same request on a Buffered store beside it: no sync at all, so what remains is the
+    // request's own work (parse, schema check, seal, index, answer) plus creating the file.
+    let cpu_dir = fresh_dir("start-cpu");
+    let cpu_server = open(&cpu_dir, StoreKind::Jsonl, Durability::Buffered, Limits::default());
+    let cpu_conn = cpu_server.connect().unwrap();
+    init(&cpu_conn);
+    let (mut eng, mut floor, mut cpu) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..rounds {
         let id = 100 + i;
         let line = request(
@@ -553,8 +559,11 @@ fn section_start(r: &mut Report, quick: bool) {
         round_trip(&conn, &line, id);
         eng.push(t.elapsed());
         floor.push(durable_create(&floor_dir, i));
+        let t = Instant::now();
+        round_trip(&cpu_conn, &line, id);
+        cpu.push(t.elapsed());
     }
-    let (m, f) = (median(&mut eng), median(&mut floor));
+    let (m, f, c) = (median(&mut eng), median(&mut floor), median(&mut cpu));
     r.add(
         format!("thread/start: median (p99 {})", us(p99(&mut eng))),
         us(m),
@@ -562,7 +571,15 @@ fn section_start(r: &mut Report, quick: bool) {
         Some(m.as_secs_f64() / f.as_secs_f64()),
         "<= 1x",
     );
+    r.add(
+        "thread/start, Buffered (no sync: the request's own cost)",
+        us(c),
+        format!("durable start minus the floor {}", us(m.saturating_sub(f))),
+        None,
+        "-",
+    );
     server.shutdown();
+    cpu_server.shutdown();
 }
 
 /// One turn of `deltas` deltas to a Rust host (the Rust client): notifications per second,
