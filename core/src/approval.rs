@@ -53,7 +53,7 @@ pub fn workspace_digest(workspace: &str) -> String {
 pub fn new_nonce() -> String {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).expect("the OS random source is available");
-    hex::encode(bytes)
+    cc_agent_protocol::hex_lower(&bytes)
 }
 
 /// Grants left by `acceptForTurn` / `acceptForSession`: an operation digest is granted only

@@ -41,12 +41,38 @@ pub fn schema_digest() -> &'static str {
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    hex_lower(&Sha256::digest(bytes))
+}
+
+/// Lowercase hex of `bytes` (a table lookup per nibble: on the hot path of every sealed event,
+/// where the `hex` crate's char iterator cost more than the SHA-256 itself).
+pub fn hex_lower(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = Vec::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        out.push(DIGITS[(b >> 4) as usize]);
+        out.push(DIGITS[(b & 15) as usize]);
+    }
+    String::from_utf8(out).expect("hex digits are ASCII")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sha256_hex_is_lowercase_hex_of_the_digest() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        let all: Vec<u8> = (0..=255).collect();
+        let hex = hex_lower(&all);
+        assert_eq!(hex.len(), 512);
+        for (i, pair) in hex.as_bytes().chunks(2).enumerate() {
+            assert_eq!(pair, format!("{i:02x}").as_bytes());
+        }
+    }
 
     #[test]
     fn digest_ignores_formatting_and_key_order() {

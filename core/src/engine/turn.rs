@@ -926,6 +926,22 @@ impl TurnContext for Ctx<'_> {
     }
 
     fn item_delta(&self, item_id: &str, delta: ItemDelta) -> Result<(), KernelError> {
+        // The streaming hot path: a plain text delta is checked and encoded from its parts.
+        if let ItemDelta::Text(TextDelta { text, extra }) = &delta {
+            if extra.is_empty() {
+                if let Some(event) = CheckedEvent::text_delta(&self.turn.id, item_id, text) {
+                    let bytes = event.encoded_len();
+                    return pipeline::record(
+                        self.inner,
+                        self.thread,
+                        event,
+                        bytes,
+                        Note::Mirror("item/delta"),
+                    )
+                    .map_err(|e| self.failed_to_record(e));
+                }
+            }
+        }
         self.record_value(
             delta_payload(self.turn_id_owned(), item_id, delta)?,
             Some(("ItemDelta", "delta")),

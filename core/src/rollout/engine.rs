@@ -268,8 +268,12 @@ impl Sealed {
 /// with `payload` last, and `,"payload":` cannot occur inside an envelope string (its quote
 /// would be escaped), so the first occurrence is the member itself.
 pub fn payload_range(line: &str) -> std::ops::Range<usize> {
-    const KEY: &str = ",\"payload\":";
-    match line.find(KEY) {
+    const KEY: &[u8] = b",\"payload\":";
+    // One finder for the process: `str::find` set up a two-way searcher on every call.
+    static FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
+        std::sync::OnceLock::new();
+    let finder = FINDER.get_or_init(|| memchr::memmem::Finder::new(KEY));
+    match finder.find(line.as_bytes()) {
         Some(i) if line.ends_with('}') => i + KEY.len()..line.len() - 1,
         _ => 0..0,
     }
@@ -287,6 +291,48 @@ fn push_json_opt(out: &mut String, s: Option<&str>) {
     }
 }
 
+/// The RFC 8785 form of the sealed event (every member but `hash`, keys in order): what the
+/// hash covers.
+fn jcs_input(
+    jcs: &mut String,
+    head: &Head,
+    ev: &NewEvent,
+    payload: &EncodedPayload,
+    seq: u64,
+    time: &str,
+) {
+    jcs.push_str("{\"idempotencyKey\":");
+    push_json_opt(jcs, ev.idempotency_key.as_deref());
+    jcs.push_str(",\"parentId\":");
+    push_json_opt(jcs, ev.parent_id.as_deref());
+    jcs.push_str(",\"payload\":");
+    payload.write_jcs(jcs);
+    jcs.push_str(",\"prevHash\":");
+    push_json_str(jcs, &head.head_hash);
+    jcs.push_str(",\"seq\":");
+    push_u64(jcs, seq);
+    jcs.push_str(",\"time\":");
+    push_json_str(jcs, time);
+    jcs.push_str(",\"traceId\":");
+    push_json_opt(jcs, ev.trace_id.as_deref());
+    jcs.push('}');
+}
+
+/// Decimal digits of `n`, without a temporary string.
+fn push_u64(out: &mut String, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&buf[i..]).expect("ASCII digits"));
+}
+
 /// Gives `ev` its seq, prevHash, time and hash on top of `head`, and advances `head`. The
 /// payload is serialised once (its JCS members), and that text makes both the hash input and
 /// the line.
@@ -300,26 +346,24 @@ fn seal(head: &mut Head, ev: Prepared, time: &str) -> Result<Sealed, StoreError>
     };
     let seq = head.last_seq + 1;
     head.check(&ev.payload, seq)?;
-    let mut jcs = String::with_capacity(payload.len_hint() + 256);
-    jcs.push_str("{\"idempotencyKey\":");
-    push_json_opt(&mut jcs, ev.idempotency_key.as_deref());
-    jcs.push_str(",\"parentId\":");
-    push_json_opt(&mut jcs, ev.parent_id.as_deref());
-    jcs.push_str(",\"payload\":");
-    payload.write_jcs(&mut jcs);
-    jcs.push_str(",\"prevHash\":");
-    push_json_str(&mut jcs, &head.head_hash);
-    jcs.push_str(",\"seq\":");
-    jcs.push_str(&seq.to_string());
-    jcs.push_str(",\"time\":");
-    push_json_str(&mut jcs, time);
-    jcs.push_str(",\"traceId\":");
-    push_json_opt(&mut jcs, ev.trace_id.as_deref());
-    jcs.push('}');
-    let hash = cc_agent_protocol::sha256_hex(jcs.as_bytes());
+    // The hash input is only hashed: one buffer per sealing thread, reused, not one per event.
+    thread_local! {
+        static JCS: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    let hash = JCS.with(|cell| {
+        let mut jcs = cell.borrow_mut();
+        jcs.clear();
+        jcs_input(&mut jcs, head, &ev, &payload, seq, time);
+        let hash = cc_agent_protocol::sha256_hex(jcs.as_bytes());
+        if jcs.capacity() > 1 << 20 {
+            // A rare huge event does not pin its buffer for the thread's life.
+            *jcs = String::new();
+        }
+        hash
+    });
     let mut line = String::with_capacity(payload.len_hint() + 300);
     line.push_str("{\"seq\":");
-    line.push_str(&seq.to_string());
+    push_u64(&mut line, seq);
     line.push_str(",\"prevHash\":");
     push_json_str(&mut line, &head.head_hash);
     line.push_str(",\"hash\":");
@@ -2246,5 +2290,17 @@ impl<B: Backend> RolloutStore for Engine<B> {
         let r = self.exclusive(|| self.flush_inner());
         self.closed.store(true, Ordering::Release);
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn push_u64_writes_decimal_digits() {
+        for n in [0u64, 7, 9, 10, 99, 100, 1_234_567_890, u64::MAX] {
+            let mut s = String::from("x");
+            super::push_u64(&mut s, n);
+            assert_eq!(s, format!("x{n}"));
+        }
     }
 }

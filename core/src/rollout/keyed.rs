@@ -97,7 +97,7 @@ impl RolloutKey {
             }
             m.update(p);
         }
-        hex::encode(m.finalize().into_bytes())
+        cc_agent_protocol::hex_lower(&m.finalize().into_bytes())
     }
 
     /// `mac` of an anchor: over the thread id and the anchor's text before ` mac=`.

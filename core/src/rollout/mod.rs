@@ -33,6 +33,8 @@ pub const MAX_TITLE_CHARS: usize = 256;
 pub const MAX_LABEL_CHARS: usize = 1024;
 /// Longest compaction summary, in characters (the schema's `CompactedEvent.summary`).
 pub const MAX_SUMMARY_CHARS: usize = 1_000_000;
+/// The schema's `Text` bound (`maxLength`, in characters); a test holds the two equal.
+pub const MAX_TEXT_CHARS: usize = 1_000_000;
 /// Most metadata keys (the schema's `Metadata`).
 pub const MAX_METADATA_KEYS: usize = 64;
 /// Largest serialised event line, so a single event can never exhaust memory on read.
@@ -159,6 +161,28 @@ impl CheckedEvent {
             }
             Err(e) => Err((e, Box::new(event))),
         }
+    }
+
+    /// An `itemDelta` of a `text` delta with no other members, checked and encoded from its
+    /// parts: what the schema asks of it is that both ids are Identifiers and the text is at
+    /// most `MAX_TEXT_CHARS` characters, checked here directly (a test holds this to the schema
+    /// check over the edge cases). The payload is shed from the start (`shed_payload`). `None`
+    /// when a part fails, so the caller takes the generic path and its wording of the refusal.
+    pub(crate) fn text_delta(turn_id: &str, item_id: &str, text: &str) -> Option<CheckedEvent> {
+        let fits = text.len() <= MAX_TEXT_CHARS || text.chars().count() <= MAX_TEXT_CHARS;
+        if validate_identifier(turn_id).is_err() || validate_identifier(item_id).is_err() || !fits
+        {
+            return None;
+        }
+        Some(CheckedEvent {
+            event: NewEvent::new(Value::Null),
+            encoded: encode::EncodedPayload::text_delta(turn_id, item_id, text),
+        })
+    }
+
+    /// Bytes of the encoded payload (for the in-flight bound).
+    pub(crate) fn encoded_len(&self) -> usize {
+        self.encoded.len_hint()
     }
 
     pub fn event(&self) -> &NewEvent {
