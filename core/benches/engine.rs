@@ -798,7 +798,7 @@ fn section_turns(r: &mut Report, quick: bool) {
     }
     let per = t.elapsed() / n as u32;
     r.add(
-        "per delta, CPU only: schema check + JCS + SHA-256",
+        "per event of any kind, CPU only: schema check + JCS + SHA-256 (a plain text delta skips the schema walk)",
         us(per),
         "-".into(),
         None,
