@@ -1044,6 +1044,15 @@ fn main() {
         return section_loop("thread/read");
     }
     for (arg, d) in [
+        ("loop-raw-ephemeral", Durability::Ephemeral),
+        ("loop-raw-buffered", Durability::Buffered),
+    ] {
+        if args.iter().any(|a| a == arg) {
+            println!("{arg}: {:.0}/s", one_turn_raw(d, 200_000));
+            return;
+        }
+    }
+    for (arg, d) in [
         ("loop-ephemeral", Durability::Ephemeral),
         ("loop-buffered", Durability::Buffered),
         ("loop-sync", Durability::Sync),
