@@ -544,7 +544,12 @@ fn section_start(r: &mut Report, quick: bool) {
     // The same request on a Buffered store beside it: no sync at all, so what remains is the
     // request's own work (parse, schema check, seal, index, answer) plus creating the file.
     let cpu_dir = fresh_dir("start-cpu");
-    let cpu_server = open(&cpu_dir, StoreKind::Jsonl, Durability::Buffered, Limits::default());
+    let cpu_server = open(
+        &cpu_dir,
+        StoreKind::Jsonl,
+        Durability::Buffered,
+        Limits::default(),
+    );
     let cpu_conn = cpu_server.connect().unwrap();
     init(&cpu_conn);
     let (mut eng, mut floor, mut cpu) = (Vec::new(), Vec::new(), Vec::new());

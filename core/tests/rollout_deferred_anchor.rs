@@ -12,16 +12,6 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-fn start(store: &dyn RolloutStore, id: &str) {
-    store
-        .start(ThreadStart {
-            thread_id: id.into(),
-            title: Some(format!("Thread {id}")),
-            ..Default::default()
-        })
-        .expect("start");
-}
-
 fn state() -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("state");
@@ -61,21 +51,24 @@ fn refused<T: std::fmt::Debug>(r: Result<T, StoreError>) -> String {
     }
 }
 
-/// Runs scripts/verify_rollout.py on a state dir: (exit code, output).
 fn python_verify(dir: &Path) -> (i32, String) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/verify_rollout.py");
-    let out = std::process::Command::new("python3")
-        .arg(script)
-        .arg("--state-dir")
-        .arg(dir)
-        .output()
-        .expect("python3 runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code().unwrap_or(-1), text)
+    verify_rollout_py(&["--state-dir", dir.to_str().unwrap()])
+}
+
+/// Closes `s` and opens its state dir again (Sync).
+fn reopen(s: std::sync::Arc<dyn RolloutStore>, dir: &Path) -> std::sync::Arc<dyn RolloutStore> {
+    s.close().unwrap();
+    drop(s);
+    open_with(dir, Durability::Sync)
+}
+
+/// A closed state dir holding thread "a", started and nothing more.
+fn started() -> (tempfile::TempDir, PathBuf) {
+    let (t, dir) = state();
+    let s = open_with(&dir, Durability::Sync);
+    thread(&*s, "a", 1);
+    s.close().unwrap();
+    (t, dir)
 }
 
 #[test]
@@ -87,7 +80,7 @@ fn a_started_thread_is_one_durable_file_and_opens_again_with_no_warning() {
     ] {
         let (_t, dir) = state();
         let s = open_with(&dir, durability);
-        start(&*s, "a");
+        thread(&*s, "a", 1);
         s.flush().unwrap();
         assert!(
             !anchor(&dir, "a").exists(),
@@ -122,15 +115,13 @@ fn a_started_thread_is_one_durable_file_and_opens_again_with_no_warning() {
 fn the_anchor_is_durable_before_the_second_event_and_its_loss_is_refused_as_before() {
     let (_t, dir) = state();
     let s = open_with(&dir, Durability::Sync);
-    start(&*s, "a");
+    thread(&*s, "a", 1);
     s.append("a", vec![delta(1)]).unwrap();
     assert!(anchor(&dir, "a").exists());
     assert!(!tmp_anchor(&dir, "a").exists());
     assert_eq!(lines(&dir, "a"), 2);
     s.append("a", vec![delta(2)]).unwrap();
-    s.close().unwrap();
-    drop(s);
-    let s = open_with(&dir, Durability::Sync);
+    let s = reopen(s, &dir);
     assert_eq!(s.summary("a").unwrap().last_seq, 3);
     assert!(s.verify("a").unwrap().ok());
     drop(s);
@@ -148,17 +139,11 @@ fn the_anchor_is_durable_before_the_second_event_and_its_loss_is_refused_as_befo
 
 #[test]
 fn a_thread_opened_again_gets_its_anchor_before_its_next_event() {
-    let (_t, dir) = state();
-    let s = open_with(&dir, Durability::Sync);
-    start(&*s, "a");
-    s.close().unwrap();
-    drop(s);
+    let (_t, dir) = started();
     let s = open_with(&dir, Durability::Sync);
     s.append("a", vec![delta(1)]).unwrap();
     assert!(anchor(&dir, "a").exists());
-    s.close().unwrap();
-    drop(s);
-    let s = open_with(&dir, Durability::Sync);
+    let s = reopen(s, &dir);
     assert_eq!(read_all(&*s, "a").unwrap().len(), 2);
     let r = s.verify("a").unwrap();
     assert!(r.ok() && r.warnings.is_empty(), "{r:?}");
@@ -166,20 +151,14 @@ fn a_thread_opened_again_gets_its_anchor_before_its_next_event() {
 
 #[test]
 fn a_crash_inside_the_anchor_write_leaves_a_created_thread_and_the_debris_is_removed() {
-    let (_t, dir) = state();
-    let s = open_with(&dir, Durability::Sync);
-    start(&*s, "a");
-    s.close().unwrap();
-    drop(s);
+    let (_t, dir) = started();
     // Killed between creating the temporary anchor and renaming it: a part of a slot.
     fs::write(tmp_anchor(&dir, "a"), b"ccanchor1 seq=0 ha").unwrap();
     let s = open_with(&dir, Durability::Sync);
     assert_eq!(s.summary("a").unwrap().last_seq, 1);
     assert!(!tmp_anchor(&dir, "a").exists(), "removed when opened");
     s.append("a", vec![delta(1)]).unwrap();
-    s.close().unwrap();
-    drop(s);
-    let s = open_with(&dir, Durability::Sync);
+    let s = reopen(s, &dir);
     assert!(s.verify("a").unwrap().ok());
     assert!(s.stray_entries().unwrap().is_empty());
     assert_eq!(s.summary("a").unwrap().last_seq, 2);
@@ -191,11 +170,7 @@ fn anything_past_the_header_without_an_anchor_is_refused() {
         &b"{\"seq\":2,\"prevHa"[..], // a torn second line
         &b"\n"[..],                  // an empty line
     ] {
-        let (_t, dir) = state();
-        let s = open_with(&dir, Durability::Sync);
-        start(&*s, "a");
-        s.close().unwrap();
-        drop(s);
+        let (_t, dir) = started();
         fs::OpenOptions::new()
             .append(true)
             .open(log(&dir, "a"))
@@ -222,7 +197,7 @@ fn anything_past_the_header_without_an_anchor_is_refused() {
 fn keyed_stores_and_forks_with_history_write_the_anchor_first() {
     let (_t, dir) = state();
     let s = open(StoreKind::Jsonl, &dir, true).unwrap();
-    start(&*s, "k");
+    thread(&*s, "k", 1);
     assert!(
         anchor(&dir, "k").exists(),
         "keyed: the anchor carries the MAC"
@@ -249,7 +224,7 @@ fn keyed_stores_and_forks_with_history_write_the_anchor_first() {
 fn a_second_start_of_the_same_id_is_refused_and_changes_nothing() {
     let (_t, dir) = state();
     let s = open_with(&dir, Durability::Sync);
-    start(&*s, "a");
+    thread(&*s, "a", 1);
     let before = fs::read(log(&dir, "a")).unwrap();
     let again = s.start(ThreadStart {
         thread_id: "a".into(),

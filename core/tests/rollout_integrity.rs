@@ -658,23 +658,6 @@ fn repointing_a_symlinked_state_dir_mid_run_changes_nothing(kind: StoreKind) {
 
 // ---- 7. The independent verifier agrees -------------------------------------------------
 
-/// Runs scripts/verify_rollout.py; (exit code, stdout + stderr).
-fn python(args: &[&str]) -> (i32, String) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/verify_rollout.py");
-    let out = std::process::Command::new("python3")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("python3 runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!text.contains("Traceback"), "the verifier crashed: {text}");
-    (out.status.code().unwrap_or(-1), text)
-}
-
 fn key_file(dir: &Path) -> String {
     let path = dir.join("key");
     fs::write(&path, KEY).unwrap();
@@ -685,7 +668,7 @@ fn key_file(dir: &Path) -> String {
 fn the_python_verifier_checks_slots_identity_and_keys_and_never_crashes() {
     let (_t, dir) = fixture(StoreKind::Jsonl, false);
     let d = dir.to_str().unwrap();
-    let (rc, out) = python(&["--state-dir", d]);
+    let (rc, out) = verify_rollout_py(&["--state-dir", d]);
     assert_eq!(rc, 0, "{out}");
     assert!(
         out.contains("alpha ok: 35 events") && out.contains("(unkeyed)"),
@@ -693,20 +676,20 @@ fn the_python_verifier_checks_slots_identity_and_keys_and_never_crashes() {
     );
     // A damaged newest slot: a warning; with the last event cut as well: the lost seq named.
     damage_newest_slot(&dir, "alpha");
-    let (rc, out) = python(&["--state-dir", d]);
+    let (rc, out) = verify_rollout_py(&["--state-dir", d]);
     assert_eq!(rc, 0, "{out}");
     assert!(
         out.contains("warning: the other head anchor slot is damaged"),
         "{out}"
     );
     cut_last(StoreKind::Jsonl, &dir, "alpha");
-    let (rc, out) = python(&["--state-dir", d]);
+    let (rc, out) = verify_rollout_py(&["--state-dir", d]);
     assert_eq!(rc, 1, "{out}");
     assert!(
         out.contains("acknowledged events 35..=35 are gone"),
         "{out}"
     );
-    let (rc, _) = python(&["--state-dir", d, "--accept-unanchored"]);
+    let (rc, _) = verify_rollout_py(&["--state-dir", d, "--accept-unanchored"]);
     assert_eq!(rc, 0);
     // Every single-byte flip of the anchor file is reported or harmless, never a crash.
     let a = fs::read(anchor(&dir, "bravo")).unwrap();
@@ -714,7 +697,7 @@ fn the_python_verifier_checks_slots_identity_and_keys_and_never_crashes() {
         let mut b = a.clone();
         b[i] ^= 0x01;
         fs::write(anchor(&dir, "bravo"), &b).unwrap();
-        let (rc, out) = python(&[
+        let (rc, out) = verify_rollout_py(&[
             log(&dir, "bravo").to_str().unwrap(),
             anchor(&dir, "bravo").to_str().unwrap(),
         ]);
@@ -723,20 +706,20 @@ fn the_python_verifier_checks_slots_identity_and_keys_and_never_crashes() {
     fs::write(anchor(&dir, "bravo"), &a).unwrap();
     // A copy under another name is another thread's log.
     copy_thread(StoreKind::Jsonl, &dir, "bravo", "delta");
-    let (rc, out) = python(&["--state-dir", d, "--accept-unanchored"]);
+    let (rc, out) = verify_rollout_py(&["--state-dir", d, "--accept-unanchored"]);
     assert_eq!(rc, 1, "{out}");
     assert!(
         out.contains("delta: the head anchor belongs to thread 'bravo'"),
         "{out}"
     );
     fs::remove_file(anchor(&dir, "delta")).unwrap();
-    let (_, out) = python(&["--state-dir", d, "--accept-unanchored"]);
+    let (_, out) = verify_rollout_py(&["--state-dir", d, "--accept-unanchored"]);
     assert!(
         out.contains("delta: first bad seq 1: the header names thread 'bravo'"),
         "{out}"
     );
     fs::write(dir.join("threads/stray.txt"), b"x").unwrap();
-    let (_, out) = python(&["--state-dir", d, "--accept-unanchored"]);
+    let (_, out) = verify_rollout_py(&["--state-dir", d, "--accept-unanchored"]);
     assert!(
         out.contains("threads/stray.txt: not a thread's log"),
         "{out}"
@@ -748,27 +731,28 @@ fn the_python_verifier_checks_keyed_anchors_and_seals_on_both_stores() {
     for kind in kinds() {
         let (t, dir) = fixture(kind, true);
         let (d, k) = (dir.to_str().unwrap(), key_file(t.path()));
-        let (rc, out) = python(&["--state-dir", d, "--key-file", &k]);
+        let (rc, out) = verify_rollout_py(&["--state-dir", d, "--key-file", &k]);
         assert_eq!(rc, 0, "{kind:?}: {out}");
         assert!(out.contains("alpha ok") && out.contains("(keyed)"), "{out}");
-        let (rc, out) = python(&["--state-dir", d]);
+        let (rc, out) = verify_rollout_py(&["--state-dir", d]);
         assert_eq!(rc, 0, "{out}");
         if kind == StoreKind::Jsonl {
             assert!(out.contains("warning: unkeyed"), "{out}");
         }
         let other = t.path().join("other");
         fs::write(&other, [7u8; 32]).unwrap();
-        let (rc, out) = python(&["--state-dir", d, "--key-file", other.to_str().unwrap()]);
+        let (rc, out) =
+            verify_rollout_py(&["--state-dir", d, "--key-file", other.to_str().unwrap()]);
         assert_eq!(rc, 1, "{out}");
         // Appended with every hash recomputed and the anchor forged: the MAC gives it away.
         let evs = appended(kind, &dir);
         write_events(kind, &dir, "alpha", &evs);
         forge_anchor_keep_mac(kind, &dir, "alpha", &evs);
-        let (rc, out) = python(&["--state-dir", d, "--key-file", &k]);
+        let (rc, out) = verify_rollout_py(&["--state-dir", d, "--key-file", &k]);
         assert_eq!(rc, 1, "{kind:?}: {out}");
         assert!(out.contains("alpha: the") && out.contains("MAC"), "{out}");
         // Without the key the same forgery passes: what only the keyed mode detects.
-        assert_eq!(python(&["--state-dir", d]).0, 0);
+        assert_eq!(verify_rollout_py(&["--state-dir", d]).0, 0);
     }
 }
 

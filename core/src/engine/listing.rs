@@ -6,7 +6,7 @@
 use super::dispatch::RpcError;
 use super::{lock, Inner, ThreadData};
 use crate::protocol::{ForkOrigin, ThreadStatus};
-use crate::rollout::{write_json_string, ListQuery, SummaryRef};
+use crate::rollout::{push_u64, write_json_string, ListQuery, SummaryRef};
 use serde_json::{Map, Value};
 
 /// The wire `Thread`, member for member as the generated type serialises it.
@@ -99,21 +99,6 @@ impl<'a> ThreadJson<'a> {
         }
         out.push('}');
     }
-}
-
-/// Decimal digits without the formatting machinery (this runs once per listed thread).
-pub(crate) fn push_u64(out: &mut String, mut n: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend(buf[i..].iter().map(|&d| d as char));
 }
 
 /// thread/list's result: the summaries of one page from the store's index (a thread loaded

@@ -165,6 +165,22 @@ fn sort_members(map: &Map<String, Value>, text: &str, spans: &mut [(usize, usize
 
 pub(crate) use cc_agent_protocol::jcs::{write_string, write_value};
 
+/// Decimal digits of `n` without the formatting machinery or a temporary string (a seq in every
+/// sealed line, a count in every listed thread).
+pub(crate) fn push_u64(out: &mut String, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&buf[i..]).expect("ASCII digits"));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,6 +212,15 @@ mod tests {
             let mut s = String::new();
             p.write_jcs(&mut s);
             assert_eq!(s, cc_agent_protocol::jcs::canonicalize(&v), "{v}");
+        }
+    }
+
+    #[test]
+    fn push_u64_writes_decimal_digits() {
+        for n in [0u64, 7, 9, 10, 99, 100, 1_234_567_890, u64::MAX] {
+            let mut s = String::from("x");
+            push_u64(&mut s, n);
+            assert_eq!(s, format!("x{n}"));
         }
     }
 
@@ -260,7 +285,11 @@ mod text_delta_tests {
         for text in texts {
             for (turn, item) in [("tu-1", "tu-1-i1"), ("T", "i_9-"), (&*"a".repeat(128), "b")] {
                 let direct = EncodedPayload::text_delta(turn, item, text);
-                assert_eq!(direct, EncodedPayload::new(&value(turn, item, text)), "{text:?}");
+                assert_eq!(
+                    direct,
+                    EncodedPayload::new(&value(turn, item, text)),
+                    "{text:?}"
+                );
             }
         }
     }

@@ -8,7 +8,7 @@
 //! thread slots are bounded too, least recently used first out.
 
 use super::cache::{CacheLimits, TailCache};
-use super::encode::EncodedPayload;
+use super::encode::{push_u64, EncodedPayload};
 use super::*;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ops::Bound;
@@ -316,21 +316,6 @@ fn jcs_input(
     jcs.push_str(",\"traceId\":");
     push_json_opt(jcs, ev.trace_id.as_deref());
     jcs.push('}');
-}
-
-/// Decimal digits of `n`, without a temporary string.
-fn push_u64(out: &mut String, mut n: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.push_str(std::str::from_utf8(&buf[i..]).expect("ASCII digits"));
 }
 
 /// Gives `ev` its seq, prevHash, time and hash on top of `head`, and advances `head`. The
@@ -2290,17 +2275,5 @@ impl<B: Backend> RolloutStore for Engine<B> {
         let r = self.exclusive(|| self.flush_inner());
         self.closed.store(true, Ordering::Release);
         r
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn push_u64_writes_decimal_digits() {
-        for n in [0u64, 7, 9, 10, 99, 100, 1_234_567_890, u64::MAX] {
-            let mut s = String::from("x");
-            super::push_u64(&mut s, n);
-            assert_eq!(s, format!("x{n}"));
-        }
     }
 }

@@ -4,6 +4,7 @@
 
 mod cache;
 mod encode;
+pub(crate) use encode::push_u64;
 mod engine;
 mod fsutil;
 mod jsonl;
@@ -170,8 +171,7 @@ impl CheckedEvent {
     /// when a part fails, so the caller takes the generic path and its wording of the refusal.
     pub(crate) fn text_delta(turn_id: &str, item_id: &str, text: &str) -> Option<CheckedEvent> {
         let fits = text.len() <= MAX_TEXT_CHARS || text.chars().count() <= MAX_TEXT_CHARS;
-        if validate_identifier(turn_id).is_err() || validate_identifier(item_id).is_err() || !fits
-        {
+        if validate_identifier(turn_id).is_err() || validate_identifier(item_id).is_err() || !fits {
             return None;
         }
         Some(CheckedEvent {

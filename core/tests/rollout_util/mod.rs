@@ -369,3 +369,21 @@ pub fn swap_threads(kind: StoreKind, dir: &Path, a: &str, b: &str) {
         }
     }
 }
+
+/// Runs scripts/verify_rollout.py (the independent verifier) with `args`: (exit code, stdout +
+/// stderr). A traceback is a failure of the verifier itself.
+pub fn verify_rollout_py(args: &[&str]) -> (i32, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/verify_rollout.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("Traceback"), "the verifier crashed: {text}");
+    (out.status.code().unwrap_or(-1), text)
+}
