@@ -541,18 +541,7 @@ fn section_start(r: &mut Report, quick: bool) {
     let server = open(&dir, StoreKind::Jsonl, Durability::Sync, Limits::default());
     let conn = server.connect().unwrap();
     init(&conn);
-    // The same request on a Buffered store beside it: no sync at all, so what remains is the
-    // request's own work (parse, schema check, seal, index, answer) plus creating the file.
-    let cpu_dir = fresh_dir("start-cpu");
-    let cpu_server = open(
-        &cpu_dir,
-        StoreKind::Jsonl,
-        Durability::Buffered,
-        Limits::default(),
-    );
-    let cpu_conn = cpu_server.connect().unwrap();
-    init(&cpu_conn);
-    let (mut eng, mut floor, mut cpu) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut eng, mut floor) = (Vec::new(), Vec::new());
     for i in 0..rounds {
         let id = 100 + i;
         let line = request(
@@ -564,11 +553,8 @@ fn section_start(r: &mut Report, quick: bool) {
         round_trip(&conn, &line, id);
         eng.push(t.elapsed());
         floor.push(durable_create(&floor_dir, i));
-        let t = Instant::now();
-        round_trip(&cpu_conn, &line, id);
-        cpu.push(t.elapsed());
     }
-    let (m, f, c) = (median(&mut eng), median(&mut floor), median(&mut cpu));
+    let (m, f) = (median(&mut eng), median(&mut floor));
     r.add(
         format!("thread/start: median (p99 {})", us(p99(&mut eng))),
         us(m),
@@ -576,15 +562,7 @@ fn section_start(r: &mut Report, quick: bool) {
         Some(m.as_secs_f64() / f.as_secs_f64()),
         "<= 1x",
     );
-    r.add(
-        "thread/start, Buffered (no sync: the request's own cost)",
-        us(c),
-        format!("durable start minus the floor {}", us(m.saturating_sub(f))),
-        None,
-        "-",
-    );
     server.shutdown();
-    cpu_server.shutdown();
 }
 
 /// One turn of `deltas` deltas to a Rust host (the Rust client): notifications per second,
@@ -680,34 +658,111 @@ fn one_turn_raw(durability: Durability, deltas: usize) -> f64 {
     rate
 }
 
+/// The host's floor: ready-made delta notifications pushed through the engine's outbound queue
+/// to the Rust client's pump pattern (take what is queued, tell notifications from the rest
+/// without building a Value, hand them over in batches to the host thread, which parses each and
+/// looks at its method) — no engine, no store: how fast the host side alone can take a turn's
+/// notifications.
+fn host_floor(deltas: usize) -> f64 {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(default)]
+        method: Option<serde::de::IgnoredAny>,
+        #[serde(default)]
+        id: Option<serde::de::IgnoredAny>,
+    }
+    let q = BoundedQueue::new(512, 8 << 20);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<String>>(256);
+    let pump = {
+        let q = Arc::clone(&q);
+        std::thread::spawn(move || {
+            while let Ok(first) = q.recv(None) {
+                let mut batch = vec![first];
+                while batch.len() < 256 {
+                    match q.try_recv() {
+                        Some(m) => batch.push(m),
+                        None => break,
+                    }
+                }
+                batch.retain(|m| {
+                    matches!(serde_json::from_str::<Head>(m), Ok(h) if h.method.is_some() && h.id.is_none())
+                });
+                if tx.send(batch).is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    let producer = {
+        let q = Arc::clone(&q);
+        std::thread::spawn(move || {
+            for i in 0..deltas {
+                let text = format!("{{\"jsonrpc\":\"2.0\",\"method\":\"item/delta\",\"params\":{{\"threadId\":\"d\",\"eventSeq\":{},\"delta\":{{\"text\":\"x\",\"type\":\"text\"}},\"itemId\":\"tu-12345678901234567890-i1\",\"turnId\":\"tu-12345678901234567890\"}}}}", i + 4);
+                q.push_waiting(text, Duration::from_secs(30)).unwrap();
+            }
+            q.close();
+        })
+    };
+    let t = Instant::now();
+    let mut n = 0;
+    while let Ok(batch) = rx.recv() {
+        for m in batch {
+            let v: Value = serde_json::from_str(&m).unwrap();
+            if v["method"] == "item/delta" {
+                n += 1;
+            }
+        }
+    }
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    producer.join().unwrap();
+    pump.join().unwrap();
+    rate
+}
+
 fn section_turns(r: &mut Report, quick: bool) {
     let deltas = if quick { 20_000 } else { 100_000 };
-    println!("\n== one turn of {deltas} deltas to a Rust host (the Rust client)");
-    for (store, durability, target) in [
+    let trials = if quick { 1 } else { 3 };
+    println!("\n== one turn of {deltas} deltas to a Rust host (the Rust client), median of {trials} interleaved trials");
+    let parsed = [
         (StoreKind::Jsonl, Durability::Sync, ">= 50k/s"),
         (StoreKind::Jsonl, Durability::Buffered, ">= 500k/s"),
         (StoreKind::Jsonl, Durability::Ephemeral, ">= 1M/s"),
         (StoreKind::Sqlite, Durability::Sync, "-"),
         (StoreKind::Sqlite, Durability::Buffered, "-"),
-    ] {
-        let (rate, elapsed, waits) = one_turn(store, durability, deltas);
-        r.add(
-            format!(
-                "turn, {store:?} {durability:?}: {:.2} s, {waits} in-flight waits",
-                elapsed.as_secs_f64()
-            ),
-            format!("{:.0}/s", rate),
-            "-".into(),
-            None,
-            target,
-        );
-    }
-    for (durability, target) in [
+    ];
+    let raw = [
         (Durability::Sync, ">= 50k/s"),
         (Durability::Buffered, ">= 500k/s"),
         (Durability::Ephemeral, ">= 1M/s"),
-    ] {
-        let rate = one_turn_raw(durability, deltas);
+    ];
+    // Every configuration once per trial, so a noisy minute hits them all alike.
+    let mut rates = vec![Vec::new(); parsed.len() + raw.len() + 1];
+    for _ in 0..trials {
+        for (i, (store, durability, _)) in parsed.iter().enumerate() {
+            rates[i].push(one_turn(*store, *durability, deltas).0);
+        }
+        for (i, (durability, _)) in raw.iter().enumerate() {
+            rates[parsed.len() + i].push(one_turn_raw(*durability, deltas));
+        }
+        rates[parsed.len() + raw.len()].push(host_floor(deltas));
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let floor = med(&mut rates[parsed.len() + raw.len()]);
+    for (i, (store, durability, target)) in parsed.iter().enumerate() {
+        let rate = med(&mut rates[i]);
+        r.add(
+            format!("turn, {store:?} {durability:?}"),
+            format!("{rate:.0}/s"),
+            format!("host floor {floor:.0}/s"),
+            Some(rate / floor),
+            target,
+        );
+    }
+    for (i, (durability, target)) in raw.iter().enumerate() {
+        let rate = med(&mut rates[parsed.len() + i]);
         r.add(
             format!("turn, Jsonl {durability:?}, to a host that does not parse"),
             format!("{rate:.0}/s"),
@@ -716,72 +771,13 @@ fn section_turns(r: &mut Report, quick: bool) {
             target,
         );
     }
-    // The host's floor: ready-made delta notifications pushed through the engine's outbound
-    // queue to the Rust client's pump pattern (take what is queued, tell notifications from the
-    // rest without building a Value, hand them over in batches to the host thread, which parses
-    // each and looks at its method) — no engine, no store: how fast the host side alone can
-    // take a turn's notifications.
-    {
-        #[derive(serde::Deserialize)]
-        struct Head {
-            #[serde(default)]
-            method: Option<serde::de::IgnoredAny>,
-            #[serde(default)]
-            id: Option<serde::de::IgnoredAny>,
-        }
-        let q = BoundedQueue::new(512, 8 << 20);
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<String>>(256);
-        let pump = {
-            let q = Arc::clone(&q);
-            std::thread::spawn(move || {
-                while let Ok(first) = q.recv(None) {
-                    let mut batch = vec![first];
-                    while batch.len() < 256 {
-                        match q.try_recv() {
-                            Some(m) => batch.push(m),
-                            None => break,
-                        }
-                    }
-                    batch.retain(|m| {
-                        matches!(serde_json::from_str::<Head>(m), Ok(h) if h.method.is_some() && h.id.is_none())
-                    });
-                    if tx.send(batch).is_err() {
-                        break;
-                    }
-                }
-            })
-        };
-        let producer = {
-            let q = Arc::clone(&q);
-            std::thread::spawn(move || {
-                for i in 0..deltas {
-                    let text = format!("{{\"jsonrpc\":\"2.0\",\"method\":\"item/delta\",\"params\":{{\"threadId\":\"d\",\"eventSeq\":{},\"delta\":{{\"text\":\"x\",\"type\":\"text\"}},\"itemId\":\"tu-12345678901234567890-i1\",\"turnId\":\"tu-12345678901234567890\"}}}}", i + 4);
-                    q.push_waiting(text, Duration::from_secs(30)).unwrap();
-                }
-                q.close();
-            })
-        };
-        let t = Instant::now();
-        let mut n = 0;
-        while let Ok(batch) = rx.recv() {
-            for m in batch {
-                let v: Value = serde_json::from_str(&m).unwrap();
-                if v["method"] == "item/delta" {
-                    n += 1;
-                }
-            }
-        }
-        let rate = n as f64 / t.elapsed().as_secs_f64();
-        producer.join().unwrap();
-        pump.join().unwrap();
-        r.add(
-            "host floor: the client's pump pattern alone, ready-made deltas",
-            format!("{rate:.0}/s"),
-            "-".into(),
-            None,
-            "(bounds every mode)",
-        );
-    }
+    r.add(
+        "host floor: the client's pump pattern alone, ready-made deltas",
+        format!("{floor:.0}/s"),
+        "-".into(),
+        None,
+        "(bounds every parsed row)",
+    );
     // The per-event CPU floor: what recording one delta costs without any I/O or thread hop
     // (payload → schema check → JCS + SHA-256 → line), for reading the figures above.
     let payload = json!({"type": "itemDelta", "turnId": "tu-1", "itemId": "tu-1-i1", "delta": {"type": "text", "text": "x"}});
