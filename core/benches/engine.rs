@@ -308,9 +308,8 @@ fn forge_threads(dir: &Path, n: usize, events: usize) {
         slots.extend_from_slice(&a.encode(&id, None));
         std::fs::write(dir.join(format!("anchors/{id}.head")), slots).unwrap();
     }
-    // Let the kernel finish writing back the fixture (and the deletions before it) now: its
-    // journal and writeback threads otherwise run for seconds beside the timed requests, and a
-    // 2-core machine then shows them in the figures (a bimodal first page: 16 or 80 µs).
+    // Let the kernel finish writing back the fixture (and the deletions before it) now, not
+    // beside the timed requests on a 2-core machine.
     // SAFETY: sync(2) takes no arguments and cannot fail.
     unsafe { libc::sync() };
 }
