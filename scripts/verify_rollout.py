@@ -144,16 +144,18 @@ def verify_jsonl(log, anchor, thread, key, accept):
     last = len(events)
     sealed = max([s for s, _, _, k in events if k == "sealed"], default=0)
     # The anchor: which slot is relied on, whether it is this thread's and (keyed) authentic.
-    slots = None
+    slots, absent = None, False
     if anchor:
         try:
             raw = open(anchor, "rb").read()
             slots = [decode_slot(raw[i * SLOT:(i + 1) * SLOT]) for i in range(2)]
+        except FileNotFoundError:
+            absent = True
         except OSError:
             slots = None
     valid = [(i, s[1], s[2]) for i, s in enumerate(slots or []) if s[0] == "valid"]
     a = None
-    if anchor and slots is None and key is None and last == 1 and bad is None and data is not None and end == len(data):
+    if anchor and absent and key is None and last == 1 and bad is None and data is not None and end == len(data):
         pass  # its header alone: a thread created with its anchor deferred (docs/rollout-format.md)
     elif anchor and not valid:
         why = "the head anchor file is missing" if slots is None else "neither head anchor slot is valid"
