@@ -108,7 +108,7 @@ impl Session {
                 }
             }
             "item/started" => {
-                let item = &p["item"];
+                let item = crate::render::item_body(&p["item"]);
                 match item["type"].as_str().unwrap_or("") {
                     "reasoning" => self.say("\n[thinking] "),
                     "commandExecution" => {
@@ -128,7 +128,7 @@ impl Session {
                 }
             }
             "item/completed" => {
-                let item = &p["item"];
+                let item = crate::render::item_body(&p["item"]);
                 match item["type"].as_str().unwrap_or("") {
                     "agentMessage" | "reasoning" => self.say("\n"),
                     "commandExecution" => self.say(&format!(
@@ -181,14 +181,13 @@ impl Session {
             Input::Eof => "c".into(),
         };
         let decision = match answer.as_str() {
-            "y" | "yes" => json!({"decision": "acceptOnce"}),
-            "t" => json!({"decision": "acceptForTurn"}),
-            "s" => json!({"decision": "acceptForSession"}),
-            "c" => json!({"decision": "cancel"}),
-            _ => json!({"decision": "decline"}),
+            "y" | "yes" => json!({"kind": "acceptOnce"}),
+            "t" => json!({"kind": "acceptForTurn"}),
+            "s" => json!({"kind": "acceptForSession"}),
+            "c" => json!({"kind": "cancel"}),
+            _ => json!({"kind": "decline"}),
         };
-        let reply = json!({"jsonrpc": "2.0", "id": m["id"],
-            "result": {"nonce": b["nonce"], "decision": decision}});
+        let reply = json!({"jsonrpc": "2.0", "id": m["id"], "result": decision});
         let _ = self.conn.send(&reply.to_string());
     }
 

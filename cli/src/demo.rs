@@ -8,7 +8,7 @@ use cc_app_server::approval::operation_digest;
 use cc_app_server::client::{ApprovalHandler, Client, ClientConfig};
 use cc_app_server::engine::{AppServer, ServerConfig};
 use cc_app_server::protocol::{
-    AcceptForSession, AcceptForTurn, AcceptOnce, ApprovalDecideParams, ApprovalDecision, Cancel,
+    AcceptForSession, AcceptForTurn, AcceptOnce, ApprovalRequest, ApprovalDecision, Cancel,
     Decline,
 };
 use cc_app_server::rollout::{layout, StoreKind};
@@ -49,14 +49,14 @@ impl DecisionArg {
     fn decision(self) -> ApprovalDecision {
         match self {
             DecisionArg::AcceptOnce => ApprovalDecision::AcceptOnce(AcceptOnce {}),
-            DecisionArg::AcceptForTurn => ApprovalDecision::AcceptForTurn(AcceptForTurn {}),
+            DecisionArg::AcceptForTurn => ApprovalDecision::AcceptForTurn(AcceptForTurn { permissions: None }),
             DecisionArg::AcceptForSession => {
-                ApprovalDecision::AcceptForSession(AcceptForSession {})
+                ApprovalDecision::AcceptForSession(AcceptForSession { permissions: None })
             }
             DecisionArg::Decline => ApprovalDecision::Decline(Decline {
                 reason: Some("declined in the demo".into()),
             }),
-            DecisionArg::Cancel => ApprovalDecision::Cancel(Cancel {}),
+            DecisionArg::Cancel => ApprovalDecision::Cancel(Cancel { reason: None }),
         }
     }
 
@@ -96,7 +96,7 @@ struct DemoApprover {
 }
 
 impl ApprovalHandler for DemoApprover {
-    fn decide(&self, params: &ApprovalDecideParams) -> Result<ApprovalDecision, String> {
+    fn decide(&self, params: &ApprovalRequest) -> Result<ApprovalDecision, String> {
         let b = &params.binding;
         {
             // Print after the stream's approval/requested line, for a readable order.
@@ -119,7 +119,7 @@ impl ApprovalHandler for DemoApprover {
         };
         let name = serde_json::to_value(&decision)
             .ok()
-            .and_then(|v| v["decision"].as_str().map(str::to_string))
+            .and_then(|v| v["kind"].as_str().map(str::to_string))
             .unwrap_or_default();
         say(&format!(
             "        ┌ approval/decide — the client's ApprovalHandler decides on this binding:\n\
@@ -140,7 +140,7 @@ impl ApprovalHandler for DemoApprover {
                 "DOES NOT match the operation: declining"
             },
             b.policy_digest,
-            b.workspace_digest,
+            b.workspace_digest.as_deref().unwrap_or("(none)"),
             b.item_id,
             b.turn_id,
             b.nonce,
@@ -457,6 +457,6 @@ mod tests {
     #[test]
     fn decisions_map_to_wire_names() {
         let v = serde_json::to_value(DecisionArg::AcceptForTurn.decision()).unwrap();
-        assert_eq!(v, json!({"decision": "acceptForTurn"}));
+        assert_eq!(v, json!({"kind": "acceptForTurn"}));
     }
 }

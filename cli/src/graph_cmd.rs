@@ -258,8 +258,7 @@ impl Session {
             "decline"
         };
         println!("{decision}");
-        let reply = json!({"jsonrpc": "2.0", "id": m["id"],
-            "result": {"nonce": b["nonce"], "decision": {"decision": decision}}});
+        let reply = json!({"jsonrpc": "2.0", "id": m["id"], "result": {"kind": decision}});
         let _ = self.conn.send(&reply.to_string());
     }
 

@@ -136,7 +136,7 @@ pub fn details(p: &Value) -> String {
     }
     if let Some(outcome) = s(&p["outcome"]) {
         parts.push(outcome);
-        if let Some(d) = p["decision"]["decision"].as_str() {
+        if let Some(d) = p["decision"]["kind"].as_str() {
             parts.push(format!("decision {d}"));
         }
         if let Some(f) = s(&p["failure"]) {
@@ -146,7 +146,17 @@ pub fn details(p: &Value) -> String {
     parts.join("  ")
 }
 
+/// The recorded body of an item: the published `Item`'s `content` (an `item/started` or
+/// `item/completed` notification), or the body itself (a rollout event).
+pub fn item_body(item: &Value) -> &Value {
+    match item.get("content") {
+        Some(c) if item.get("kind").is_some() => c,
+        _ => item,
+    }
+}
+
 fn item_text(item: &Value) -> String {
+    let item = item_body(item);
     let kind = item["type"].as_str().unwrap_or("?");
     let id = item["id"].as_str().unwrap_or("?");
     let mut text = format!("{kind} {id}");

@@ -1,7 +1,7 @@
 //! The approval gate's pure parts: digests that bind a decision to exactly one operation, policy
 //! and workspace, single-use nonces, and the grants that `acceptForTurn` / `acceptForSession` leave.
 
-use crate::protocol::ToolCall;
+use crate::protocol::{ApprovalRisk, ToolCall};
 use cc_agent_protocol::{jcs, sha256_hex};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -47,6 +47,16 @@ pub fn policy_digest(policy: ApprovalPolicy) -> String {
 /// The workspace digest: which workspace a tool would act on.
 pub fn workspace_digest(workspace: &str) -> String {
     digest_json(&serde_json::json!({"workspace": workspace}))
+}
+
+/// How much harm a tool could do, for the published `ApprovalRequest.risk`: reading is low,
+/// changing the workspace medium, running a command high; a tool we do not know is medium.
+pub fn risk_of(tool: &str) -> ApprovalRisk {
+    match tool {
+        "read_file" | "list_directory" | "search" | "grep" | "glob" => ApprovalRisk::Low,
+        "run_command" | "shell" | "exec" => ApprovalRisk::High,
+        _ => ApprovalRisk::Medium,
+    }
 }
 
 /// A fresh 128-bit nonce as 32 lowercase hex digits.

@@ -3,7 +3,7 @@
 //! language re-implements protocol state.
 
 use crate::engine::{AppServer, Connection, RecvError, SendError};
-use crate::protocol::{ApprovalDecideParams, ApprovalDecision, Decline};
+use crate::protocol::{ApprovalDecision, ApprovalRequest, Decline};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 /// declines, so the server fails closed. Runs on the client's approval threads (at most
 /// `ClientConfig::approval_workers`), never on the thread that delivers notifications.
 pub trait ApprovalHandler: Send + Sync {
-    fn decide(&self, params: &ApprovalDecideParams) -> Result<ApprovalDecision, String>;
+    fn decide(&self, params: &ApprovalRequest) -> Result<ApprovalDecision, String>;
 }
 
 /// Client-side bounds.
@@ -458,7 +458,6 @@ impl Inbox {
 /// handler thread with a decision, the pump at the deadline with a decline) sends it.
 struct Asked {
     id: Value,
-    nonce: Value,
     deadline: Instant,
     answered: AtomicBool,
 }
@@ -468,16 +467,26 @@ impl Asked {
         if self.answered.swap(true, Ordering::SeqCst) {
             return;
         }
-        let response = json!({"jsonrpc": "2.0", "id": self.id, "result": {"nonce": self.nonce, "decision": decision}});
+        // The answer is the bare published decision: the server holds the binding against the
+        // request id.
+        let response = json!({"jsonrpc": "2.0", "id": self.id, "result": decision});
         let _ = conn.send(&response.to_string());
     }
 }
 
-fn decline() -> ApprovalDecision {
-    ApprovalDecision::Decline(Decline { reason: None })
+/// A decline that says why the client declined (the server records it and the tool result
+/// carries it), never a bare "declined".
+fn decline(why: &str) -> ApprovalDecision {
+    ApprovalDecision::Decline(Decline {
+        reason: Some(why.to_string()),
+    })
 }
 
-type ApprovalJob = (Arc<Asked>, ApprovalDecideParams);
+const NO_HANDLER: &str = "no approval handler is configured on this client";
+const NO_ROOM: &str = "the client's approval handlers are all busy and its queue is full";
+const TOO_SLOW: &str = "the approval handler did not answer in time";
+
+type ApprovalJob = (Arc<Asked>, ApprovalRequest);
 
 /// Routes approval/decide to the host's handler on a small, bounded set of threads (created on
 /// first need), off the pump so notifications keep flowing while a handler thinks. Anything but
@@ -520,7 +529,7 @@ impl Approvals {
         let now = Instant::now();
         for a in &self.outstanding {
             if a.deadline <= now {
-                a.answer(&self.conn, decline());
+                a.answer(&self.conn, decline(TOO_SLOW));
             }
         }
         self.outstanding
@@ -530,15 +539,17 @@ impl Approvals {
     fn route(&mut self, id: Value, params: &Value) {
         let asked = Arc::new(Asked {
             id,
-            nonce: params["binding"]["nonce"].clone(),
             deadline: Instant::now() + self.timeout,
             answered: AtomicBool::new(false),
         });
-        let (Some(handler), Ok(params)) = (
-            self.handler.clone(),
-            serde_json::from_value::<ApprovalDecideParams>(params.clone()),
-        ) else {
-            return asked.answer(&self.conn, decline());
+        let Some(handler) = self.handler.clone() else {
+            return asked.answer(&self.conn, decline(NO_HANDLER));
+        };
+        let Ok(params) = serde_json::from_value::<ApprovalRequest>(params.clone()) else {
+            return asked.answer(
+                &self.conn,
+                decline("the approval request does not match the published ApprovalRequest"),
+            );
         };
         if self.workers < self.max_workers {
             let (queue, conn) = (Arc::clone(&self.queue), Arc::clone(&self.conn));
@@ -556,7 +567,7 @@ impl Approvals {
             .is_some_and(|jobs| jobs.try_send((Arc::clone(&asked), params)).is_ok());
         if self.workers == 0 || !queued {
             // No thread to run the handler, or every one busy and the queue full: fail closed now.
-            return asked.answer(&self.conn, decline());
+            return asked.answer(&self.conn, decline(NO_ROOM));
         }
         self.outstanding.push(asked);
     }
@@ -570,6 +581,12 @@ impl Drop for Approvals {
             a.answered.store(true, Ordering::SeqCst);
         }
     }
+}
+
+/// A handler's error text as a decline reason: at most 1,900 characters (the published reason
+/// holds 2,048).
+fn cap_reason(text: &str) -> String {
+    text.chars().take(1900).collect()
 }
 
 fn approval_worker(
@@ -588,7 +605,11 @@ fn approval_worker(
         if Instant::now() < asked.deadline {
             match decision {
                 Ok(Ok(d)) => asked.answer(conn, d),
-                _ => asked.answer(conn, decline()),
+                Ok(Err(e)) => asked.answer(
+                    conn,
+                    decline(&format!("the approval handler failed: {}", cap_reason(&e))),
+                ),
+                Err(_) => asked.answer(conn, decline("the approval handler panicked")),
             }
         }
     }

@@ -2,7 +2,7 @@
 //! A kernel never touches a tool directly — it asks its `TurnContext`, which passes every request
 //! through the approval gate — so no kernel, scripted or host-written, can run a tool unapproved.
 
-use crate::protocol::{Item, ItemDelta, ItemStatus, ToolCall, ToolCallItem, ToolResult, UserInput};
+use crate::protocol::{ItemContent, ItemDelta, ItemStatus, ToolCall, ToolCallItem, ToolResult, UserInput};
 use serde_json::{Map, Value};
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use std::time::Duration;
 pub fn run_tool_call(ctx: &dyn TurnContext, call: &ToolCall) -> Result<ToolResult, KernelError> {
     let id = ctx.new_item_id();
     let item = |status: ItemStatus, result: Option<ToolResult>| {
-        Item::ToolCall(ToolCallItem {
+        ItemContent::ToolCall(ToolCallItem {
             id: id.clone(),
             call: call.clone(),
             status,
@@ -48,9 +48,9 @@ pub trait TurnContext: Send + Sync {
     fn agent_options(&self) -> &Value;
     /// A fresh item id, unique within the thread.
     fn new_item_id(&self) -> String;
-    fn item_started(&self, item: Item) -> Result<(), KernelError>;
+    fn item_started(&self, item: ItemContent) -> Result<(), KernelError>;
     fn item_delta(&self, item_id: &str, delta: ItemDelta) -> Result<(), KernelError>;
-    fn item_completed(&self, item: Item) -> Result<(), KernelError>;
+    fn item_completed(&self, item: ItemContent) -> Result<(), KernelError>;
     /// Asks for a tool. Blocks while the approval gate decides; returns `Denied` when it fails
     /// closed. `Err(Cancelled)` when the user cancelled at the approval or the turn was interrupted.
     fn request_tool(&self, item_id: &str, call: ToolCall) -> Result<ToolResult, KernelError>;

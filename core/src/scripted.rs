@@ -11,7 +11,7 @@
 
 use crate::kernel::{AgentKernel, KernelError, TurnContext};
 use crate::protocol::{
-    AgentMessageItem, Item, ItemDelta, ReasoningItem, TextDelta, ToolCall, UserInput,
+    AgentMessageItem, ItemContent, ItemDelta, ReasoningItem, TextDelta, ToolCall, UserInput,
 };
 use serde_json::{json, Map, Value};
 use std::time::{Duration, Instant};
@@ -57,7 +57,7 @@ fn check(ctx: &dyn TurnContext) -> Result<(), KernelError> {
 fn message(ctx: &dyn TurnContext, text: &str, chunks: usize) -> Result<(), KernelError> {
     let id = ctx.new_item_id();
     let item = |text: &str| {
-        Item::AgentMessage(AgentMessageItem {
+        ItemContent::AgentMessage(AgentMessageItem {
             id: id.clone(),
             text: text.into(),
             extra: Map::new(),
@@ -110,7 +110,7 @@ impl AgentKernel for ScriptedKernel {
                     message(ctx, text, chunks)?
                 }
                 Some("reasoning") => {
-                    let item = Item::Reasoning(ReasoningItem {
+                    let item = ItemContent::Reasoning(ReasoningItem {
                         id: ctx.new_item_id(),
                         text: text.into(),
                         extra: Map::new(),

@@ -4,7 +4,7 @@
 use cc_app_server::approval::ApprovalPolicy;
 use cc_app_server::client::{ApprovalHandler, Client, ClientConfig, ClientError};
 use cc_app_server::engine::{AppServer, Connection, Limits, SendError, ServerConfig};
-use cc_app_server::protocol::{AcceptForTurn, AcceptOnce, ApprovalDecideParams, ApprovalDecision};
+use cc_app_server::protocol::{AcceptForTurn, AcceptOnce, ApprovalRequest, ApprovalDecision};
 use cc_app_server::rollout::StoreKind;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
@@ -283,7 +283,7 @@ fn thread_methods_and_conflicts() {
 
 struct Decide(ApprovalDecision);
 impl ApprovalHandler for Decide {
-    fn decide(&self, _: &ApprovalDecideParams) -> Result<ApprovalDecision, String> {
+    fn decide(&self, _: &ApprovalRequest) -> Result<ApprovalDecision, String> {
         Ok(self.0.clone())
     }
 }
@@ -529,7 +529,7 @@ fn grants_cover_the_turn_and_lapse_with_the_policy() {
         json!({"threadId": "g", "input": [{"type": "text", "text": "go"}]}),
     );
     let ask = raw.wait_method("approval/decide");
-    let decision = serde_json::to_value(ApprovalDecision::AcceptForTurn(AcceptForTurn {})).unwrap();
+    let decision = serde_json::to_value(ApprovalDecision::AcceptForTurn(AcceptForTurn { permissions: None })).unwrap();
     raw.answer(
         &ask["id"],
         json!({"nonce": ask["params"]["binding"]["nonce"], "decision": decision}),
@@ -900,7 +900,7 @@ fn a_corrupt_thread_is_an_internal_error_without_internals() {
 #[test]
 fn kernel_and_tool_output_is_checked_against_the_schema() {
     use cc_app_server::kernel::{AgentKernel, KernelError, ToolExecutor, TurnContext};
-    use cc_app_server::protocol::{Item, ToolCall, ToolResult, ToolResultError, UserInput};
+    use cc_app_server::protocol::{ItemContent, ToolCall, ToolResult, ToolResultError, UserInput};
 
     struct Inventive;
     impl AgentKernel for Inventive {
@@ -912,7 +912,7 @@ fn kernel_and_tool_output_is_checked_against_the_schema() {
                 assert!(matches!(result, ToolResult::Error(_)), "{result:?}");
                 return Ok(());
             }
-            ctx.item_started(Item::Unknown(json!({"type": "hologram", "id": "h1"})))
+            ctx.item_started(ItemContent::Unknown(json!({"type": "hologram", "id": "h1"})))
         }
     }
     struct Verbose;

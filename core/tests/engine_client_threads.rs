@@ -6,7 +6,7 @@
 
 use cc_app_server::client::{ApprovalHandler, Client, ClientConfig};
 use cc_app_server::engine::{AppServer, Limits, ServerConfig};
-use cc_app_server::protocol::{ApprovalDecideParams, ApprovalDecision};
+use cc_app_server::protocol::{ApprovalRequest, ApprovalDecision};
 use serde_json::json;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ struct Hung {
 }
 
 impl ApprovalHandler for Hung {
-    fn decide(&self, _params: &ApprovalDecideParams) -> Result<ApprovalDecision, String> {
+    fn decide(&self, _params: &ApprovalRequest) -> Result<ApprovalDecision, String> {
         let mut r = self.released.lock().unwrap();
         while !*r {
             r = self.cv.wait(r).unwrap();

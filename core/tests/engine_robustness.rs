@@ -8,7 +8,7 @@ use cc_app_server::client::{Client, ClientConfig};
 use cc_app_server::engine::{AppServer, Connection, Limits, SendError, ServerConfig};
 use cc_app_server::kernel::{AgentKernel, KernelError, ToolExecutor, TurnContext};
 use cc_app_server::protocol::{
-    AgentMessageItem, Item, ToolCall, ToolResult, ToolResultOk, UserInput,
+    AgentMessageItem, ItemContent, ToolCall, ToolResult, ToolResultOk, UserInput,
 };
 use serde_json::{json, Map, Value};
 use std::sync::atomic::Ordering;
@@ -368,7 +368,7 @@ impl AgentKernel for EmittingKernel {
         let depth = ctx.agent_options()["itemExtraDepth"].as_u64().unwrap_or(0) as usize;
         let mut extra = Map::new();
         extra.insert("deep".into(), nested(depth));
-        let item = Item::AgentMessage(AgentMessageItem {
+        let item = ItemContent::AgentMessage(AgentMessageItem {
             id: ctx.new_item_id(),
             text: "x".into(),
             extra,

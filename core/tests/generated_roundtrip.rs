@@ -117,8 +117,8 @@ fn optional_nullable_and_missing_stay_distinct() {
 #[test]
 fn display_unions_keep_unknown_values_and_security_unions_refuse_them() {
     let future_item = json!({"type": "hologram", "id": "i1", "depth": 3});
-    let item: Item = serde_json::from_value(future_item.clone()).unwrap();
-    assert_eq!(item, Item::Unknown(future_item.clone()));
+    let item: ItemContent = serde_json::from_value(future_item.clone()).unwrap();
+    assert_eq!(item, ItemContent::Unknown(future_item.clone()));
     assert_eq!(serde_json::to_value(&item).unwrap(), future_item);
 
     let status: ItemStatus = serde_json::from_value(json!("paused")).unwrap();
@@ -147,7 +147,7 @@ fn display_unions_keep_unknown_values_and_security_unions_refuse_them() {
 
 #[test]
 fn tags_are_written_first_and_keywords_keep_their_wire_names() {
-    let item = Item::AgentMessage(AgentMessageItem {
+    let item = ItemContent::AgentMessage(AgentMessageItem {
         id: "i1".into(),
         text: "hi".into(),
         extra: Default::default(),

@@ -5,7 +5,7 @@
 use crate::errors::BindingError;
 use cc_app_server::approval as core;
 use cc_app_server::protocol::{
-    AcceptForSession, AcceptForTurn, AcceptOnce, ApprovalDecideParams,
+    AcceptForSession, AcceptForTurn, AcceptOnce, ApprovalRequest as WireRequest,
     ApprovalDecision as WireDecision, Cancel, Decline, ToolCall,
 };
 use serde_json::Value;
@@ -60,7 +60,7 @@ pub struct ApprovalRequest {
 }
 
 impl ApprovalRequest {
-    pub(crate) fn from_wire(params: &ApprovalDecideParams) -> ApprovalRequest {
+    pub(crate) fn from_wire(params: &WireRequest) -> ApprovalRequest {
         let b = &params.binding;
         ApprovalRequest {
             binding: ApprovalBinding {
@@ -69,13 +69,13 @@ impl ApprovalRequest {
                 item_id: b.item_id.clone(),
                 operation_digest: b.operation_digest.clone(),
                 policy_digest: b.policy_digest.clone(),
-                workspace_digest: b.workspace_digest.clone(),
+                workspace_digest: b.workspace_digest.clone().unwrap_or_default(),
                 nonce: b.nonce.clone(),
                 expires_at: b.expires_at.clone(),
             },
             tool: params.operation.tool.clone(),
             arguments_json: params.operation.arguments.to_string(),
-            reason: params.reason.clone(),
+            reason: Some(params.reason.clone()),
             params_json: serde_json::to_string(params).unwrap_or_default(),
         }
     }
@@ -100,12 +100,12 @@ impl From<ApprovalDecision> for WireDecision {
     fn from(d: ApprovalDecision) -> Self {
         match d {
             ApprovalDecision::AcceptOnce => WireDecision::AcceptOnce(AcceptOnce {}),
-            ApprovalDecision::AcceptForTurn => WireDecision::AcceptForTurn(AcceptForTurn {}),
+            ApprovalDecision::AcceptForTurn => WireDecision::AcceptForTurn(AcceptForTurn { permissions: None }),
             ApprovalDecision::AcceptForSession => {
-                WireDecision::AcceptForSession(AcceptForSession {})
+                WireDecision::AcceptForSession(AcceptForSession { permissions: None })
             }
             ApprovalDecision::Decline { reason } => WireDecision::Decline(Decline { reason }),
-            ApprovalDecision::Cancel => WireDecision::Cancel(Cancel {}),
+            ApprovalDecision::Cancel => WireDecision::Cancel(Cancel { reason: None }),
         }
     }
 }

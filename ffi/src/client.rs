@@ -8,7 +8,7 @@ use crate::errors::{signed, ClientError, HandlerError, ListenerError};
 use crate::server::AppServer;
 use crate::task::{TaskHandle, POLL};
 use cc_app_server::client::{ApprovalHandler as CoreHandler, Client as CoreClient, ClientConfig};
-use cc_app_server::protocol::{ApprovalDecideParams, ApprovalDecision as WireDecision};
+use cc_app_server::protocol::{ApprovalRequest as WireRequest, ApprovalDecision as WireDecision};
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
@@ -99,7 +99,7 @@ impl ClientOptions {
 struct ForeignHandler(Arc<dyn ApprovalHandler>);
 
 impl CoreHandler for ForeignHandler {
-    fn decide(&self, params: &ApprovalDecideParams) -> Result<WireDecision, String> {
+    fn decide(&self, params: &WireRequest) -> Result<WireDecision, String> {
         self.0
             .decide(ApprovalRequest::from_wire(params))
             .map(WireDecision::from)

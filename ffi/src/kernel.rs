@@ -9,7 +9,7 @@ use cc_app_server::kernel::{
     TurnContext as CoreContext,
 };
 use cc_app_server::protocol::{
-    Item, ItemDelta, ToolCall, ToolResult, ToolResultError, ToolResultOk, UserInput,
+    ItemContent, ItemDelta, ToolCall, ToolResult, ToolResultError, ToolResultOk, UserInput,
 };
 use serde_json::Value;
 use std::sync::{Arc, RwLock};
@@ -145,7 +145,7 @@ impl TurnContext {
 
     /// Records and announces `item/started`; `item_json` is a wire `Item`.
     pub fn item_started(&self, item_json: String) -> Result<(), KernelError> {
-        let item: Item = wire("Item", &item_json)?;
+        let item: ItemContent = wire("ItemContent", &item_json)?;
         self.with(|c| c.item_started(item))?.map_err(from_core)
     }
 
@@ -158,7 +158,7 @@ impl TurnContext {
 
     /// Records and announces `item/completed`; `item_json` is a wire `Item`.
     pub fn item_completed(&self, item_json: String) -> Result<(), KernelError> {
-        let item: Item = wire("Item", &item_json)?;
+        let item: ItemContent = wire("ItemContent", &item_json)?;
         self.with(|c| c.item_completed(item))?.map_err(from_core)
     }
 

@@ -98,7 +98,9 @@ pub const LIFECYCLE_DEFS: &[&str] = &[
     "ToolResult",
     "ApprovalBinding",
     "ApprovalDecision",
-    "ApprovalDecideResult",
+    "ApprovalRequest",
+    "ItemPhase",
+    "TerminalEvidence",
     "ApprovalOutcome",
     "ApprovalFailure",
 ];
@@ -138,16 +140,8 @@ fn bound_applies_to(key: &str) -> &'static [&'static str] {
 /// The list is closed: an entry here is a decision recorded in docs/compat.md ("v1 errata"), and
 /// the gate's tests fail if an entry stops matching a finding.
 pub const ERRATA: &[(&str, &str, &str)] = &[
-    (
-        "/$defs/RequestId/type",
-        "type-widened",
-        "string ids (JSON-RPC 2.0): new for what clients send; a server only ever echoes a client's own id back to it, and sends integers in its own requests, so no old peer receives a string it did not send",
-    ),
-    (
-        "/$defs/ClientRequest/x-max-depth",
-        "bound-tightened",
-        "a request nesting past 64 levels was accepted but could never be served back: thread/list, thread/read and thread/fork answers then nested past the 127 levels every wire parser accepts, for every client (issue 10)",
-    ),
+    // Empty since the re-freeze of v1 on the published wire (docs/compat.md): the two earlier
+    // errata (string request ids, the 64-level request depth) are part of that baseline.
 ];
 
 /// Keywords `compare_node` handles itself; any other keyword that differs is `keyword-changed`.
@@ -247,8 +241,9 @@ fn reachable(schema: &Value, roots: &[String]) -> BTreeSet<String> {
     seen
 }
 
-/// The result definitions of the requests in union `union`: request `X` with params `XParams` has
-/// result `XResult`; failing that, method `thread/start` has `ThreadStartResult`.
+/// The result definitions of the requests in union `union`: the one a request names in `x-result`;
+/// else request `X` with params `XParams` has result `XResult`; failing that, method
+/// `thread/start` has `ThreadStartResult`.
 fn result_defs(schema: &Value, union: &str) -> Vec<String> {
     let Some(defs) = defs(schema) else {
         return Vec::new();
@@ -263,6 +258,11 @@ fn result_defs(schema: &Value, union: &str) -> Vec<String> {
             continue;
         };
         let props = req.get("properties");
+        // A request whose result is not named after it says so (`x-result`).
+        let by_annotation = req
+            .get("x-result")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         let by_params = props
             .and_then(|p| p.get("params"))
             .and_then(ref_name)
@@ -285,7 +285,10 @@ fn result_defs(schema: &Value, union: &str) -> Vec<String> {
                 stem.push_str("Result");
                 stem
             });
-        for name in [by_params, by_method].into_iter().flatten() {
+        for name in [by_annotation, by_params, by_method]
+            .into_iter()
+            .flatten()
+        {
             if defs.contains_key(&name) && !out.contains(&name) {
                 out.push(name);
             }

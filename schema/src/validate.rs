@@ -559,7 +559,7 @@ pub fn validate_protocol_definition(name: &str, value: &Value) -> Result<(), Val
     reg.validate_def(name, value, ErrorClass::InvalidParams)
 }
 
-/// Validates an approval decision object (`{"decision": "acceptOnce"}` …). Unknown decisions fail.
+/// Validates an approval decision object (`{"kind": "acceptOnce"}` …). Unknown decisions fail.
 pub fn validate_approval_decision(value: &Value) -> Result<(), ValidationError> {
     validate_protocol_definition("ApprovalDecision", value)
 }
@@ -567,7 +567,7 @@ pub fn validate_approval_decision(value: &Value) -> Result<(), ValidationError> 
 /// Validates an approval decision and returns its wire tag (`acceptOnce`, …, `cancel`).
 pub fn assert_approval_decision(value: &Value) -> Result<&str, ValidationError> {
     validate_approval_decision(value)?;
-    Ok(value["decision"]
+    Ok(value["kind"]
         .as_str()
         .expect("a valid decision has a string tag"))
 }
@@ -657,9 +657,9 @@ mod tests {
 
     #[test]
     fn nested_nullable_reports_the_inner_definition() {
-        let msg = json!({"jsonrpc": "2.0", "method": "turn/completed", "params": {"threadId": "t", "eventSeq": 3, "turn": {
-            "id": "u", "threadId": "t", "status": "completed", "startedAt": "2026-01-01T00:00:00Z",
-            "completedAt": "yesterday", "error": null}}});
+        let msg = json!({"jsonrpc": "2.0", "method": "turn/completed", "params": {"threadId": "t", "eventSeq": 3, "error": null, "turn": {
+            "id": "u", "threadId": "t", "status": "completed", "createdAt": "2026-01-01T00:00:00Z",
+            "completedAt": "yesterday", "revision": 2, "terminalEvidence": null}}});
         let err = validate_protocol_message(&msg).unwrap_err();
         assert_eq!(err.issues[0].pointer, "/params/turn/completedAt", "{err}");
     }
@@ -690,12 +690,12 @@ mod tests {
     #[test]
     fn approval_decisions_are_strict() {
         assert_eq!(
-            assert_approval_decision(&json!({"decision": "acceptOnce"})).unwrap(),
+            assert_approval_decision(&json!({"kind": "acceptOnce"})).unwrap(),
             "acceptOnce"
         );
-        assert!(validate_approval_decision(&json!({"decision": "acceptAlways"})).is_err());
+        assert!(validate_approval_decision(&json!({"kind": "acceptAlways"})).is_err());
         assert!(
-            validate_approval_decision(&json!({"decision": "acceptOnce", "scope": "all"})).is_err()
+            validate_approval_decision(&json!({"kind": "acceptOnce", "scope": "all"})).is_err()
         );
         assert!(validate_approval_decision(&json!("acceptOnce")).is_err());
     }

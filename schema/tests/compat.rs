@@ -313,8 +313,7 @@ fn directions_of_the_real_schema() {
     assert_eq!(dir("InitializeResult"), (false, true));
     assert_eq!(dir("Thread"), (false, true));
     assert_eq!(dir("TurnStatus"), (false, true));
-    assert_eq!(dir("ApprovalDecideParams"), (false, true));
-    assert_eq!(dir("ApprovalDecideResult"), (true, false));
+    assert_eq!(dir("ApprovalRequest"), (false, true));
     assert_eq!(dir("ApprovalDecision"), (true, true));
     assert_eq!(dir("Identifier"), (true, true));
     assert_eq!(dir("ErrorObject"), (true, true));

@@ -18,8 +18,7 @@ const MINIMUM_FIXTURES: usize = 170;
 const SECURITY_SENSITIVE: &[&str] = &[
     "ApprovalDecision",
     "ApprovalBinding",
-    "ApprovalDecideParams",
-    "ApprovalDecideResult",
+    "ApprovalRequest",
     "ToolResult",
     "ToolCall",
     "UserInput",

@@ -3,7 +3,7 @@
 
 use super::pool::{Job, SubmitError};
 use super::threads::{data_from_summary, finished_turn, insert_thread, load_thread, new_state};
-use super::turn::{self, event, rpc, Unstarted};
+use super::turn::{self, event, rpc, EndedTurn, Unstarted};
 use super::{
     emit_locked, lock, ConnShared, Inner, Stats, ThreadData, ThreadState, IMPLEMENTED_FEATURES,
 };
@@ -11,7 +11,7 @@ use crate::approval::digest_json;
 use crate::protocol::{
     EventPayload, InitializeResult, ServerInfo, ServerNotification, Thread, ThreadArchiveResult,
     ThreadForkResult, ThreadStartResult, ThreadStatus, ThreadUpdatedNotification,
-    ThreadUpdatedParams, Turn, TurnInterruptResult, TurnStartResult, TurnStartedEvent,
+    ThreadUpdatedParams, TurnInterruptResult, TurnStartResult, TurnStartedEvent,
     TurnStartedNotification, TurnStartedParams, UserInput,
 };
 use crate::rollout::{HeaderExtra, StoreError, ThreadStart};
@@ -187,7 +187,7 @@ pub(crate) fn reply_with(
 }
 
 /// turn/interrupt's answer: only ever given once the kernel has returned.
-pub(crate) fn reply_settled(inner: &Inner, conn: &ConnShared, id: &str, turn: Turn) {
+pub(crate) fn reply_settled(inner: &Inner, conn: &ConnShared, id: &str, turn: EndedTurn) {
     reply(inner, conn, id, settled(turn));
 }
 
@@ -663,13 +663,11 @@ pub(crate) fn wire_thread(id: &str, data: &ThreadData) -> Thread {
         id: id.into(),
         title: data.title.clone(),
         status,
-        archived: data.archived,
+        parent_thread_id: data.forked_from.as_ref().map(|f| f.thread_id.clone()),
         created_at: data.created_at.clone(),
         updated_at: data.updated_at.clone(),
-        last_event_seq: data.last_seq,
-        forked_from: data.forked_from.clone(),
+        revision: data.last_seq,
         metadata: data.metadata.clone(),
-        extra: Map::new(),
     }
 }
 
@@ -791,10 +789,15 @@ fn thread_fork(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcResu
     data.agent_options = lock(&source.data).agent_options.clone();
     data.recovered = true;
     let thread = wire_thread(&new_id, &data);
+    let forked_from = data
+        .forked_from
+        .clone()
+        .expect("a fork records its origin");
     insert_thread(inner, new_state(inner, &new_id, data));
     conn.follow(&new_id);
     result(ThreadForkResult {
         thread,
+        forked_from,
         extra: Map::new(),
     })
 }
@@ -984,7 +987,7 @@ fn turn_interrupt(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: RawId, params:
         turn::close_unstarted(job, Unstarted::Interrupted);
     }
     if turn.is_done() {
-        return reply_settled(inner, conn, &id, turn.to_wire());
+        return reply_settled(inner, conn, &id, turn.to_ended());
     }
     {
         let mut waiting = lock(&conn.interrupts);
@@ -1018,9 +1021,10 @@ fn turn_interrupt(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: RawId, params:
 }
 
 /// turn/interrupt's answer: only ever given once the kernel has returned.
-fn settled(turn: Turn) -> RpcResult {
+fn settled(ended: EndedTurn) -> RpcResult {
     result(TurnInterruptResult {
-        turn,
+        turn: ended.turn,
+        error: ended.error,
         physically_settled: true,
         extra: Map::new(),
     })

@@ -3,7 +3,7 @@
 //! same after a restart and in a fork (whose log holds copies up to the fork point). The thread's
 //! `agentOptions` live in its header for the same reason (see threads.rs).
 
-use crate::protocol::{EventPayload, Item, ItemDelta, ToolCall, ToolResult, TurnStatus, UserInput};
+use crate::protocol::{EventPayload, ItemContent, ItemDelta, ToolCall, ToolResult, TurnStatus, UserInput};
 use crate::rollout::{RolloutStore, StoreError, MAX_READ_LIMIT};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -201,7 +201,7 @@ pub(crate) fn assemble(
             let turn = &mut history.turns[ti];
             match payload {
                 EventPayload::ItemStarted(s) => {
-                    if let Item::AgentMessage(m) = s.item {
+                    if let ItemContent::AgentMessage(m) = s.item {
                         open.insert(m.id.clone(), (ti, turn.entries.len()));
                         turn.entries.push(HistoryEntry::AgentMessage {
                             item_id: m.id,
@@ -221,7 +221,7 @@ pub(crate) fn assemble(
                     }
                 }
                 EventPayload::ItemCompleted(c) => match c.item {
-                    Item::AgentMessage(m) => match open.remove(&m.id) {
+                    ItemContent::AgentMessage(m) => match open.remove(&m.id) {
                         Some((t, i)) => {
                             history.turns[t].entries[i] = HistoryEntry::AgentMessage {
                                 item_id: m.id,
@@ -235,7 +235,7 @@ pub(crate) fn assemble(
                             complete: true,
                         }),
                     },
-                    Item::Reasoning(r) => turn.entries.push(HistoryEntry::Reasoning {
+                    ItemContent::Reasoning(r) => turn.entries.push(HistoryEntry::Reasoning {
                         item_id: r.id,
                         text: r.text,
                     }),

@@ -9,12 +9,12 @@ use crate::protocol::{ForkOrigin, ThreadStatus};
 use crate::rollout::{push_u64, write_json_string, ListQuery, SummaryRef};
 use serde_json::{Map, Value};
 
-/// The wire `Thread`, member for member as the generated type serialises it.
+/// The wire `Thread` (the published one), member for member as the generated type serialises
+/// it; `revision` is the last event's seq, `parentThreadId` the fork origin's thread.
 pub(crate) struct ThreadJson<'a> {
     pub id: &'a str,
     pub title: Option<&'a str>,
     pub status: ThreadStatus,
-    pub archived: bool,
     pub created_at: &'a str,
     pub updated_at: &'a str,
     pub last_event_seq: u64,
@@ -35,7 +35,6 @@ impl<'a> ThreadJson<'a> {
             id,
             title: data.title.as_deref(),
             status,
-            archived: data.archived,
             created_at: &data.created_at,
             updated_at: &data.updated_at,
             last_event_seq: data.last_seq,
@@ -53,7 +52,6 @@ impl<'a> ThreadJson<'a> {
             } else {
                 ThreadStatus::Idle
             },
-            archived: s.archived,
             created_at: s.created_at,
             updated_at: s.updated_at,
             last_event_seq: s.last_seq,
@@ -65,32 +63,27 @@ impl<'a> ThreadJson<'a> {
     pub fn write(&self, out: &mut String) {
         out.push_str("{\"id\":");
         write_json_string(self.id, out);
-        out.push_str(",\"title\":");
-        match self.title {
-            Some(t) => write_json_string(t, out),
-            None => out.push_str("null"),
-        }
         out.push_str(match self.status {
             ThreadStatus::Idle => ",\"status\":\"idle\"",
             ThreadStatus::Active => ",\"status\":\"active\"",
             ThreadStatus::Archived => ",\"status\":\"archived\"",
         });
-        out.push_str(if self.archived {
-            ",\"archived\":true"
-        } else {
-            ",\"archived\":false"
-        });
+        out.push_str(",\"title\":");
+        match self.title {
+            Some(t) => write_json_string(t, out),
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"parentThreadId\":");
+        match self.forked_from {
+            Some(f) => write_json_string(&f.thread_id, out),
+            None => out.push_str("null"),
+        }
         out.push_str(",\"createdAt\":");
         write_json_string(self.created_at, out);
         out.push_str(",\"updatedAt\":");
         write_json_string(self.updated_at, out);
-        out.push_str(",\"lastEventSeq\":");
+        out.push_str(",\"revision\":");
         push_u64(out, self.last_event_seq);
-        out.push_str(",\"forkedFrom\":");
-        match self.forked_from {
-            Some(f) => out.push_str(&serde_json::to_string(f).expect("a ForkOrigin serialises")),
-            None => out.push_str("null"),
-        }
         out.push_str(",\"metadata\":");
         if self.metadata.is_empty() {
             out.push_str("{}");
@@ -186,6 +179,11 @@ pub(crate) fn thread_read(
     } else {
         "],\"hasMore\":false"
     });
+    out.push_str(",\"forkedFrom\":");
+    match &data.forked_from {
+        Some(f) => out.push_str(&serde_json::to_string(f).expect("a ForkOrigin serialises")),
+        None => out.push_str("null"),
+    }
     if resume {
         out.push_str(",\"activeTurn\":");
         match &data.active {
@@ -227,7 +225,6 @@ mod tests {
                 id: "th-1",
                 title,
                 status,
-                archived: status == ThreadStatus::Archived,
                 created_at: "2026-01-01T00:00:00.000Z",
                 updated_at: "2026-01-02T00:00:00.000Z",
                 last_event_seq: 42,
@@ -240,13 +237,11 @@ mod tests {
                 id: "th-1".into(),
                 title: title.map(str::to_string),
                 status,
-                archived: status == ThreadStatus::Archived,
+                parent_thread_id: forked.map(|f| f.thread_id.clone()),
                 created_at: "2026-01-01T00:00:00.000Z".into(),
                 updated_at: "2026-01-02T00:00:00.000Z".into(),
-                last_event_seq: 42,
-                forked_from: forked.cloned(),
+                revision: 42,
                 metadata: meta.clone(),
-                extra: Map::new(),
             };
             assert_eq!(text, serde_json::to_string(&typed).unwrap());
         }

@@ -21,7 +21,7 @@ pub use queue::{PushError, RecvError, RecvFuture};
 pub use stats::{FailedClosedCounts, Stats, StatsSnapshot};
 
 use crate::approval::{ApprovalPolicy, Grants, UsedNonces};
-use crate::protocol::{EventPayload, ServerNotification, Turn};
+use crate::protocol::{EventPayload, ServerNotification};
 use crate::rollout::{open_store, NewEvent, RolloutStore, StoreError, StoredEvent};
 use pool::TurnPool;
 use queue::BoundedQueue;
@@ -93,7 +93,7 @@ pub(crate) struct ThreadData {
     pub active: Option<Arc<TurnShared>>,
     /// The most recent finished turns, oldest first (bounded by `Limits::recent_turns`; older
     /// ones are looked up in the rollout).
-    pub recent: VecDeque<Turn>,
+    pub recent: VecDeque<turn::EndedTurn>,
     /// A terminal event the store refused (disk full): written before anything else on this
     /// thread once the store accepts writes again.
     pub pending_terminal: Option<EventPayload>,
@@ -103,8 +103,8 @@ pub(crate) struct ThreadData {
 }
 
 impl ThreadData {
-    pub fn remember_turn(&mut self, turn: Turn, cap: usize) {
-        if let Some(t) = self.recent.iter_mut().find(|t| t.id == turn.id) {
+    pub fn remember_turn(&mut self, turn: turn::EndedTurn, cap: usize) {
+        if let Some(t) = self.recent.iter_mut().find(|t| t.turn.id == turn.turn.id) {
             *t = turn;
             return;
         }
@@ -114,8 +114,8 @@ impl ThreadData {
         }
     }
 
-    pub fn recent_turn(&self, id: &str) -> Option<&Turn> {
-        self.recent.iter().rev().find(|t| t.id == id)
+    pub fn recent_turn(&self, id: &str) -> Option<&turn::EndedTurn> {
+        self.recent.iter().rev().find(|t| t.turn.id == id)
     }
 
     /// Whether unloading would lose something the rollout does not hold.

@@ -12,7 +12,8 @@
 
 use super::{followers, lock, ConnShared, Inner, Stats, ThreadState};
 use crate::rollout::{AppendedEvent, CheckedEvent, MAX_BATCH_EVENTS};
-use std::collections::VecDeque;
+use serde_json::{json, Value};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
@@ -25,6 +26,13 @@ pub(crate) enum Note {
     /// `type` (item/started, item/delta, item/completed, tool/requested, tool/result,
     /// approval/resolved): spliced from the event's own JSON, never serialised again.
     Mirror(&'static str),
+    /// item/started or item/completed: the published Item around the recorded body, its
+    /// `createdAt` taken from the item's start (remembered in `times`, on this thread, in seq
+    /// order).
+    Item {
+        completed: bool,
+        times: Arc<Mutex<HashMap<String, String>>>,
+    },
     /// Anything else, built from the event's seq.
     Build(Box<dyn FnOnce(u64) -> String + Send>),
 }
@@ -236,6 +244,7 @@ fn deliver_round(inner: &Inner, thread: &ThreadState, appended: &[AppendedEvent]
         let text = match note {
             Note::None => continue,
             Note::Mirror(method) => mirror(method, &thread.id, event),
+            Note::Item { completed, times } => item_note(completed, &times, &thread.id, event),
             Note::Build(f) => f(event.seq),
         };
         #[cfg(debug_assertions)]
@@ -278,6 +287,84 @@ fn mirror(method: &str, thread_id: &str, event: &AppendedEvent) -> String {
     out.push_str(rest);
     out.push('}');
     out
+}
+
+/// `item/started` / `item/completed` with the published `Item`: `{id, threadId, turnId, parentId,
+/// kind, status, content, dataPolicy, createdAt, completedAt}`, `content` being the recorded body.
+/// Items are few next to deltas, so this one parses its payload back.
+fn item_note(
+    completed: bool,
+    times: &Mutex<HashMap<String, String>>,
+    thread_id: &str,
+    event: &AppendedEvent,
+) -> String {
+    let payload: Value = serde_json::from_str(event.payload_json()).unwrap_or(Value::Null);
+    let content = &payload["item"];
+    let id = content["id"].as_str().unwrap_or_default().to_string();
+    let created_at = if completed {
+        lock(times).remove(&id)
+    } else {
+        lock(times).insert(id.clone(), event.time.clone());
+        None
+    }
+    .unwrap_or_else(|| event.time.clone());
+    let (kind, origin, trust) = item_kind(content);
+    let status = match (completed, content["status"].as_str()) {
+        (false, _) => "started",
+        (true, Some("failed")) => "failed",
+        (true, Some("declined")) => "cancelled",
+        (true, _) => "completed",
+    };
+    let item = json!({
+        "id": id,
+        "threadId": thread_id,
+        "turnId": payload["turnId"],
+        "parentId": null,
+        "kind": kind,
+        "status": status,
+        "content": content,
+        "dataPolicy": {
+            "origin": origin,
+            "trust": trust,
+            "sensitivity": "internal",
+            "allowedSinks": ["host", "rollout"],
+        },
+        "createdAt": created_at,
+        "completedAt": if completed { Value::from(event.time.clone()) } else { Value::Null },
+    });
+    let note = json!({
+        "jsonrpc": "2.0",
+        "method": if completed { "item/completed" } else { "item/started" },
+        "params": {
+            "threadId": thread_id,
+            "eventSeq": event.seq,
+            "turnId": payload["turnId"],
+            "item": item,
+        },
+    });
+    note.to_string()
+}
+
+/// The published kind of a recorded item body, and where its data came from (origin, trust).
+pub(crate) fn item_kind(content: &Value) -> (&'static str, String, &'static str) {
+    let untrusted = "untrusted_content";
+    match content["type"].as_str().unwrap_or_default() {
+        "userMessage" => ("user_message", "user".into(), "authenticated_user"),
+        "agentMessage" => ("assistant_message", "kernel".into(), untrusted),
+        "reasoning" => ("reasoning", "kernel".into(), untrusted),
+        "toolCall" => {
+            let tool = content["call"]["tool"].as_str().unwrap_or("unknown");
+            ("tool", format!("tool:{}", cap_origin(tool)), untrusted)
+        }
+        "commandExecution" | "fileChange" => ("tool", "tool".into(), untrusted),
+        "plan" => ("plan", "kernel".into(), untrusted),
+        "error" => ("error", "kernel".into(), untrusted),
+        _ => ("artifact", "kernel".into(), untrusted),
+    }
+}
+
+fn cap_origin(tool: &str) -> String {
+    tool.chars().take(200).collect()
 }
 
 /// Hands one checked event of a running turn over for recording. Waits only for room: the

@@ -6,10 +6,10 @@
 //! cache.
 
 use super::dispatch::{thread_start_fingerprint, turn_start_fingerprint, RpcError};
-use super::turn::{event, turn_error, wire_turn};
+use super::turn::{event, terminal_evidence, turn_error, wire_turn, EndedTurn};
 use super::{lock, Inner, Stats, ThreadData, ThreadState};
 use crate::protocol::{
-    EventPayload, Thread, ThreadStartResult, ThreadStatus, Turn, TurnCompletedEvent,
+    EventPayload, Thread, ThreadStartResult, ThreadStatus, TurnCompletedEvent,
     TurnStartResult, TurnStatus,
 };
 use crate::rollout::{StoreError, StoredEvent, ThreadSummary};
@@ -186,7 +186,7 @@ pub(crate) fn finished_turn(
     inner: &Inner,
     thread: &ThreadState,
     turn_id: &str,
-) -> Result<Option<Turn>, RpcError> {
+) -> Result<Option<EndedTurn>, RpcError> {
     if let Some(t) = lock(&thread.data).recent_turn(turn_id) {
         return Ok(Some(t.clone()));
     }
@@ -199,32 +199,51 @@ pub(crate) fn finished_turn(
     let Ok(EventPayload::TurnCompleted(p)) = serde_json::from_value(end.payload.clone()) else {
         return Ok(None);
     };
-    // The start time is in the turnStarted event, somewhere before the end.
+    // The start time is in the turnStarted event, somewhere before the end; the changes and the
+    // last assistant message between the two.
     let mut started_at = None;
+    let mut changes = 1;
+    let mut output = None;
     let mut after = 0;
     'scan: while after < end.seq {
         let page = inner.store.read(&thread.id, after, 1000)?;
         for e in &page.events {
             after = e.seq;
-            if e.kind() == "turnStarted"
-                && e.payload.get("turnId").and_then(Value::as_str) == Some(turn_id)
-            {
-                started_at = Some(e.time.clone());
+            if e.seq >= end.seq {
                 break 'scan;
+            }
+            let of_turn = e.payload.get("turnId").and_then(Value::as_str) == Some(turn_id);
+            match e.kind() {
+                "turnStarted" if of_turn => started_at = Some(e.time.clone()),
+                "turnStatusChanged" if of_turn => changes += 1,
+                "itemCompleted" if of_turn => {
+                    let item = &e.payload["item"];
+                    if item["type"] == "agentMessage" {
+                        if let Some(text) = item["text"].as_str() {
+                            output = Some(crate::approval::digest_json(&Value::from(text)));
+                        }
+                    }
+                }
+                _ => {}
             }
         }
         if !page.has_more {
             break;
         }
     }
-    Ok(Some(wire_turn(
-        turn_id,
-        &thread.id,
-        p.status,
-        started_at.as_deref().unwrap_or(&end.time),
-        Some(&end.time),
-        p.error,
-    )))
+    let evidence = terminal_evidence(p.status, &end.hash, output);
+    Ok(Some(EndedTurn {
+        turn: wire_turn(
+            turn_id,
+            &thread.id,
+            p.status,
+            started_at.as_deref().unwrap_or(&end.time),
+            Some(&end.time),
+            changes,
+            Some(evidence),
+        ),
+        error: p.error,
+    }))
 }
 
 /// An idempotency entry found in the rollout: (method, key, fingerprint, result).
@@ -242,6 +261,7 @@ pub(crate) fn rebuilt_turn_start(thread_id: &str, started: &StoredEvent) -> Opti
         TurnStatus::Queued,
         &started.time,
         None,
+        0,
         None,
     );
     let result = serde_json::to_value(TurnStartResult {
@@ -279,13 +299,11 @@ pub(crate) fn rebuilt_thread_start(
         id: summary.thread_id.clone(),
         title,
         status: ThreadStatus::Idle,
-        archived: false,
+        parent_thread_id: None,
         created_at: header.time.clone(),
         updated_at: header.time.clone(),
-        last_event_seq: 1,
-        forked_from: None,
+        revision: 1,
         metadata,
-        extra: Map::new(),
     };
     let result = serde_json::to_value(ThreadStartResult {
         thread,

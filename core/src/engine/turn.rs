@@ -13,11 +13,12 @@ use super::{deliver, emit, followers, lock, ConnShared, Inner, Stats, ThreadStat
 use crate::approval::{self, ApprovalPolicy};
 use crate::kernel::{KernelError, TurnContext};
 use crate::protocol::{
-    ApprovalBinding, ApprovalDecideParams, ApprovalDecideRequest, ApprovalDecision,
+    ApprovalBinding, ApprovalDecideRequest, ApprovalDecision, ApprovalRequest,
     ApprovalFailure, ApprovalOutcome, ApprovalRequestedEvent, ApprovalRequestedNotification,
-    ApprovalRequestedParams, ApprovalResolvedEvent, EventPayload, Item, ItemCompletedEvent,
+    ApprovalRequestedParams, ApprovalResolvedEvent, EventPayload, ItemContent, ItemCompletedEvent,
     ItemDelta, ItemStartedEvent, ServerNotification, ServerRequest, TextDelta, ToolCall,
-    ToolRequestedEvent, ToolResult, ToolResultDenied, ToolResultError, ToolResultEvent, Turn,
+    TerminalEvidence, ToolRequestedEvent, ToolResult, ToolResultDenied, ToolResultError,
+    ToolResultEvent, Turn,
     TurnCompletedEvent, TurnCompletedNotification, TurnCompletedParams, TurnError, TurnStatus,
     TurnStatusChangedEvent, UserInput,
 };
@@ -48,9 +49,17 @@ struct Control {
     answer: Option<Value>,
 }
 
+/// A turn as the wire shows it, with why it ended: the published `Turn` has no error member, so
+/// the error travels beside it (`turn/completed`, `turn/interrupt`).
+#[derive(Debug, Clone)]
+pub(crate) struct EndedTurn {
+    pub turn: Turn,
+    pub error: Option<TurnError>,
+}
+
 struct Done {
     /// The terminal Turn once the runner has physically stopped.
-    terminal: Option<Turn>,
+    terminal: Option<EndedTurn>,
     waiters: Vec<InterruptWaiter>,
 }
 
@@ -74,6 +83,14 @@ pub(crate) struct TurnShared {
     pub conn: Weak<ConnShared>,
     grants: Mutex<approval::Grants>,
     next_item: AtomicU64,
+    /// The wire Turn's `revision`: how many state changes of this turn were recorded.
+    changes: AtomicU64,
+    /// Digest of the text of the turn's last completed assistant message (its terminal
+    /// evidence's `outputDigest`).
+    output_digest: Mutex<Option<String>>,
+    /// When each item started (`item/started`'s time), for the published Item's `createdAt`
+    /// on `item/completed`. Written and read on the committer, in seq order.
+    pub item_times: Arc<Mutex<std::collections::HashMap<String, String>>>,
 }
 
 impl TurnShared {
@@ -94,6 +111,9 @@ impl TurnShared {
             conn,
             grants: Mutex::new(Default::default()),
             next_item: AtomicU64::new(1),
+            changes: AtomicU64::new(0),
+            output_digest: Mutex::new(None),
+            item_times: Arc::new(Mutex::new(std::collections::HashMap::new())),
         })
     }
 
@@ -103,17 +123,31 @@ impl TurnShared {
 
     /// The wire Turn as it stands now.
     pub fn to_wire(&self) -> Turn {
+        self.to_ended().turn
+    }
+
+    /// The wire Turn as it stands now, with its error once it ended.
+    pub fn to_ended(&self) -> EndedTurn {
         if let Some(done) = lock(&self.done).terminal.clone() {
             return done;
         }
-        wire_turn(
-            &self.id,
-            &self.thread_id,
-            *lock(&self.status),
-            &lock(&self.started_at),
-            None,
-            None,
-        )
+        EndedTurn {
+            turn: wire_turn(
+                &self.id,
+                &self.thread_id,
+                *lock(&self.status),
+                &lock(&self.started_at),
+                None,
+                self.changes.load(Ordering::SeqCst),
+                None,
+            ),
+            error: None,
+        }
+    }
+
+    /// Remembers the digest of the latest assistant message (the turn's output).
+    pub fn set_output(&self, text: &str) {
+        *lock(&self.output_digest) = Some(approval::digest_json(&Value::String(text.into())));
     }
 
     /// Asks the kernel to stop and wakes the approval wait and any cancellable sleep. Once this
@@ -154,7 +188,7 @@ impl TurnShared {
 
     /// The terminal Turn if the runner has stopped; otherwise registers `waiter` to be answered
     /// when it does.
-    pub fn settled_or_wait(&self, waiter: InterruptWaiter) -> Result<Turn, ()> {
+    pub fn settled_or_wait(&self, waiter: InterruptWaiter) -> Result<EndedTurn, ()> {
         let mut done = lock(&self.done);
         match &done.terminal {
             Some(t) => Ok(t.clone()),
@@ -180,7 +214,7 @@ impl TurnShared {
     }
 
     /// Marks the turn settled and hands back the interrupts waiting for that.
-    fn settle(&self, terminal: Turn, status: TurnStatus) -> Vec<InterruptWaiter> {
+    fn settle(&self, terminal: EndedTurn, status: TurnStatus) -> Vec<InterruptWaiter> {
         *lock(&self.status) = status;
         let mut done = lock(&self.done);
         done.terminal = Some(terminal);
@@ -192,18 +226,41 @@ pub(crate) fn wire_turn(
     id: &str,
     thread_id: &str,
     status: TurnStatus,
-    started_at: &str,
+    created_at: &str,
     completed_at: Option<&str>,
-    error: Option<TurnError>,
+    revision: u64,
+    terminal_evidence: Option<TerminalEvidence>,
 ) -> Turn {
     Turn {
         id: id.into(),
         thread_id: thread_id.into(),
         status,
-        started_at: started_at.into(),
+        created_at: created_at.into(),
         completed_at: completed_at.map(str::to_string),
-        error,
-        extra: Map::new(),
+        revision,
+        terminal_evidence,
+    }
+}
+
+/// The published terminal evidence of a turn that ended with `status`, whose terminal rollout
+/// event has chain hash `event_hash`.
+pub(crate) fn terminal_evidence(
+    status: TurnStatus,
+    event_hash: &str,
+    output_digest: Option<String>,
+) -> TerminalEvidence {
+    let status = match status {
+        TurnStatus::Completed => "succeeded",
+        TurnStatus::Interrupted => "cancelled",
+        _ => "failed",
+    };
+    TerminalEvidence {
+        status: status.into(),
+        event_digest: format!("sha256:{event_hash}"),
+        output_digest: Some(output_digest),
+        artifact_ids: None,
+        commit: None,
+        test_receipt_ids: None,
     }
 }
 
@@ -351,14 +408,20 @@ pub(crate) fn finish(
     error: Option<TurnError>,
 ) {
     let completed_at = now_rfc3339();
-    let terminal = wire_turn(
-        &turn.id,
-        &turn.thread_id,
-        status,
-        &lock(&turn.started_at),
-        Some(&completed_at),
-        error.clone(),
-    );
+    let revision = turn.changes.fetch_add(1, Ordering::SeqCst) + 1;
+    let mut terminal = EndedTurn {
+        turn: wire_turn(
+            &turn.id,
+            &turn.thread_id,
+            status,
+            &lock(&turn.started_at),
+            Some(&completed_at),
+            revision,
+            None,
+        ),
+        error: error.clone(),
+    };
+    let output = lock(&turn.output_digest).clone();
     let payload = EventPayload::TurnCompleted(TurnCompletedEvent {
         turn_id: turn.id.clone(),
         status,
@@ -369,7 +432,7 @@ pub(crate) fn finish(
     let mut waiters = Vec::new();
     // The thread is released after the terminal event is durable but before any host hears of
     // it, so a host that starts the next turn on `turn/completed` never meets a stale -32009.
-    let mut release = |terminal: Turn| {
+    let mut release = |terminal: EndedTurn| {
         waiters = turn.settle(terminal.clone(), status);
         let mut data = lock(&thread.data);
         data.remember_turn(terminal, inner.config.limits.recent_turns);
@@ -378,8 +441,9 @@ pub(crate) fn finish(
         }
     };
     let recorded = emit(inner, thread, vec![event(&payload)], |events| {
-        let mut terminal = terminal.clone();
-        terminal.completed_at = Some(events[0].time.clone());
+        terminal.turn.completed_at = Some(events[0].time.clone());
+        terminal.turn.terminal_evidence =
+            Some(terminal_evidence(status, &events[0].hash, output.clone()));
         release(terminal.clone());
         vec![ServerNotification::TurnCompleted(
             TurnCompletedNotification {
@@ -387,14 +451,15 @@ pub(crate) fn finish(
                 params: TurnCompletedParams {
                     thread_id: thread.id.clone(),
                     event_seq: events[0].seq,
-                    turn: terminal,
+                    turn: terminal.turn.clone(),
+                    error: terminal.error.clone(),
                     extra: Map::new(),
                 },
             },
         )]
     });
     let terminal = match recorded {
-        Ok(_) => turn.to_wire(),
+        Ok(_) => turn.to_ended(),
         Err(e) => unrecorded_end(inner, thread, turn, &e, release),
     };
     for w in waiters {
@@ -416,8 +481,8 @@ fn unrecorded_end(
     thread: &ThreadState,
     turn: &TurnShared,
     cause: &StoreError,
-    mut release: impl FnMut(Turn),
-) -> Turn {
+    mut release: impl FnMut(EndedTurn),
+) -> EndedTurn {
     tracing::error!(
         target: "cc_app_server::turn",
         "could not record the end of turn {}: {cause}; it ends as failed/recordingFailed and is recorded when the store accepts writes again",
@@ -428,14 +493,19 @@ fn unrecorded_end(
         "recordingFailed",
         "the end of this turn could not be written to the rollout (disk full or I/O error); it is recorded as failed once the store accepts writes again",
     );
-    let terminal = wire_turn(
-        &turn.id,
-        &turn.thread_id,
-        TurnStatus::Failed,
-        &lock(&turn.started_at),
-        Some(&now_rfc3339()),
-        Some(error.clone()),
-    );
+    // No terminal evidence: the terminal event is not durable yet.
+    let terminal = EndedTurn {
+        turn: wire_turn(
+            &turn.id,
+            &turn.thread_id,
+            TurnStatus::Failed,
+            &lock(&turn.started_at),
+            Some(&now_rfc3339()),
+            turn.changes.load(Ordering::SeqCst),
+            None,
+        ),
+        error: Some(error.clone()),
+    };
     let pending = EventPayload::TurnCompleted(TurnCompletedEvent {
         turn_id: turn.id.clone(),
         status: TurnStatus::Failed,
@@ -455,7 +525,8 @@ fn unrecorded_end(
         params: TurnCompletedParams {
             thread_id: thread.id.clone(),
             event_seq: last_seq,
-            turn: terminal.clone(),
+            turn: terminal.turn.clone(),
+            error: terminal.error.clone(),
             extra: Map::new(),
         },
     });
@@ -493,7 +564,7 @@ fn within_depth(v: &Value, limit: usize) -> bool {
 }
 
 /// A kernel's output, checked against the schema and the depth bound before it is recorded: the
-/// generated types keep unknown display values (`Item::Unknown`) and unknown members, which a
+/// generated types keep unknown display values (`ItemContent::Unknown`) and unknown members, which a
 /// kernel must not invent nor nest past what every reader can parse.
 fn checked<T: serde::Serialize + ?Sized>(definition: &str, value: &T) -> Result<(), KernelError> {
     let value = serde_json::to_value(value).map_err(|e| KernelError::Failed(e.to_string()))?;
@@ -557,6 +628,7 @@ impl Ctx<'_> {
 
     fn set_status(&self, status: TurnStatus) -> Result<(), KernelError> {
         *lock(&self.turn.status) = status;
+        self.turn.changes.fetch_add(1, Ordering::SeqCst);
         let payload = EventPayload::TurnStatusChanged(TurnStatusChangedEvent {
             turn_id: self.turn.id.clone(),
             status,
@@ -653,7 +725,9 @@ impl Ctx<'_> {
             item_id: item_id.into(),
             operation_digest: op.clone(),
             policy_digest: pd.clone(),
-            workspace_digest: wd.clone(),
+            workspace_digest: Some(wd.clone()),
+            attempt_id: None,
+            cwd: None,
             nonce: nonce.clone(),
             expires_at: format_unix_millis(expires_ms),
         };
@@ -730,6 +804,12 @@ impl Ctx<'_> {
             }
             (ApprovalOutcome::Approved, _) => Verdict::Run,
             (ApprovalOutcome::Cancelled, _) => Verdict::Cancel,
+            (ApprovalOutcome::Declined, Some(ApprovalDecision::Decline(d))) => {
+                Verdict::Deny(match d.reason.as_deref().map(str::trim) {
+                    Some(r) if !r.is_empty() => format!("the user declined: {r}"),
+                    _ => "the user declined".into(),
+                })
+            }
             (ApprovalOutcome::Declined, _) => Verdict::Deny("the user declined".into()),
             (ApprovalOutcome::FailedClosed, _) => {
                 let why = failure.map(|f| serde_json::to_value(f).unwrap_or_default());
@@ -760,10 +840,13 @@ impl Ctx<'_> {
         let request = ServerRequest::ApprovalDecide(ApprovalDecideRequest {
             jsonrpc: rpc(),
             id: id.into(),
-            params: ApprovalDecideParams {
+            params: ApprovalRequest {
+                id: format!("approval-{}", binding.nonce),
                 binding: binding.clone(),
                 operation: call.clone(),
-                reason: None,
+                risk: approval::risk_of(&call.tool),
+                reason: format!("{} wants to run", call.tool),
+                requested_permissions: None,
             },
         });
         deliver(
@@ -833,26 +916,11 @@ impl Ctx<'_> {
         if response.get("error").is_some() {
             return fail(ApprovalFailure::HandlerError);
         }
+        // The answer is the bare published decision; the binding is the one this request carried,
+        // held here against the request id, so nothing the host echoes can re-bind it.
         let result = response.get("result").cloned().unwrap_or(Value::Null);
-        if cc_agent_protocol::validate_protocol_definition("ApprovalDecideResult", &result).is_err()
-        {
-            let decision_ok = result
-                .get("decision")
-                .is_some_and(|d| cc_agent_protocol::validate_approval_decision(d).is_ok());
-            return fail(if decision_ok {
-                ApprovalFailure::BindingMismatch
-            } else {
-                ApprovalFailure::UnknownDecision
-            });
-        }
-        let answered = result["nonce"].as_str().unwrap_or_default();
-        if answered != binding.nonce {
-            let reused = lock(&self.inner.used_nonces).contains(answered);
-            return fail(if reused {
-                ApprovalFailure::NonceReused
-            } else {
-                ApprovalFailure::BindingMismatch
-            });
+        if cc_agent_protocol::validate_approval_decision(&result).is_err() {
+            return fail(ApprovalFailure::UnknownDecision);
         }
         if !first_use {
             return fail(ApprovalFailure::NonceReused);
@@ -864,12 +932,13 @@ impl Ctx<'_> {
         if now_policy != policy
             || now_workspace != workspace
             || binding.policy_digest != approval::policy_digest(now_policy)
-            || binding.workspace_digest != approval::workspace_digest(&now_workspace)
+            || binding.workspace_digest.as_deref()
+                != Some(approval::workspace_digest(&now_workspace).as_str())
         {
             return fail(ApprovalFailure::BindingMismatch);
         }
         // Validated above, so it decodes; a decode failure would still fail closed.
-        let Ok(decision) = serde_json::from_value::<ApprovalDecision>(result["decision"].clone())
+        let Ok(decision) = serde_json::from_value::<ApprovalDecision>(result)
         else {
             return fail(ApprovalFailure::UnknownDecision);
         };
@@ -912,7 +981,7 @@ impl TurnContext for Ctx<'_> {
         )
     }
 
-    fn item_started(&self, item: Item) -> Result<(), KernelError> {
+    fn item_started(&self, item: ItemContent) -> Result<(), KernelError> {
         let payload = EventPayload::ItemStarted(ItemStartedEvent {
             turn_id: self.turn_id_owned(),
             item,
@@ -920,8 +989,11 @@ impl TurnContext for Ctx<'_> {
         });
         self.record_value(
             to_payload(&payload)?,
-            Some(("Item", "item")),
-            Note::Mirror("item/started"),
+            Some(("ItemContent", "item")),
+            Note::Item {
+                completed: false,
+                times: Arc::clone(&self.turn.item_times),
+            },
         )
     }
 
@@ -949,7 +1021,10 @@ impl TurnContext for Ctx<'_> {
         )
     }
 
-    fn item_completed(&self, item: Item) -> Result<(), KernelError> {
+    fn item_completed(&self, item: ItemContent) -> Result<(), KernelError> {
+        if let ItemContent::AgentMessage(m) = &item {
+            self.turn.set_output(&m.text);
+        }
         let payload = EventPayload::ItemCompleted(ItemCompletedEvent {
             turn_id: self.turn_id_owned(),
             item,
@@ -957,8 +1032,11 @@ impl TurnContext for Ctx<'_> {
         });
         self.record_value(
             to_payload(&payload)?,
-            Some(("Item", "item")),
-            Note::Mirror("item/completed"),
+            Some(("ItemContent", "item")),
+            Note::Item {
+                completed: true,
+                times: Arc::clone(&self.turn.item_times),
+            },
         )
     }
 

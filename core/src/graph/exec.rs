@@ -9,12 +9,12 @@ use super::plan::{NodeSpec, Plan};
 use super::runtime::{check_output, lock, outcome_event, Intent, Job, Outcome, Run};
 use super::state::run_error;
 use crate::engine::threads::{data_from_summary, insert_thread, new_state};
-use crate::engine::turn::{event, run_on, TurnShared};
+use crate::engine::turn::{event, run_on, EndedTurn, TurnShared};
 use crate::engine::{emit_locked, History, Inner, ThreadState};
 use crate::kernel::{AgentKernel, KernelError, ToolSpec, TurnContext};
 use crate::protocol::{
-    EventPayload, GraphReceiptSource, GraphRunError, Item, ItemDelta, TextInput, ToolCall,
-    ToolResult, ToolResultDenied, Turn, TurnStartedEvent, TurnStatus, UserInput,
+    EventPayload, GraphReceiptSource, GraphRunError, ItemContent, ItemDelta, TextInput, ToolCall,
+    ToolResult, ToolResultDenied, TurnStartedEvent, TurnStatus, UserInput,
 };
 use crate::rollout::{HeaderExtra, ThreadStart, MAX_READ_LIMIT};
 use serde_json::{Map, Value};
@@ -148,7 +148,7 @@ fn node_turn(
     owner: std::sync::Weak<crate::engine::ConnShared>,
     text: String,
     kernel: &dyn AgentKernel,
-) -> Result<Turn, String> {
+) -> Result<EndedTurn, String> {
     let mut metadata = Map::new();
     metadata.insert("graphRun".into(), run.id.clone().into());
     metadata.insert("graphNode".into(), job.node.clone().into());
@@ -211,7 +211,7 @@ fn node_turn(
         input,
         kernel,
     );
-    let wire = turn.to_wire();
+    let wire = turn.to_ended();
     archive(inner, &thread);
     Ok(wire)
 }
@@ -260,7 +260,7 @@ pub(crate) fn recorded_tool_result(
 }
 
 /// How the attempt ended, from the turn and what the context saw.
-fn outcome(a: &Attempt<'_>, turn: Result<Turn, String>) -> Outcome {
+fn outcome(a: &Attempt<'_>, turn: Result<EndedTurn, String>) -> Outcome {
     let tokens = a.seen.tokens.load(Ordering::SeqCst);
     let failed = |code: &str, message: String, retryable: bool| Outcome::Failed {
         error: run_error(code, message, Some(&a.job.node)),
@@ -325,11 +325,11 @@ fn outcome(a: &Attempt<'_>, turn: Result<Turn, String>) -> Outcome {
                 let why = turn
                     .error
                     .map_or_else(|| "the tool call did not happen".to_string(), |e| e.message);
-                failed("toolNotCalled", why, turn.status != TurnStatus::Interrupted)
+                failed("toolNotCalled", why, turn.turn.status != TurnStatus::Interrupted)
             }
         };
     }
-    match turn.status {
+    match turn.turn.status {
         TurnStatus::Completed => {}
         TurnStatus::Interrupted => {
             return failed(
@@ -465,7 +465,7 @@ impl NodeCtx<'_> {
     }
 
     /// Counts an item's reported token usage against the node's and the run's budgets.
-    fn tokens(&self, item: &Item) -> Result<(), KernelError> {
+    fn tokens(&self, item: &ItemContent) -> Result<(), KernelError> {
         let used = serde_json::to_value(item)
             .ok()
             .and_then(|v| v.get("usage")?.get("totalTokens")?.as_u64())
@@ -515,7 +515,7 @@ impl TurnContext for NodeCtx<'_> {
         self.base.new_item_id()
     }
 
-    fn item_started(&self, item: Item) -> Result<(), KernelError> {
+    fn item_started(&self, item: ItemContent) -> Result<(), KernelError> {
         self.progress()?;
         self.base.item_started(item)
     }
@@ -525,9 +525,9 @@ impl TurnContext for NodeCtx<'_> {
         self.base.item_delta(item_id, delta)
     }
 
-    fn item_completed(&self, item: Item) -> Result<(), KernelError> {
+    fn item_completed(&self, item: ItemContent) -> Result<(), KernelError> {
         self.progress()?;
-        if let Item::AgentMessage(m) = &item {
+        if let ItemContent::AgentMessage(m) = &item {
             *lock(&self.a.seen.last_message) = Some(m.text.clone());
         }
         self.tokens(&item)?;

@@ -15,9 +15,9 @@ use crate::protocol::{
     GraphEffectFailedEvent, GraphEffectIntendedEvent, GraphEffectReceipt,
     GraphEffectReconcileEvent, GraphEffectSucceededEvent, GraphFencedAttempt,
     GraphLeaseExpiredEvent, GraphLeaseRenewedEvent, GraphMessageAckedEvent, GraphMessageSentEvent,
-    GraphNodeUpdatedNotification, GraphNodeUpdatedParams, GraphPortRef, GraphReceiptSource,
+    GraphEventNotification, GraphEventParams, GraphNodeUpdatedParams, GraphPortRef, GraphReceiptSource,
     GraphRunCancelledEvent, GraphRunCompletedEvent, GraphRunError, GraphRunResumedEvent,
-    GraphRunStatus, GraphRunUpdatedNotification, GraphRunUpdatedParams, GraphScopeEnteredEvent,
+    GraphRunStatus, GraphRunUpdatedParams, GraphScopeEnteredEvent,
     GraphScopeExitedEvent, GraphScopeReason, GraphStaleRefusedEvent, GraphStaleWhat, GraphUsage,
     ServerNotification, ToolCall, ToolResult,
 };
@@ -286,27 +286,27 @@ impl Run {
         let mut texts = Vec::new();
         for key in nodes {
             if let Some(n) = core.state.nodes.get(&key) {
-                let note = ServerNotification::GraphNodeUpdated(GraphNodeUpdatedNotification {
+                let note = ServerNotification::GraphEvent(GraphEventNotification {
                     jsonrpc: "2.0".into(),
-                    params: GraphNodeUpdatedParams {
+                    params: GraphEventParams::NodeUpdated(GraphNodeUpdatedParams {
                         run_id: self.id.clone(),
                         event_seq: seq,
                         node: core.state.node_state(n),
                         extra: Map::new(),
-                    },
+                    }),
                 });
                 texts.push(serde_json::to_string(&note).expect("a notification is JSON"));
             }
         }
         if run_changed {
-            let note = ServerNotification::GraphRunUpdated(GraphRunUpdatedNotification {
+            let note = ServerNotification::GraphEvent(GraphEventNotification {
                 jsonrpc: "2.0".into(),
-                params: GraphRunUpdatedParams {
+                params: GraphEventParams::RunUpdated(GraphRunUpdatedParams {
                     run_id: self.id.clone(),
                     event_seq: seq,
                     run: core.state.summary(false),
                     extra: Map::new(),
-                },
+                }),
             });
             texts.push(serde_json::to_string(&note).expect("a notification is JSON"));
         }

@@ -13,7 +13,7 @@ use crate::engine::History;
 use crate::kernel::{AgentKernel, KernelError, ToolSpec, TurnContext};
 use crate::protocol::{
     AgentMessageItem, CommandExecutionItem, ErrorItem, FileChange, FileChangeItem, FileChangeKind,
-    Item, ItemDelta, ItemStatus, ReasoningItem, TextDelta, ToolCall, ToolCallItem, ToolResult,
+    ItemContent, ItemDelta, ItemStatus, ReasoningItem, TextDelta, ToolCall, ToolCallItem, ToolResult,
     UserInput,
 };
 use http::{StreamEvent, StreamRequest};
@@ -311,7 +311,7 @@ impl Shape {
         call: &ToolCall,
         result: Option<&ToolResult>,
         extra: Map<String, Value>,
-    ) -> Item {
+    ) -> ItemContent {
         let output = match result {
             Some(ToolResult::Ok(ok)) => Some(&ok.output),
             _ => None,
@@ -359,7 +359,7 @@ impl Shape {
                     .and_then(Value::as_str)
                     .filter(|c| c.chars().count() <= 4096)
                     .map(|c| Some(c.to_string()));
-                Item::CommandExecution(CommandExecutionItem {
+                ItemContent::CommandExecution(CommandExecutionItem {
                     id: id.into(),
                     command: argv.clone(),
                     cwd,
@@ -375,7 +375,7 @@ impl Shape {
                     Some(_) => Some(FileChangeKind::Update),
                     None => None,
                 };
-                Item::FileChange(FileChangeItem {
+                ItemContent::FileChange(FileChangeItem {
                     id: id.into(),
                     changes: kind
                         .map(|kind| {
@@ -391,7 +391,7 @@ impl Shape {
                     extra,
                 })
             }
-            Shape::Generic => Item::ToolCall(ToolCallItem {
+            Shape::Generic => ItemContent::ToolCall(ToolCallItem {
                 id: id.into(),
                 call: call.clone(),
                 status,
@@ -599,7 +599,7 @@ impl OpenAiCompatibleKernel {
                             json!({"attempt": attempt, "maxAttempts": max_attempts,
                                 "status": status, "delayMs": delay.as_millis() as u64}),
                         );
-                        let item = Item::Error(ErrorItem {
+                        let item = ItemContent::Error(ErrorItem {
                             id,
                             message: format!(
                                 "model request attempt {attempt} of {max_attempts} failed ({why}); retrying in {:.1} s",
@@ -626,7 +626,7 @@ impl OpenAiCompatibleKernel {
             }
             if !content.is_empty() {
                 if let Some((id, text)) = reasoning.take() {
-                    ctx.item_completed(Item::Reasoning(ReasoningItem {
+                    ctx.item_completed(ItemContent::Reasoning(ReasoningItem {
                         id,
                         text,
                         extra: Map::new(),
@@ -636,7 +636,7 @@ impl OpenAiCompatibleKernel {
                     Some(id) => id.clone(),
                     None => {
                         let id = ctx.new_item_id();
-                        ctx.item_started(Item::AgentMessage(AgentMessageItem {
+                        ctx.item_started(ItemContent::AgentMessage(AgentMessageItem {
                             id: id.clone(),
                             text: String::new(),
                             extra: Map::new(),
@@ -653,7 +653,7 @@ impl OpenAiCompatibleKernel {
                 Some(Err(e)) => return Err(e),
                 Some(Ok(())) => {
                     if let Some((id, text)) = reasoning.take() {
-                        ctx.item_completed(Item::Reasoning(ReasoningItem {
+                        ctx.item_completed(ItemContent::Reasoning(ReasoningItem {
                             id,
                             text,
                             extra: Map::new(),
@@ -674,7 +674,7 @@ impl OpenAiCompatibleKernel {
     ) -> Result<(), KernelError> {
         if open.is_none() {
             let id = ctx.new_item_id();
-            ctx.item_started(Item::Reasoning(ReasoningItem {
+            ctx.item_started(ItemContent::Reasoning(ReasoningItem {
                 id: id.clone(),
                 text: String::new(),
                 extra: Map::new(),
@@ -697,7 +697,7 @@ impl OpenAiCompatibleKernel {
         let reply =
             |content: String| json!({"role": "tool", "tool_call_id": call.id, "content": content});
         let refuse = |message: String, extra: Map<String, Value>| -> Result<Value, KernelError> {
-            let item = Item::Error(ErrorItem {
+            let item = ItemContent::Error(ErrorItem {
                 id: ctx.new_item_id(),
                 message: messages::cap(&message, 900),
                 extra,
@@ -772,7 +772,7 @@ impl AgentKernel for OpenAiCompatibleKernel {
                     None => {
                         // The model said nothing at all: still one (empty) answer item.
                         let id = ctx.new_item_id();
-                        ctx.item_started(Item::AgentMessage(AgentMessageItem {
+                        ctx.item_started(ItemContent::AgentMessage(AgentMessageItem {
                             id: id.clone(),
                             text: String::new(),
                             extra: Map::new(),
@@ -780,7 +780,7 @@ impl AgentKernel for OpenAiCompatibleKernel {
                         id
                     }
                 };
-                ctx.item_completed(Item::AgentMessage(AgentMessageItem {
+                ctx.item_completed(ItemContent::AgentMessage(AgentMessageItem {
                     id,
                     text: out.text.clone(),
                     extra: std::mem::take(&mut usage_extra),

@@ -25,7 +25,7 @@ pub const FORMAT_VERSION: u16 = 1;
 /// The first event's `prevHash`.
 pub const ZERO_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 /// Longest thread id / idempotency key (the schema's `Identifier`).
-pub const MAX_ID_LEN: usize = 128;
+pub const MAX_ID_LEN: usize = 160;
 /// Longest `traceId` / `parentId`.
 pub const MAX_TRACE_LEN: usize = 128;
 /// Longest thread title, in characters (the schema's `Title`).
@@ -171,7 +171,7 @@ impl CheckedEvent {
     /// when a part fails, so the caller takes the generic path and its wording of the refusal.
     pub(crate) fn text_delta(turn_id: &str, item_id: &str, text: &str) -> Option<CheckedEvent> {
         let fits = text.len() <= MAX_TEXT_CHARS || text.chars().count() <= MAX_TEXT_CHARS;
-        if validate_identifier(turn_id).is_err() || validate_identifier(item_id).is_err() || !fits {
+        if !is_wire_identifier(turn_id) || !is_wire_identifier(item_id) || !fits {
             return None;
         }
         Some(CheckedEvent {
@@ -365,6 +365,16 @@ impl AppendedEvent {
     pub fn payload_json(&self) -> &str {
         &self.line[engine::payload_range(&self.line)]
     }
+
+    /// The event's chain hash (64 hex digits), read from its line: every sealed line starts
+    /// `{"seq":N,"prevHash":"…","hash":"…"`.
+    pub fn hash(&self) -> &str {
+        const AT: &str = ",\"hash\":\"";
+        self.line
+            .find(AT)
+            .and_then(|i| self.line.get(i + AT.len()..i + AT.len() + 64))
+            .unwrap_or_default()
+    }
 }
 
 /// A borrowed view of one thread's summary, as `list_with` visits it.
@@ -474,7 +484,7 @@ pub enum StoreError {
     NotFound(String),
     #[error("thread {0:?} already exists: pick another id, or resume it instead of starting it")]
     AlreadyExists(String),
-    #[error("invalid id {id:?}: {reason}; ids are 1-128 ASCII letters, digits, '_' or '-', starting with a letter or digit")]
+    #[error("invalid id {id:?}: {reason}; thread ids are 1-160 ASCII letters, digits, '_' or '-', starting with a letter or digit (they become file names)")]
     InvalidId { id: String, reason: String },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -854,6 +864,18 @@ fn validate_identifier(id: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The schema's (the published) `Identifier`: 1 to 160 ASCII letters, digits, '.', '_', ':', '/'
+/// and '-', starting with a letter or digit. Ids the engine only carries (turns, items) are held
+/// to this; ids that become file names to `validate_thread_id`.
+pub fn is_wire_identifier(id: &str) -> bool {
+    let b = id.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_ID_LEN
+        && b[0].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'/' | b'-'))
+}
+
 /// `sha256(JCS(event without "hash"))`, built without cloning the payload. JCS orders the
 /// envelope's keys as: idempotencyKey, parentId, payload, prevHash, seq, time, traceId.
 pub fn event_hash(
@@ -933,8 +955,12 @@ fn validate_new_event(ev: &NewEvent) -> Result<(), StoreError> {
         }
     }
     if let Some(k) = &ev.idempotency_key {
-        validate_identifier(k)
-            .map_err(|e| StoreError::InvalidArgument(format!("idempotencyKey: {e}")))?;
+        if !is_wire_identifier(k) {
+            return Err(StoreError::InvalidArgument(format!(
+                "idempotencyKey {:?} is not an Identifier (1-160 of A-Z a-z 0-9 . _ : / -, starting with a letter or digit)",
+                k.chars().take(40).collect::<String>()
+            )));
+        }
     }
     Ok(())
 }

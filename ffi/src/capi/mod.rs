@@ -32,7 +32,7 @@ use cc_app_server::kernel::{
     AgentKernel as CoreKernel, KernelError as CoreKernelError, TurnContext as CoreContext,
 };
 use cc_app_server::protocol::{
-    AcceptForSession, AcceptForTurn, AcceptOnce, ApprovalDecideParams, ApprovalDecision, Cancel,
+    AcceptForSession, AcceptForTurn, AcceptOnce, ApprovalRequest, ApprovalDecision, Cancel,
     Decline, UserInput,
 };
 use serde_json::{json, Map, Value};
@@ -928,18 +928,18 @@ unsafe impl Send for CApproval {}
 unsafe impl Sync for CApproval {}
 
 impl CoreHandler for CApproval {
-    fn decide(&self, params: &ApprovalDecideParams) -> Result<ApprovalDecision, String> {
+    fn decide(&self, params: &ApprovalRequest) -> Result<ApprovalDecision, String> {
         let text = serde_json::to_string(params).map_err(|e| e.to_string())?;
         let text = std::ffi::CString::new(text).map_err(|e| e.to_string())?;
         // SAFETY: see the Send/Sync note; the string lives across the call.
         let decision = unsafe { (self.decide)(self.user_data, text.as_ptr()) };
         Ok(match decision {
             CC_DECISION_ACCEPT_ONCE => ApprovalDecision::AcceptOnce(AcceptOnce {}),
-            CC_DECISION_ACCEPT_FOR_TURN => ApprovalDecision::AcceptForTurn(AcceptForTurn {}),
+            CC_DECISION_ACCEPT_FOR_TURN => ApprovalDecision::AcceptForTurn(AcceptForTurn { permissions: None }),
             CC_DECISION_ACCEPT_FOR_SESSION => {
-                ApprovalDecision::AcceptForSession(AcceptForSession {})
+                ApprovalDecision::AcceptForSession(AcceptForSession { permissions: None })
             }
-            CC_DECISION_CANCEL => ApprovalDecision::Cancel(Cancel {}),
+            CC_DECISION_CANCEL => ApprovalDecision::Cancel(Cancel { reason: None }),
             _ => ApprovalDecision::Decline(Decline { reason: None }),
         })
     }

@@ -740,8 +740,8 @@ mod tests {
         let files = generate(&crate::codegen::model::build(crate::schema()));
         let types = &files[1].contents;
         assert!(types
-            .contains("readString(j, at, minLength = 1, maxLength = 128, pattern = PATTERN_0)"));
-        assert!(types.contains("Regex(\"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}\\\\z\")"));
+            .contains("readString(j, at, minLength = 1, maxLength = 160, pattern = PATTERN_0)"));
+        assert!(types.contains("Regex(\"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,159}\\\\z\")"));
         assert!(types
             .contains("requireExactlyOne(o, at, listOf(listOf(\"result\"), listOf(\"error\")))"));
         assert!(types.contains("refuseUnknownMembers(o, at, MEMBERS_ApprovalBinding)"));

@@ -709,7 +709,7 @@ mod tests {
         let files = generate(&crate::codegen::model::build(crate::schema()));
         let types = &files[2].contents;
         assert!(
-            types.contains("readString(j, at, minLength: 1, maxLength: 128, pattern: pattern0)")
+            types.contains("readString(j, at, minLength: 1, maxLength: 160, pattern: pattern0)")
         );
         assert!(types.contains("try requireExactlyOne(o, at, [[\"result\"], [\"error\"]])"));
         assert!(types.contains("try refuseUnknownMembers(o, at, membersApprovalBinding)"));
