@@ -262,8 +262,7 @@ impl<'a> Host<'a> {
             }
             Some("approval/decide") => {
                 self.soak.c.approvals.fetch_add(1, Ordering::Relaxed);
-                let answer = json!({"jsonrpc": "2.0", "id": v["id"], "result": {
-                    "nonce": v["params"]["binding"]["nonce"], "decision": {"decision": "acceptOnce"}}});
+                let answer = json!({"jsonrpc": "2.0", "id": v["id"], "result": {"kind": "acceptOnce"}});
                 self.send_line(&answer.to_string());
             }
             Some(method) => {

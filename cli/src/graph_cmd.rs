@@ -270,7 +270,7 @@ impl Session {
         }
         match m["method"].as_str().unwrap_or("") {
             "approval/decide" => self.approve(m),
-            "graph/node/updated" => {
+            "graph/event" if p["type"] == "nodeUpdated" => {
                 let n = &p["node"];
                 let now = format!("{} {}", n["status"], n["attemptId"]);
                 let key = n["key"].as_str().unwrap_or("").to_string();
@@ -296,7 +296,7 @@ impl Session {
                 }
                 println!("{line}");
             }
-            "graph/run/updated" => return p["run"]["status"].as_str().map(str::to_string),
+            "graph/event" if p["type"] == "runUpdated" => return p["run"]["status"].as_str().map(str::to_string),
             _ => {}
         }
         None

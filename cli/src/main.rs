@@ -3,6 +3,7 @@
 
 #[macro_use]
 mod log;
+mod agent_cmd;
 mod chat;
 mod demo;
 mod framing;
@@ -12,8 +13,9 @@ mod rollout_cmd;
 mod serve;
 mod stdio;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use std::path::PathBuf;
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// CC App Server: wire v1 JSON-RPC over stdio, durable hash-chained rollouts, and the demo.
@@ -26,6 +28,7 @@ use std::process::ExitCode;
 Items, Tools, Approvals) and keeps every thread in a durable, hash-chained rollout.\n\n\
 Start here:\n  cc-app-server demo                     run a scripted turn with an approval, end to end\n  \
 cc-app-server serve --state-dir DIR    serve JSON-RPC lines on stdin/stdout\n  \
+cc-app-server agent --input-format stream-json --output-format stream-json   the platform's agent stream\n  \
 cc-app-server rollout verify --state-dir DIR   check every thread's hash chain",
     after_help = "Diagnostics go to stderr; set the level with --log-level or CC_APP_SERVER_LOG \
 (off, error, warn, info, debug, trace). Docs: docs/cli.md"
@@ -51,9 +54,28 @@ slowly (backpressure); so is it when the client reads stdout slowly. A client th
 stdout for --stall-timeout-ms while --outbound-cap messages or 8 MiB are waiting loses the \
 transport: the server says so on stderr and exits 3.\n\n\
 EOF on stdin: in-flight requests and turns get up to --drain-timeout-ms to finish, then the \
-server shuts down with everything durable and exits 0."
+server shuts down with everything durable and exits 0.\n\n\
+The published platform clients launch `serve --app-server [--app-server-state-dir DIR] \
+[--app-server-store jsonl|sqlite] [--app-server-queue-cap N] [--app-server-state-path PATH]`: \
+the --app-server-* names are aliases of --state-dir, --store and --queue-cap; with --app-server \
+the state directory may be omitted ($XDG_STATE_HOME/cc-app-server, else \
+~/.local/state/cc-app-server). CC_APP_SERVER_SCRIPT=FILE stands for --script and \
+CC_APP_SERVER_KERNEL=scripted|openai for --kernel when the flag is absent."
     )]
     Serve(ServeArgs),
+    /// The platform's agent stream: NDJSON stream-json on stdin/stdout, turns on this engine.
+    #[command(
+        long_about = "The lightweight entry the platform's AgentSession drives: `agent \
+--input-format stream-json --output-format stream-json [--include-partial-messages] \
+[--interactive-approvals] [--resume ID | --session ID] [--fork-session] [--permission-mode MODE] \
+[--model M] [--provider P]`. Each user message on stdin runs as a turn on the same engine `serve` \
+runs, in-process, with a JSONL rollout in --state-dir; stdout carries only the platform's \
+canonical stream events, one per line (system/init first, a result per turn, system/end at \
+EOF). Approvals are asked on the stream (approval_request) with --interactive-approvals and \
+fail closed otherwise. Kernel selection is serve's (--kernel, --script, CC_APP_SERVER_SCRIPT, \
+CC_APP_SERVER_KERNEL, the model flags). See docs/agent-stream.md."
+    )]
+    Agent(agent_cmd::AgentArgs),
     /// Chat with the agent in this terminal: streamed answers, approval prompts, Ctrl-C interrupts.
     #[command(
         long_about = "An interactive session on the same engine `serve` runs, in-process: type a \
@@ -102,7 +124,7 @@ pub enum StoreArg {
 }
 
 /// Where the rollouts live.
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Default)]
 pub struct StateArgs {
     /// State directory (created 0700 by `serve` if missing; must not be group/world-writable).
     #[arg(long, value_name = "DIR")]
@@ -114,8 +136,11 @@ pub struct StateArgs {
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    #[command(flatten)]
+    /// Where the rollouts live, as `serve.rs` reads it: filled from `location` by `resolve`.
+    #[arg(skip)]
     pub state: StateArgs,
+    #[command(flatten)]
+    pub location: ServeLocation,
     #[command(flatten)]
     pub key: rollout_cmd::KeyArgs,
     /// Open threads whose head anchor is missing or damaged instead of refusing them; what nothing
@@ -127,7 +152,7 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value = "sync")]
     pub durability: DurabilityArg,
     /// Engine inbound queue, in messages; when full, stdin is read more slowly (backpressure).
-    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, visible_alias = "app-server-queue-cap", value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub queue_cap: u32,
     /// Outbound queue, in messages (also capped at 8 MiB). When it is full the engine waits for
     /// the client to read (and reads stdin more slowly meanwhile).
@@ -176,6 +201,169 @@ pub struct ServeArgs {
     /// After EOF on stdin, how long in-flight requests and turns may run before shutdown.
     #[arg(long, value_name = "MS", default_value_t = 10_000)]
     pub drain_timeout_ms: u64,
+}
+
+/// Where `serve` keeps its rollouts, in the names `serve` always had and the ones the published
+/// platform clients pass (`serve --app-server --app-server-state-dir DIR …`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ServeLocation {
+    /// Speak the CC App Server JSON-RPC on stdio (what serve always does); the flag the published
+    /// clients launch with. With it the state directory may be omitted: it defaults to
+    /// $XDG_STATE_HOME/cc-app-server, else ~/.local/state/cc-app-server (created 0700).
+    #[arg(long)]
+    pub app_server: bool,
+    /// State directory (created 0700 if missing; must not be group/world-writable). Required
+    /// unless --app-server or --app-server-state-path is given.
+    #[arg(long, visible_alias = "app-server-state-dir", value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Exactly where the rollouts live: with the jsonl store the state directory itself; with
+    /// sqlite the database file, which this server names rollout.sqlite3 (its directory is the
+    /// state directory). Exclusive with --state-dir.
+    #[arg(
+        long = "app-server-state-path",
+        value_name = "PATH",
+        conflicts_with = "state_dir"
+    )]
+    pub state_path: Option<PathBuf>,
+    /// Rollout store [default: jsonl, or sqlite when --app-server-state-path names rollout.sqlite3].
+    #[arg(long, visible_alias = "app-server-store", value_enum)]
+    pub store: Option<StoreArg>,
+}
+
+/// Names the scripted kernel's script when `--script` is absent (same format), so a client that
+/// cannot pass flags (the published `AppServerClient`, `AgentSession`) can still choose it.
+pub const SCRIPT_ENV: &str = "CC_APP_SERVER_SCRIPT";
+/// Chooses the kernel (`scripted` or `openai`) when `--kernel` is absent.
+pub const KERNEL_ENV: &str = "CC_APP_SERVER_KERNEL";
+
+/// Why a command line cannot be served: a usage error (exit 2, like the parser's own) or a
+/// startup failure (exit 1).
+pub enum ResolveError {
+    Usage(String),
+    Startup(String),
+}
+
+/// The per-user default state directory: `$XDG_STATE_HOME/cc-app-server` when that is an
+/// absolute path, else `$HOME/.local/state/cc-app-server`.
+pub fn default_state_dir() -> Result<PathBuf, String> {
+    let from = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    if let Some(xdg) = from("XDG_STATE_HOME") {
+        return Ok(xdg.join("cc-app-server"));
+    }
+    match from("HOME") {
+        Some(home) => Ok(home.join(".local").join("state").join("cc-app-server")),
+        None => Err(
+            "no state directory given and neither XDG_STATE_HOME nor HOME is set to an absolute \
+             path; pass --state-dir (or --app-server-state-dir)"
+                .into(),
+        ),
+    }
+}
+
+/// The kernel from `CC_APP_SERVER_KERNEL`, for a command whose `--kernel` was not given.
+pub fn kernel_from_env() -> Result<Option<KernelArg>, String> {
+    match std::env::var(KERNEL_ENV) {
+        Err(_) => Ok(None),
+        Ok(text) if text.trim().is_empty() => Ok(None),
+        Ok(text) => KernelArg::from_str(text.trim(), true)
+            .map(Some)
+            .map_err(|_| format!("{KERNEL_ENV}={text:?} is not a kernel; use scripted or openai")),
+    }
+}
+
+/// The script from `CC_APP_SERVER_SCRIPT` (a path; empty means unset).
+pub fn script_from_env() -> Option<PathBuf> {
+    std::env::var_os(SCRIPT_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+impl ServeLocation {
+    /// The state directory and store these flags name.
+    fn resolve(&self) -> Result<StateArgs, ResolveError> {
+        if let Some(path) = &self.state_path {
+            let names_db = path.file_name().and_then(|n| n.to_str())
+                == Some(cc_app_server::rollout::layout::SQLITE_FILE);
+            let store = self.store.unwrap_or(if names_db {
+                StoreArg::Sqlite
+            } else {
+                StoreArg::Jsonl
+            });
+            let state_dir = match store {
+                StoreArg::Jsonl => path.clone(),
+                StoreArg::Sqlite if names_db => match path.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                    _ => PathBuf::from("."),
+                },
+                StoreArg::Sqlite => {
+                    return Err(ResolveError::Startup(format!(
+                        "--app-server-state-path {}: with the sqlite store this names the \
+                         database file, which this server keeps as {} in its state directory; \
+                         pass --app-server-state-path DIR/{} or --app-server-state-dir DIR",
+                        path.display(),
+                        cc_app_server::rollout::layout::SQLITE_FILE,
+                        cc_app_server::rollout::layout::SQLITE_FILE,
+                    )))
+                }
+            };
+            return Ok(StateArgs {
+                state_dir,
+                store: Some(store),
+            });
+        }
+        let state_dir =
+            match (&self.state_dir, self.app_server) {
+                (Some(dir), _) => dir.clone(),
+                (None, true) => default_state_dir().map_err(ResolveError::Startup)?,
+                (None, false) => return Err(ResolveError::Usage(
+                    "the following required arguments were not provided:\n  --state-dir <DIR>\n\n\
+                     (or --app-server, which defaults it to $XDG_STATE_HOME/cc-app-server, else \
+                     ~/.local/state/cc-app-server)"
+                        .into(),
+                )),
+            };
+        Ok(StateArgs {
+            state_dir,
+            store: self.store,
+        })
+    }
+}
+
+impl ServeArgs {
+    /// Fills `state` from the location flags, and the kernel and script from the environment
+    /// where the command line left them open (`kernel_given`: --kernel was on the command line).
+    pub fn resolve(&mut self, kernel_given: bool) -> Result<(), ResolveError> {
+        self.state = self.location.resolve()?;
+        if !kernel_given {
+            if let Some(kernel) = kernel_from_env().map_err(ResolveError::Startup)? {
+                self.kernel = kernel;
+            }
+        }
+        if self.script.is_none() {
+            self.script = script_from_env();
+        }
+        Ok(())
+    }
+
+    /// `serve`'s defaults for every flag, on `state_dir`: what an in-process host of the same
+    /// engine (`agent`) starts from, so it chooses its kernel, tools and bounds exactly as
+    /// `serve` would.
+    pub fn defaults(state_dir: &Path) -> ServeArgs {
+        let command = ServeArgs::augment_args(clap::Command::new("serve").no_binary_name(true));
+        let matches = command
+            .try_get_matches_from([std::ffi::OsStr::new("--state-dir"), state_dir.as_os_str()])
+            .expect("serve's defaults parse");
+        let mut args = ServeArgs::from_arg_matches(&matches).expect("serve's defaults parse");
+        args.state = StateArgs {
+            state_dir: state_dir.to_path_buf(),
+            store: Some(StoreArg::Jsonl),
+        };
+        args
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -267,12 +455,46 @@ directory (the store's lock refuses a second opener)."
     Verify(rollout_cmd::VerifyArgs),
 }
 
+/// True when `--kernel` was given on the command line of subcommand `name`.
+fn kernel_given(matches: &clap::ArgMatches, name: &str) -> bool {
+    matches
+        .subcommand_matches(name)
+        .is_some_and(|m| m.value_source("kernel") == Some(ValueSource::CommandLine))
+}
+
+/// Exits as the parser does for a usage error (2), or with 1 for a startup failure.
+fn resolve_failed(e: ResolveError) -> ExitCode {
+    match e {
+        ResolveError::Usage(message) => Cli::command()
+            .error(clap::error::ErrorKind::MissingRequiredArgument, message)
+            .exit(),
+        ResolveError::Startup(message) => {
+            error!("{message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     log::init(cli.log_level);
-    if !matches!(cli.command, Command::Serve(_)) {
+    let resolved = match &mut cli.command {
+        Command::Serve(args) => args.resolve(kernel_given(&matches, "serve")),
+        Command::Graph(graph_cmd::GraphCommand::Run(args)) => args.serve.resolve(
+            matches
+                .subcommand_matches("graph")
+                .is_some_and(|g| kernel_given(g, "run")),
+        ),
+        _ => Ok(()),
+    };
+    if let Err(e) = resolved {
+        return resolve_failed(e);
+    }
+    if !matches!(cli.command, Command::Serve(_) | Command::Agent(_)) {
         // Report tools die quietly when their reader goes away (`rollout show X | head`), like
-        // any Unix filter. `serve` keeps SIGPIPE ignored: it turns EPIPE into a diagnostic.
+        // any Unix filter. `serve` and `agent` keep SIGPIPE ignored: they turn EPIPE into a
+        // diagnostic.
         // SAFETY: resetting a signal disposition to its default, before any other thread exists.
         unsafe {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
@@ -280,6 +502,7 @@ fn main() -> ExitCode {
     }
     let code = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Agent(args) => agent_cmd::run(args, kernel_given(&matches, "agent")),
         Command::Chat(args) => chat::run(args),
         Command::Rollout(RolloutCommand::List(args)) => rollout_cmd::list(args),
         Command::Rollout(RolloutCommand::Show(args)) => rollout_cmd::show(args),

@@ -79,8 +79,7 @@ fn serve_runs_a_tool_turn_against_an_openai_compatible_server() {
         cc_agent_protocol::validate_protocol_message(&m).unwrap();
         if m["method"] == "approval/decide" {
             assert_eq!(m["params"]["operation"]["tool"], "write_file");
-            send(json!({"jsonrpc": "2.0", "id": m["id"], "result": {
-                "nonce": m["params"]["binding"]["nonce"], "decision": {"decision": "acceptOnce"}}}));
+            send(json!({"jsonrpc": "2.0", "id": m["id"], "result": {"kind": "acceptOnce"}}));
         }
         if m["method"] == "turn/completed" {
             break m;
@@ -94,9 +93,12 @@ fn serve_runs_a_tool_turn_against_an_openai_compatible_server() {
     );
     let answer = seen
         .iter()
-        .find(|m| m["method"] == "item/completed" && m["params"]["item"]["type"] == "agentMessage")
+        .find(|m| {
+            m["method"] == "item/completed" && m["params"]["item"]["content"]["type"] == "agentMessage"
+        })
         .unwrap();
-    assert_eq!(answer["params"]["item"]["text"], "Wrote hello.txt.");
+    assert_eq!(answer["params"]["item"]["content"]["text"], "Wrote hello.txt.");
+    assert_eq!(answer["params"]["item"]["kind"], "assistant_message");
     let reqs = model.requests();
     assert_eq!(reqs[0].body["model"], "llama3.2");
     assert_eq!(

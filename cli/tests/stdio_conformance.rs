@@ -121,8 +121,9 @@ fn every_method_over_stdio() {
         json!({"threadId": "m1", "newThreadId": "m1-fork", "atEventSeq": 3}),
     );
     assert_eq!(fork["result"]["thread"]["id"], "m1-fork", "{fork}");
-    assert_eq!(fork["result"]["thread"]["forkedFrom"]["threadId"], "m1");
-    assert_eq!(fork["result"]["thread"]["forkedFrom"]["eventSeq"], 3);
+    assert_eq!(fork["result"]["forkedFrom"]["threadId"], "m1");
+    assert_eq!(fork["result"]["forkedFrom"]["eventSeq"], 3);
+    assert_eq!(fork["result"]["thread"]["parentThreadId"], "m1");
 
     // One active turn per thread; archive is refused while it runs; interrupt settles physically.
     p.req("thread/start", json!({"threadId": "slow", "agentOptions": {"script": {"steps": [{"type": "sleep", "ms": 30000}]}}}));
@@ -147,7 +148,7 @@ fn every_method_over_stdio() {
 
     // thread/archive, then list hides it unless asked, and it cannot start turns.
     let archived = p.req("thread/archive", json!({"threadId": "slow"}));
-    assert_eq!(archived["result"]["thread"]["archived"], true, "{archived}");
+    assert_eq!(archived["result"]["thread"]["status"], "archived", "{archived}");
     let list = p.req("thread/list", json!({}));
     let ids: Vec<&str> = list["result"]["threads"]
         .as_array()
@@ -226,7 +227,7 @@ fn approvals_answered_by_the_test_as_the_client() {
 
     let (resolved, result, done) = run(
         &mut p,
-        &|ask| json!({"nonce": nonce(ask), "decision": {"decision": "acceptOnce"}}),
+        &|_| json!({"kind": "acceptOnce"}),
     );
     assert_eq!(resolved["params"]["outcome"], "approved", "{resolved}");
     assert_eq!(result["params"]["result"]["status"], "ok", "{result}");
@@ -234,24 +235,29 @@ fn approvals_answered_by_the_test_as_the_client() {
 
     let (resolved, result, _) = run(
         &mut p,
-        &|ask| json!({"nonce": nonce(ask), "decision": {"decision": "decline", "reason": "not today"}}),
+        &|_| json!({"kind": "decline", "reason": "not today"}),
     );
     assert_eq!(resolved["params"]["outcome"], "declined", "{resolved}");
     assert_eq!(result["params"]["result"]["status"], "denied", "{result}");
+    assert_eq!(
+        result["params"]["result"]["reason"], "the user declined: not today",
+        "the tool result carries the user's reason"
+    );
 
-    // A wrong nonce fails closed: the tool does not run, and it is recorded.
+    // The pre-published answer (nonce echoed, tag `decision`) fails closed: the tool does not
+    // run, and it is recorded.
     let (resolved, result, _) = run(
         &mut p,
-        &|_| json!({"nonce": "00000000000000000000000000000000", "decision": {"decision": "acceptOnce"}}),
+        &|ask| json!({"nonce": nonce(ask), "decision": {"decision": "acceptOnce"}}),
     );
     assert_eq!(resolved["params"]["outcome"], "failedClosed", "{resolved}");
-    assert_eq!(resolved["params"]["failure"], "bindingMismatch");
+    assert_eq!(resolved["params"]["failure"], "unknownDecision");
     assert_eq!(result["params"]["result"]["status"], "denied");
 
     // An unknown decision fails closed too.
     let (resolved, _, _) = run(
         &mut p,
-        &|ask| json!({"nonce": nonce(ask), "decision": {"decision": "acceptAlways"}}),
+        &|_| json!({"kind": "acceptAlways"}),
     );
     assert_eq!(resolved["params"]["outcome"], "failedClosed", "{resolved}");
 

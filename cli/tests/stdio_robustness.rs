@@ -159,7 +159,7 @@ fn a_runner_that_cannot_start_fails_the_turn_and_frees_the_thread() {
         assert!(r["result"].is_object(), "never -32009: {r}");
         let done = turn_done(&mut p, &r["result"]["turn"]["id"]);
         assert_eq!(done["turn"]["status"], "failed", "{done}");
-        assert_eq!(done["turn"]["error"]["code"], "runnerUnavailable", "{done}");
+        assert_eq!(done["error"]["code"], "runnerUnavailable", "{done}");
     }
     assert!(p.req("thread/list", json!({}))["result"].is_object());
     set_limit(pid, libc::RLIMIT_AS, libc::RLIM_INFINITY);
@@ -224,7 +224,7 @@ fn a_turn_whose_events_cannot_be_written_ends_visibly_over_stdio() {
     let turn_id = r["result"]["turn"]["id"].clone();
     let done = turn_done(&mut p, &turn_id);
     assert_eq!(done["turn"]["status"], "failed", "{done}");
-    assert_eq!(done["turn"]["error"]["code"], "recordingFailed", "{done}");
+    assert_eq!(done["error"]["code"], "recordingFailed", "{done}");
     p.close_stdin();
     assert_eq!(p.wait_exit(TIMEOUT).code(), Some(0), "{}", p.stderr());
     assert!(

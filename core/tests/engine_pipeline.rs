@@ -142,9 +142,8 @@ fn pipelined_notifications_come_after_their_events_in_order_and_mirror_them() {
     loop {
         let m = raw.recv();
         if m["method"] == "approval/decide" {
-            let nonce = m["params"]["binding"]["nonce"].clone();
             raw.conn
-                .send(&json!({"jsonrpc": "2.0", "id": m["id"], "result": {"nonce": nonce, "decision": {"decision": "acceptOnce"}}}).to_string())
+                .send(&json!({"jsonrpc": "2.0", "id": m["id"], "result": {"kind": "acceptOnce"}}).to_string())
                 .unwrap();
             continue;
         }
@@ -178,6 +177,23 @@ fn pipelined_notifications_come_after_their_events_in_order_and_mirror_them() {
         let method = m["method"].as_str().unwrap();
         if method == "turn/completed" || method == "turn/started" || method == "approval/requested"
         {
+            continue;
+        }
+        if method == "item/started" || method == "item/completed" {
+            // The published Item around the recorded body.
+            let p = &m["params"];
+            assert_eq!(p["item"]["content"], ev["payload"]["item"], "{method}");
+            assert_eq!(p["item"]["id"], ev["payload"]["item"]["id"], "{method}");
+            assert_eq!(p["item"]["turnId"], ev["payload"]["turnId"], "{method}");
+            assert_eq!(p["turnId"], ev["payload"]["turnId"], "{method}");
+            assert_eq!(p["item"]["threadId"], "p");
+            let want = if method == "item/started" { "started" } else { "completed" };
+            assert_eq!(p["item"]["status"], want, "{m}");
+            if method == "item/started" {
+                assert_eq!(p["item"]["createdAt"], ev["time"], "{m}");
+            } else {
+                assert_eq!(p["item"]["completedAt"], ev["time"], "{m}");
+            }
             continue;
         }
         // Mirrored: params = threadId, eventSeq and the payload's members but type.

@@ -104,7 +104,7 @@ fn optional_nullable_and_missing_stay_distinct() {
     assert_eq!(null.cursor, Some(None));
 
     // Required-nullable: null is a value, missing is an error.
-    let turn = json!({"id": "u1", "threadId": "t1", "status": "running", "startedAt": "2026-01-01T00:00:00.000Z", "completedAt": null, "error": null});
+    let turn = json!({"id": "u1", "threadId": "t1", "status": "running", "createdAt": "2026-01-01T00:00:00.000Z", "completedAt": null, "revision": 1, "terminalEvidence": null});
     let decoded: Turn = serde_json::from_value(turn.clone()).unwrap();
     assert_eq!(decoded.completed_at, None);
     assert_eq!(serde_json::to_value(&decoded).unwrap(), turn);
@@ -125,9 +125,9 @@ fn display_unions_keep_unknown_values_and_security_unions_refuse_them() {
     assert_eq!(status, ItemStatus::Unknown("paused".into()));
 
     for bad in [
-        json!({"decision": "acceptAlways"}),
+        json!({"kind": "acceptAlways"}),
         json!({}),
-        json!({"decision": 1}),
+        json!({"kind": 1}),
     ] {
         assert!(
             serde_json::from_value::<ApprovalDecision>(bad.clone()).is_err(),
@@ -136,7 +136,7 @@ fn display_unions_keep_unknown_values_and_security_unions_refuse_them() {
     }
     assert!(serde_json::from_value::<TurnStatus>(json!("paused")).is_err());
     let decision: ApprovalDecision =
-        serde_json::from_value(json!({"decision": "decline", "reason": "no"})).unwrap();
+        serde_json::from_value(json!({"kind": "decline", "reason": "no"})).unwrap();
     assert_eq!(
         decision,
         ApprovalDecision::Decline(Decline {

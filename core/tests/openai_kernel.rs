@@ -134,7 +134,7 @@ impl Raw {
         self.conn
             .send(
                 &json!({"jsonrpc": "2.0", "id": ask["id"],
-                "result": {"nonce": ask["params"]["binding"]["nonce"], "decision": d}})
+                "result": d})
                 .to_string(),
             )
             .unwrap();
@@ -153,14 +153,20 @@ impl Raw {
 
     /// The terminal Turn of the next turn/completed.
     fn completed(&mut self) -> Value {
-        self.wait("turn/completed")["params"]["turn"].clone()
+        // The published Turn has no error member: it travels beside it; folded in here.
+        let params = self.wait("turn/completed")["params"].clone();
+        let mut turn = params["turn"].clone();
+        turn["error"] = params["error"].clone();
+        turn
     }
 
     fn items(&self, kind: &str) -> Vec<Value> {
         self.seen
             .iter()
-            .filter(|m| m["method"] == "item/completed" && m["params"]["item"]["type"] == kind)
-            .map(|m| m["params"]["item"].clone())
+            .filter(|m| {
+                m["method"] == "item/completed" && m["params"]["item"]["content"]["type"] == kind
+            })
+            .map(|m| m["params"]["item"]["content"].clone())
             .collect()
     }
 }

@@ -613,8 +613,8 @@ fn ids_are_validated_before_the_file_system(kind: StoreKind) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = state(&tmp);
     let s = open(kind, &dir);
-    let long_ok = "a".repeat(128);
-    let long_bad = "a".repeat(129);
+    let long_ok = "a".repeat(160);
+    let long_bad = "a".repeat(161);
     for bad in [
         "",
         "../x",
@@ -672,7 +672,7 @@ fn ids_are_validated_before_the_file_system(kind: StoreKind) {
     assert!(validate_thread_id(&long_bad)
         .unwrap_err()
         .to_string()
-        .contains("129 bytes"));
+        .contains("161 bytes"));
     for good in ["a", "A", "0", "a-b_c", "Z9", long_ok.as_str()] {
         validate_thread_id(good).unwrap();
         start(&*s, good);
@@ -752,9 +752,10 @@ fn every_bound_at_its_edge(kind: StoreKind) {
         parent_id: Some("p".repeat(t)),
         idempotency_key: Some("k".repeat(k)),
     };
-    s.append("b", vec![with_ids(128, 128)]).unwrap();
-    invalid_arg(s.append("b", vec![with_ids(129, 128)]));
-    invalid_arg(s.append("b", vec![with_ids(128, 129)]));
+    // Trace and parent ids: 128 characters; idempotency keys: published Identifiers, 160.
+    s.append("b", vec![with_ids(128, 160)]).unwrap();
+    invalid_arg(s.append("b", vec![with_ids(129, 160)]));
+    invalid_arg(s.append("b", vec![with_ids(128, 161)]));
     invalid_arg(s.append("b", vec![with_ids(0, 1)]));
     s.append("b", (0..MAX_BATCH_EVENTS).map(delta).collect())
         .unwrap();

@@ -370,7 +370,7 @@ fn keyed_mode_refuses_a_rewritten_decision(kind: StoreKind) {
             .position(|e| e.kind() == "approvalResolved")
             .unwrap();
         evs[i].payload["outcome"] = json!("approved");
-        evs[i].payload["decision"] = json!({"decision": "acceptOnce"});
+        evs[i].payload["decision"] = json!({"kind": "acceptOnce"});
         rechain(&mut evs);
         write_events(kind, &dir, "alpha", &evs);
         forge_anchor(kind, &dir, "alpha", &evs);

@@ -151,7 +151,7 @@ fn rewritten(kind: StoreKind, dir: &Path) -> Vec<StoredEvent> {
         .position(|e| e.kind() == "approvalResolved")
         .unwrap();
     evs[i].payload["outcome"] = json!("approved");
-    evs[i].payload["decision"] = json!({"decision": "acceptOnce"});
+    evs[i].payload["decision"] = json!({"kind": "acceptOnce"});
     rechain(&mut evs);
     evs
 }

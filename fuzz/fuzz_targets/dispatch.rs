@@ -312,7 +312,7 @@ fuzz_target!(|input: Input| {
                         Decision::Cancel => "cancel",
                         Decision::Unknown => "acceptAlways",
                     };
-                    let mut result = json!({"decision": {"decision": decision}});
+                    let mut result = json!({"kind": decision});
                     if !nonce.is_null() {
                         result["nonce"] = nonce;
                     }

@@ -296,7 +296,7 @@ pub fn check_rollout(server: &AppServer, peers: &[Peer]) {
     for events in events_by_thread.values() {
         for e in events {
             let p = &e["payload"];
-            if p["type"] == "approvalResolved" && p["decision"]["decision"] == "acceptForSession" {
+            if p["type"] == "approvalResolved" && p["decision"]["kind"] == "acceptForSession" {
                 session_grant = true;
             }
         }
@@ -314,7 +314,7 @@ pub fn check_rollout(server: &AppServer, peers: &[Peer]) {
                 "turnCompleted" => *completed.entry(turn).or_default() += 1,
                 "approvalResolved" if p["outcome"] == "approved" => {
                     approved_items.push((turn, p["itemId"].as_str().unwrap_or("")));
-                    if p["decision"]["decision"] == "acceptForTurn" {
+                    if p["decision"]["kind"] == "acceptForTurn" {
                         turn_grants.push(turn);
                     }
                 }

@@ -171,7 +171,7 @@ fn main() {
         };
         let p = &n["params"];
         match n["method"].as_str() {
-            Some("graph/node/updated") => writeln!(
+            Some("graph/event") if p["type"] == "nodeUpdated" => writeln!(
                 out,
                 "N {} {} {}",
                 p["eventSeq"],
@@ -179,7 +179,7 @@ fn main() {
                 p["node"]["status"].as_str().unwrap_or("")
             )
             .unwrap(),
-            Some("graph/run/updated") => {
+            Some("graph/event") if p["type"] == "runUpdated" => {
                 status = p["run"]["status"].as_str().unwrap_or("").to_string();
                 writeln!(out, "R {} {status}", p["eventSeq"]).unwrap();
             }

@@ -254,7 +254,7 @@ mod shed_tests {
         let resolved = json!({
             "type": "approvalResolved", "turnId": "t1", "itemId": "tool-1",
             "nonce": "0123456789abcdef0123456789abcdef", "outcome": "declined",
-            "decision": {"decision": "decline"}, "failure": null
+            "decision": {"kind": "decline"}, "failure": null
         });
         let mut c = CheckedEvent::new(NewEvent::new(resolved.clone())).unwrap();
         c.shed_payload();

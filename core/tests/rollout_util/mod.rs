@@ -57,7 +57,7 @@ pub fn declined() -> NewEvent {
     NewEvent::new(json!({
         "type": "approvalResolved", "turnId": "t1", "itemId": "tool-1",
         "nonce": "0123456789abcdef0123456789abcdef", "outcome": "declined",
-        "decision": {"decision": "decline"}, "failure": null
+        "decision": {"kind": "decline"}, "failure": null
     }))
 }
 
