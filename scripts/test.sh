@@ -33,6 +33,8 @@ step "host boundary: C ABI under valgrind, uniffi from Python, header freshness"
 bash scripts/test-ffi.sh
 step "python sdk: the wheel built, installed into a fresh venv, pytest + quickstart + mypy --strict against it"
 bash scripts/test-python-sdk.sh
+step "published clients: chainlesschain-agent-sdk 0.2.4 and 0.2.9 from PyPI against our release binary, both directions validated"
+bash scripts/test-published.sh
 step "jvm: the jar (natives inside), JUnit 5 on the real library, examples and the Java facade from the jar"
 bash scripts/test-jvm.sh
 step "fuzz: every libFuzzer target for 8 s (nightly, AddressSanitizer)"

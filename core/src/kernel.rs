@@ -2,7 +2,9 @@
 //! A kernel never touches a tool directly — it asks its `TurnContext`, which passes every request
 //! through the approval gate — so no kernel, scripted or host-written, can run a tool unapproved.
 
-use crate::protocol::{ItemContent, ItemDelta, ItemStatus, ToolCall, ToolCallItem, ToolResult, UserInput};
+use crate::protocol::{
+    ItemContent, ItemDelta, ItemStatus, ToolCall, ToolCallItem, ToolResult, UserInput,
+};
 use serde_json::{Map, Value};
 use std::time::Duration;
 

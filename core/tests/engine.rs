@@ -4,7 +4,7 @@
 use cc_app_server::approval::ApprovalPolicy;
 use cc_app_server::client::{ApprovalHandler, Client, ClientConfig, ClientError};
 use cc_app_server::engine::{AppServer, Connection, Limits, SendError, ServerConfig};
-use cc_app_server::protocol::{AcceptForTurn, AcceptOnce, ApprovalRequest, ApprovalDecision};
+use cc_app_server::protocol::{AcceptForTurn, AcceptOnce, ApprovalDecision, ApprovalRequest};
 use cc_app_server::rollout::StoreKind;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
@@ -408,9 +408,7 @@ fn approval_failure_matrix_fails_closed() {
     case("timeout", &|_, _| {}, "timeout");
     case(
         "unknown-decision",
-        &|raw, ask| {
-            raw.answer(&ask["id"], json!({"kind": "acceptAlways"}))
-        },
+        &|raw, ask| raw.answer(&ask["id"], json!({"kind": "acceptAlways"})),
         "unknownDecision",
     );
     // The pre-published answer shape (nonce echoed, decision tagged `decision`) is refused.
@@ -437,16 +435,16 @@ fn approval_failure_matrix_fails_closed() {
     case(
         "decision-extra-member",
         &|raw, ask| {
-            raw.answer(&ask["id"], json!({"kind": "acceptOnce", "nonce": ask["params"]["binding"]["nonce"]}))
+            raw.answer(
+                &ask["id"],
+                json!({"kind": "acceptOnce", "nonce": ask["params"]["binding"]["nonce"]}),
+            )
         },
         "unknownDecision",
     );
     // The late answer to the timed-out request was dropped, never applied.
     let ignored_before = server.stats().ignored_responses.load(Ordering::SeqCst);
-    raw.answer(
-        &json!(1),
-        json!({"kind": "acceptOnce"}),
-    );
+    raw.answer(&json!(1), json!({"kind": "acceptOnce"}));
     raw.req("thread/list", json!({}));
     assert!(server.stats().ignored_responses.load(Ordering::SeqCst) > ignored_before);
     assert_eq!(
@@ -457,14 +455,8 @@ fn approval_failure_matrix_fails_closed() {
 
     // A duplicate acceptance after a decline is ignored: still exactly one resolution, no tool.
     let (_, ask) = start_tool_turn(&mut raw, "duplicate");
-    raw.answer(
-        &ask["id"],
-        json!({"kind": "decline"}),
-    );
-    raw.answer(
-        &ask["id"],
-        json!({"kind": "acceptOnce"}),
-    );
+    raw.answer(&ask["id"], json!({"kind": "decline"}));
+    raw.answer(&ask["id"], json!({"kind": "acceptOnce"}));
     assert_eq!(resolved(&mut raw)["outcome"], "declined");
     completed(&mut raw);
     assert_eq!(server.stats().tools_executed.load(Ordering::SeqCst), 0);
@@ -506,10 +498,7 @@ fn an_answer_after_expiry_is_refused_as_expired() {
     let mut raw = Raw::init(&server, &["structured_approval"]);
     let (_, ask) = start_tool_turn(&mut raw, "late");
     std::thread::sleep(Duration::from_millis(400));
-    raw.answer(
-        &ask["id"],
-        json!({"kind": "acceptOnce"}),
-    );
+    raw.answer(&ask["id"], json!({"kind": "acceptOnce"}));
     let r = resolved(&mut raw);
     assert_eq!(
         (r["outcome"].clone(), r["failure"].clone()),
@@ -536,11 +525,11 @@ fn grants_cover_the_turn_and_lapse_with_the_policy() {
         json!({"threadId": "g", "input": [{"type": "text", "text": "go"}]}),
     );
     let ask = raw.wait_method("approval/decide");
-    let decision = serde_json::to_value(ApprovalDecision::AcceptForTurn(AcceptForTurn { permissions: None })).unwrap();
-    raw.answer(
-        &ask["id"],
-        decision,
-    );
+    let decision = serde_json::to_value(ApprovalDecision::AcceptForTurn(AcceptForTurn {
+        permissions: None,
+    }))
+    .unwrap();
+    raw.answer(&ask["id"], decision);
     assert_eq!(completed(&mut raw)["status"], "completed");
     assert_eq!(
         server.stats().tools_executed.load(Ordering::SeqCst),
@@ -574,10 +563,7 @@ fn cancel_decision_interrupts_the_turn() {
     let server = server_with(dir.path(), |_| {});
     let mut raw = Raw::init(&server, &["structured_approval"]);
     let (_, ask) = start_tool_turn(&mut raw, "cx");
-    raw.answer(
-        &ask["id"],
-        json!({"kind": "cancel"}),
-    );
+    raw.answer(&ask["id"], json!({"kind": "cancel"}));
     assert_eq!(resolved(&mut raw)["outcome"], "cancelled");
     assert_eq!(completed(&mut raw)["status"], "interrupted");
     assert_eq!(server.stats().tools_executed.load(Ordering::SeqCst), 0);
@@ -919,7 +905,9 @@ fn kernel_and_tool_output_is_checked_against_the_schema() {
                 assert!(matches!(result, ToolResult::Error(_)), "{result:?}");
                 return Ok(());
             }
-            ctx.item_started(ItemContent::Unknown(json!({"type": "hologram", "id": "h1"})))
+            ctx.item_started(ItemContent::Unknown(
+                json!({"type": "hologram", "id": "h1"}),
+            ))
         }
     }
     struct Verbose;

@@ -6,7 +6,7 @@
 
 use cc_app_server::client::{ApprovalHandler, Client, ClientConfig};
 use cc_app_server::engine::{AppServer, Limits, ServerConfig};
-use cc_app_server::protocol::{ApprovalRequest, ApprovalDecision};
+use cc_app_server::protocol::{ApprovalDecision, ApprovalRequest};
 use serde_json::json;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};

@@ -105,7 +105,11 @@ fn a_turn_that_cannot_be_recorded_ends_visibly_and_is_recorded_once_writes_succe
     assert_eq!(turn["id"], turn_id);
     assert_eq!(turn["status"], "failed", "{done}");
     assert_eq!(done["params"]["error"]["code"], "recordingFailed", "{done}");
-    assert_eq!(turn["terminalEvidence"], Value::Null, "no evidence before it is durable");
+    assert_eq!(
+        turn["terminalEvidence"],
+        Value::Null,
+        "no evidence before it is durable"
+    );
     assert!(
         waited < Duration::from_secs(10),
         "ended at once, not at a timeout: {waited:?}"

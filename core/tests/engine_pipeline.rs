@@ -143,7 +143,10 @@ fn pipelined_notifications_come_after_their_events_in_order_and_mirror_them() {
         let m = raw.recv();
         if m["method"] == "approval/decide" {
             raw.conn
-                .send(&json!({"jsonrpc": "2.0", "id": m["id"], "result": {"kind": "acceptOnce"}}).to_string())
+                .send(
+                    &json!({"jsonrpc": "2.0", "id": m["id"], "result": {"kind": "acceptOnce"}})
+                        .to_string(),
+                )
                 .unwrap();
             continue;
         }
@@ -187,7 +190,11 @@ fn pipelined_notifications_come_after_their_events_in_order_and_mirror_them() {
             assert_eq!(p["item"]["turnId"], ev["payload"]["turnId"], "{method}");
             assert_eq!(p["turnId"], ev["payload"]["turnId"], "{method}");
             assert_eq!(p["item"]["threadId"], "p");
-            let want = if method == "item/started" { "started" } else { "completed" };
+            let want = if method == "item/started" {
+                "started"
+            } else {
+                "completed"
+            };
             assert_eq!(p["item"]["status"], want, "{m}");
             if method == "item/started" {
                 assert_eq!(p["item"]["createdAt"], ev["time"], "{m}");

@@ -132,7 +132,8 @@ fn text(s: &str) -> Value {
 fn completed_turn(raw: &mut Raw, turn_id: &Value) -> Value {
     let id = turn_id.clone();
     let params = raw
-        .wait(move |m| m["method"] == "turn/completed" && m["params"]["turn"]["id"] == id)["params"]
+        .wait(move |m| m["method"] == "turn/completed" && m["params"]["turn"]["id"] == id)
+        ["params"]
         .clone();
     // The published Turn has no error member: it travels beside it; folded in for assertions.
     let mut turn = params["turn"].clone();
@@ -541,8 +542,7 @@ fn fork_mid_turn_copies_only_settled_history() {
     );
     let live = t["result"]["turn"]["id"].clone();
     raw.wait(|m| m["method"] == "item/completed" && m["params"]["threadId"] == "src2");
-    let head = raw.req("thread/read", json!({"threadId": "src2"}))["result"]["thread"]
-        ["revision"]
+    let head = raw.req("thread/read", json!({"threadId": "src2"}))["result"]["thread"]["revision"]
         .as_u64()
         .unwrap();
     assert!(head >= 5, "the live turn recorded events: {head}");
@@ -585,10 +585,7 @@ fn fork_mid_turn_copies_only_settled_history() {
         "thread/fork",
         json!({"threadId": "src", "newThreadId": "f4"}),
     );
-    assert_eq!(
-        r["result"]["forkedFrom"]["eventSeq"], settled_seq,
-        "{r}"
-    );
+    assert_eq!(r["result"]["forkedFrom"]["eventSeq"], settled_seq, "{r}");
     // After the live turn ends, its events can be forked, closed by its own terminal event.
     let r = raw.req(
         "turn/interrupt",

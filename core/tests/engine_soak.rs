@@ -54,7 +54,11 @@ fn pump(conn: &Connection, from: u64, to: u64, make: impl Fn(u64) -> Vec<Value>)
         };
         let v: Value = serde_json::from_str(&text).unwrap();
         if v["method"] == "approval/decide" {
-            send(conn, &json!({"jsonrpc": "2.0", "id": v["id"], "result": {"kind": "acceptOnce"}}).to_string());
+            send(
+                conn,
+                &json!({"jsonrpc": "2.0", "id": v["id"], "result": {"kind": "acceptOnce"}})
+                    .to_string(),
+            );
             continue;
         }
         if v.get("method").is_none() {

@@ -220,7 +220,8 @@ fn a_run_over_the_wire_asks_its_starter_for_approval_and_reports_every_state() {
         "content is not in notifications or start"
     );
     let done = c.until("acceptOnce", |m| {
-        (m["method"] == "graph/event" && m["params"]["type"] == "runUpdated") && m["params"]["run"]["status"] == "succeeded"
+        (m["method"] == "graph/event" && m["params"]["type"] == "runUpdated")
+            && m["params"]["run"]["status"] == "succeeded"
     });
     assert_eq!(done["params"]["run"]["nodes"]["succeeded"], 4);
     // The approval went to this connection, bound to the attempt's thread.
@@ -303,7 +304,8 @@ fn without_the_message_and_receipt_features_read_leaves_them_out() {
         json!({"runId": "f1", "definition": diamond(), "inputs": {"topic": "t"}, "grant": grant()}),
     );
     c.until("decline", |m| {
-        (m["method"] == "graph/event" && m["params"]["type"] == "runUpdated") && m["params"]["run"]["status"] == "succeeded"
+        (m["method"] == "graph/event" && m["params"]["type"] == "runUpdated")
+            && m["params"]["run"]["status"] == "succeeded"
     });
     let read = c.result("graph/run/read", json!({"runId": "f1"}));
     assert!(
@@ -322,7 +324,8 @@ fn a_declined_tool_call_fails_its_node_and_the_run() {
         json!({"runId": "no", "definition": diamond(), "inputs": {"topic": "t"}, "grant": grant()}),
     );
     let done = c.until("decline", |m| {
-        (m["method"] == "graph/event" && m["params"]["type"] == "runUpdated") && m["params"]["run"]["status"] == "failed"
+        (m["method"] == "graph/event" && m["params"]["type"] == "runUpdated")
+            && m["params"]["run"]["status"] == "failed"
     });
     assert_eq!(done["params"]["run"]["error"]["code"], "toolDenied");
     let read = c.result("graph/run/read", json!({"runId": "no"}));
@@ -387,7 +390,8 @@ fn cancel_over_the_wire_fences_the_attempts_before_it_answers() {
         json!({"runId": "cx", "definition": def, "grant": grant()}),
     );
     c.until("decline", |m| {
-        (m["method"] == "graph/event" && m["params"]["type"] == "nodeUpdated") && m["params"]["node"]["status"] == "running"
+        (m["method"] == "graph/event" && m["params"]["type"] == "nodeUpdated")
+            && m["params"]["node"]["status"] == "running"
     });
     let r = c.result(
         "graph/run/cancel",
@@ -400,7 +404,8 @@ fn cancel_over_the_wire_fences_the_attempts_before_it_answers() {
     );
     assert_eq!(r["run"]["error"]["message"], "enough");
     c.until("decline", |m| {
-        (m["method"] == "graph/event" && m["params"]["type"] == "runUpdated") && m["params"]["run"]["status"] == "cancelled"
+        (m["method"] == "graph/event" && m["params"]["type"] == "runUpdated")
+            && m["params"]["run"]["status"] == "cancelled"
     });
     // Cancelling again answers the same, and fences nothing more.
     let again = c.result("graph/run/cancel", json!({"runId": "cx"}));
@@ -429,7 +434,8 @@ fn joining_a_run_whose_starter_left_makes_the_joiner_its_approver() {
     let joined = second.result("graph/run/start", params);
     assert_eq!(joined["run"]["runId"], "jl");
     let done = second.until("acceptOnce", |m| {
-        (m["method"] == "graph/event" && m["params"]["type"] == "runUpdated") && m["params"]["run"]["status"] != "running"
+        (m["method"] == "graph/event" && m["params"]["type"] == "runUpdated")
+            && m["params"]["run"]["status"] != "running"
     });
     assert_eq!(done["params"]["run"]["status"], "succeeded", "{done}");
     assert!(second.seen.iter().any(|m| m["method"] == "approval/decide"));

@@ -285,10 +285,7 @@ fn result_defs(schema: &Value, union: &str) -> Vec<String> {
                 stem.push_str("Result");
                 stem
             });
-        for name in [by_annotation, by_params, by_method]
-            .into_iter()
-            .flatten()
-        {
+        for name in [by_annotation, by_params, by_method].into_iter().flatten() {
             if defs.contains_key(&name) && !out.contains(&name) {
                 out.push(name);
             }

@@ -789,10 +789,7 @@ fn thread_fork(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcResu
     data.agent_options = lock(&source.data).agent_options.clone();
     data.recovered = true;
     let thread = wire_thread(&new_id, &data);
-    let forked_from = data
-        .forked_from
-        .clone()
-        .expect("a fork records its origin");
+    let forked_from = data.forked_from.clone().expect("a fork records its origin");
     insert_thread(inner, new_state(inner, &new_id, data));
     conn.follow(&new_id);
     result(ThreadForkResult {

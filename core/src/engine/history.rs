@@ -3,7 +3,9 @@
 //! same after a restart and in a fork (whose log holds copies up to the fork point). The thread's
 //! `agentOptions` live in its header for the same reason (see threads.rs).
 
-use crate::protocol::{EventPayload, ItemContent, ItemDelta, ToolCall, ToolResult, TurnStatus, UserInput};
+use crate::protocol::{
+    EventPayload, ItemContent, ItemDelta, ToolCall, ToolResult, TurnStatus, UserInput,
+};
 use crate::rollout::{RolloutStore, StoreError, MAX_READ_LIMIT};
 use serde_json::Value;
 use std::collections::HashMap;

@@ -9,8 +9,8 @@ use super::dispatch::{thread_start_fingerprint, turn_start_fingerprint, RpcError
 use super::turn::{event, terminal_evidence, turn_error, wire_turn, EndedTurn};
 use super::{lock, Inner, Stats, ThreadData, ThreadState};
 use crate::protocol::{
-    EventPayload, Thread, ThreadStartResult, ThreadStatus, TurnCompletedEvent,
-    TurnStartResult, TurnStatus,
+    EventPayload, Thread, ThreadStartResult, ThreadStatus, TurnCompletedEvent, TurnStartResult,
+    TurnStatus,
 };
 use crate::rollout::{StoreError, StoredEvent, ThreadSummary};
 use serde_json::{Map, Value};

@@ -13,14 +13,13 @@ use super::{deliver, emit, followers, lock, ConnShared, Inner, Stats, ThreadStat
 use crate::approval::{self, ApprovalPolicy};
 use crate::kernel::{KernelError, TurnContext};
 use crate::protocol::{
-    ApprovalBinding, ApprovalDecideRequest, ApprovalDecision, ApprovalRequest,
-    ApprovalFailure, ApprovalOutcome, ApprovalRequestedEvent, ApprovalRequestedNotification,
-    ApprovalRequestedParams, ApprovalResolvedEvent, EventPayload, ItemContent, ItemCompletedEvent,
-    ItemDelta, ItemStartedEvent, ServerNotification, ServerRequest, TextDelta, ToolCall,
-    TerminalEvidence, ToolRequestedEvent, ToolResult, ToolResultDenied, ToolResultError,
-    ToolResultEvent, Turn,
-    TurnCompletedEvent, TurnCompletedNotification, TurnCompletedParams, TurnError, TurnStatus,
-    TurnStatusChangedEvent, UserInput,
+    ApprovalBinding, ApprovalDecideRequest, ApprovalDecision, ApprovalFailure, ApprovalOutcome,
+    ApprovalRequest, ApprovalRequestedEvent, ApprovalRequestedNotification,
+    ApprovalRequestedParams, ApprovalResolvedEvent, EventPayload, ItemCompletedEvent, ItemContent,
+    ItemDelta, ItemStartedEvent, ServerNotification, ServerRequest, TerminalEvidence, TextDelta,
+    ToolCall, ToolRequestedEvent, ToolResult, ToolResultDenied, ToolResultError, ToolResultEvent,
+    Turn, TurnCompletedEvent, TurnCompletedNotification, TurnCompletedParams, TurnError,
+    TurnStatus, TurnStatusChangedEvent, UserInput,
 };
 use crate::rollout::{CheckedEvent, NewEvent, StoreError};
 use crate::time::{format_unix_millis, now_rfc3339, now_unix_millis};
@@ -938,8 +937,7 @@ impl Ctx<'_> {
             return fail(ApprovalFailure::BindingMismatch);
         }
         // Validated above, so it decodes; a decode failure would still fail closed.
-        let Ok(decision) = serde_json::from_value::<ApprovalDecision>(result)
-        else {
+        let Ok(decision) = serde_json::from_value::<ApprovalDecision>(result) else {
             return fail(ApprovalFailure::UnknownDecision);
         };
         let outcome = match decision {

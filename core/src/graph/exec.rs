@@ -325,7 +325,11 @@ fn outcome(a: &Attempt<'_>, turn: Result<EndedTurn, String>) -> Outcome {
                 let why = turn
                     .error
                     .map_or_else(|| "the tool call did not happen".to_string(), |e| e.message);
-                failed("toolNotCalled", why, turn.turn.status != TurnStatus::Interrupted)
+                failed(
+                    "toolNotCalled",
+                    why,
+                    turn.turn.status != TurnStatus::Interrupted,
+                )
             }
         };
     }

@@ -13,13 +13,13 @@ use crate::engine::{deliver, ConnShared, Inner};
 use crate::protocol::{
     EventPayload, GraphAttemptFinishedEvent, GraphAttemptStartedEvent, GraphAttemptStatus,
     GraphEffectFailedEvent, GraphEffectIntendedEvent, GraphEffectReceipt,
-    GraphEffectReconcileEvent, GraphEffectSucceededEvent, GraphFencedAttempt,
-    GraphLeaseExpiredEvent, GraphLeaseRenewedEvent, GraphMessageAckedEvent, GraphMessageSentEvent,
-    GraphEventNotification, GraphEventParams, GraphNodeUpdatedParams, GraphPortRef, GraphReceiptSource,
+    GraphEffectReconcileEvent, GraphEffectSucceededEvent, GraphEventNotification, GraphEventParams,
+    GraphFencedAttempt, GraphLeaseExpiredEvent, GraphLeaseRenewedEvent, GraphMessageAckedEvent,
+    GraphMessageSentEvent, GraphNodeUpdatedParams, GraphPortRef, GraphReceiptSource,
     GraphRunCancelledEvent, GraphRunCompletedEvent, GraphRunError, GraphRunResumedEvent,
-    GraphRunStatus, GraphRunUpdatedParams, GraphScopeEnteredEvent,
-    GraphScopeExitedEvent, GraphScopeReason, GraphStaleRefusedEvent, GraphStaleWhat, GraphUsage,
-    ServerNotification, ToolCall, ToolResult,
+    GraphRunStatus, GraphRunUpdatedParams, GraphScopeEnteredEvent, GraphScopeExitedEvent,
+    GraphScopeReason, GraphStaleRefusedEvent, GraphStaleWhat, GraphUsage, ServerNotification,
+    ToolCall, ToolResult,
 };
 use crate::rollout::{NewEvent, RolloutStore, StoreError, StoredEvent};
 use serde_json::{Map, Value};

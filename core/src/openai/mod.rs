@@ -13,8 +13,8 @@ use crate::engine::History;
 use crate::kernel::{AgentKernel, KernelError, ToolSpec, TurnContext};
 use crate::protocol::{
     AgentMessageItem, CommandExecutionItem, ErrorItem, FileChange, FileChangeItem, FileChangeKind,
-    ItemContent, ItemDelta, ItemStatus, ReasoningItem, TextDelta, ToolCall, ToolCallItem, ToolResult,
-    UserInput,
+    ItemContent, ItemDelta, ItemStatus, ReasoningItem, TextDelta, ToolCall, ToolCallItem,
+    ToolResult, UserInput,
 };
 use http::{StreamEvent, StreamRequest};
 use messages::ToolNames;
