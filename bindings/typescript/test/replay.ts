@@ -201,9 +201,10 @@ unit("required nullable refuses a missing member (Turn.completedAt)", () => {
     id: "t1",
     threadId: "th1",
     status: "running",
-    startedAt: "2026-01-01T00:00:00.000Z",
+    createdAt: "2026-01-01T00:00:00.000Z",
     completedAt: null,
-    error: null,
+    revision: 1,
+    terminalEvidence: null,
   };
   const decoded = p.roundtripDefinition("Turn", turn);
   assert.deepEqual(decoded, turn);
@@ -211,14 +212,14 @@ unit("required nullable refuses a missing member (Turn.completedAt)", () => {
   assert.throws(() => p.decodeTurn(without), p.DecodeError);
 });
 
-unit("an unknown Item type is kept as Unknown(raw)", () => {
+unit("an unknown ItemContent type is kept as Unknown(raw)", () => {
   const raw: Json = { type: "hologram", id: "i1", frames: [1, 2, 3] };
-  const item = p.decodeItem(raw);
+  const item = p.decodeItemContent(raw);
   assert.equal(item.type, undefined);
   assert.ok("unknown" in item);
   assert.deepEqual(item.unknown, raw);
-  assert.deepEqual(p.encodeItem(item), raw);
-  const known = p.decodeItem({ type: "agentMessage", id: "i2", text: "hi" });
+  assert.deepEqual(p.encodeItemContent(item), raw);
+  const known = p.decodeItemContent({ type: "agentMessage", id: "i2", text: "hi" });
   switch (known.type) {
     case "agentMessage":
       assert.equal(known.text, "hi");
@@ -235,15 +236,16 @@ unit("an unknown display enum value is kept (FileChangeKind)", () => {
 });
 
 unit("an unknown ApprovalDecision is refused", () => {
-  assert.throws(() => p.decodeApprovalDecision({ decision: "acceptAlways" }), p.DecodeError);
+  assert.throws(() => p.decodeApprovalDecision({ kind: "acceptAlways" }), p.DecodeError);
   assert.throws(() => p.decodeApprovalDecision({}), p.DecodeError);
-  assert.throws(() => p.decodeApprovalDecideResult({ nonce: "0".repeat(32), decision: { decision: "acceptAlways" } }), p.DecodeError);
-  const ok = p.decodeApprovalDecision({ decision: "decline", reason: "no" });
-  assert.equal(ok.decision, "decline");
+  // The answer before the published wire (nonce echoed, tag `decision`) is refused.
+  assert.throws(() => p.decodeApprovalDecision({ nonce: "0".repeat(32), decision: { decision: "acceptOnce" } }), p.DecodeError);
+  const ok = p.decodeApprovalDecision({ kind: "decline", reason: "no" });
+  assert.equal(ok.kind, "decline");
 });
 
 unit("a strict struct refuses an unknown member", () => {
-  assert.throws(() => p.decodeApprovalDecision({ decision: "acceptOnce", class: "x" }), p.DecodeError);
+  assert.throws(() => p.decodeApprovalDecision({ kind: "acceptOnce", class: "x" }), p.DecodeError);
 });
 
 unit("keyword names survive (members and Metadata keys)", () => {
