@@ -262,7 +262,8 @@ impl<'a> Host<'a> {
             }
             Some("approval/decide") => {
                 self.soak.c.approvals.fetch_add(1, Ordering::Relaxed);
-                let answer = json!({"jsonrpc": "2.0", "id": v["id"], "result": {"kind": "acceptOnce"}});
+                let answer =
+                    json!({"jsonrpc": "2.0", "id": v["id"], "result": {"kind": "acceptOnce"}});
                 self.send_line(&answer.to_string());
             }
             Some(method) => {

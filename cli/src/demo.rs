@@ -8,8 +8,7 @@ use cc_app_server::approval::operation_digest;
 use cc_app_server::client::{ApprovalHandler, Client, ClientConfig};
 use cc_app_server::engine::{AppServer, ServerConfig};
 use cc_app_server::protocol::{
-    AcceptForSession, AcceptForTurn, AcceptOnce, ApprovalRequest, ApprovalDecision, Cancel,
-    Decline,
+    AcceptForSession, AcceptForTurn, AcceptOnce, ApprovalDecision, ApprovalRequest, Cancel, Decline,
 };
 use cc_app_server::rollout::{layout, StoreKind};
 use cc_app_server::scripted::ScriptedKernel;
@@ -49,7 +48,9 @@ impl DecisionArg {
     fn decision(self) -> ApprovalDecision {
         match self {
             DecisionArg::AcceptOnce => ApprovalDecision::AcceptOnce(AcceptOnce {}),
-            DecisionArg::AcceptForTurn => ApprovalDecision::AcceptForTurn(AcceptForTurn { permissions: None }),
+            DecisionArg::AcceptForTurn => {
+                ApprovalDecision::AcceptForTurn(AcceptForTurn { permissions: None })
+            }
             DecisionArg::AcceptForSession => {
                 ApprovalDecision::AcceptForSession(AcceptForSession { permissions: None })
             }

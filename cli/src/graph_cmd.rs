@@ -296,7 +296,9 @@ impl Session {
                 }
                 println!("{line}");
             }
-            "graph/event" if p["type"] == "runUpdated" => return p["run"]["status"].as_str().map(str::to_string),
+            "graph/event" if p["type"] == "runUpdated" => {
+                return p["run"]["status"].as_str().map(str::to_string)
+            }
             _ => {}
         }
         None

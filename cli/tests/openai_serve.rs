@@ -94,10 +94,14 @@ fn serve_runs_a_tool_turn_against_an_openai_compatible_server() {
     let answer = seen
         .iter()
         .find(|m| {
-            m["method"] == "item/completed" && m["params"]["item"]["content"]["type"] == "agentMessage"
+            m["method"] == "item/completed"
+                && m["params"]["item"]["content"]["type"] == "agentMessage"
         })
         .unwrap();
-    assert_eq!(answer["params"]["item"]["content"]["text"], "Wrote hello.txt.");
+    assert_eq!(
+        answer["params"]["item"]["content"]["text"],
+        "Wrote hello.txt."
+    );
     assert_eq!(answer["params"]["item"]["kind"], "assistant_message");
     let reqs = model.requests();
     assert_eq!(reqs[0].body["model"], "llama3.2");

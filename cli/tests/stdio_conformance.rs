@@ -148,7 +148,10 @@ fn every_method_over_stdio() {
 
     // thread/archive, then list hides it unless asked, and it cannot start turns.
     let archived = p.req("thread/archive", json!({"threadId": "slow"}));
-    assert_eq!(archived["result"]["thread"]["status"], "archived", "{archived}");
+    assert_eq!(
+        archived["result"]["thread"]["status"], "archived",
+        "{archived}"
+    );
     let list = p.req("thread/list", json!({}));
     let ids: Vec<&str> = list["result"]["threads"]
         .as_array()
@@ -225,10 +228,7 @@ fn approvals_answered_by_the_test_as_the_client() {
     };
     let nonce = |ask: &Value| ask["params"]["binding"]["nonce"].clone();
 
-    let (resolved, result, done) = run(
-        &mut p,
-        &|_| json!({"kind": "acceptOnce"}),
-    );
+    let (resolved, result, done) = run(&mut p, &|_| json!({"kind": "acceptOnce"}));
     assert_eq!(resolved["params"]["outcome"], "approved", "{resolved}");
     assert_eq!(result["params"]["result"]["status"], "ok", "{result}");
     assert_eq!(done["params"]["turn"]["status"], "completed");
@@ -255,10 +255,7 @@ fn approvals_answered_by_the_test_as_the_client() {
     assert_eq!(result["params"]["result"]["status"], "denied");
 
     // An unknown decision fails closed too.
-    let (resolved, _, _) = run(
-        &mut p,
-        &|_| json!({"kind": "acceptAlways"}),
-    );
+    let (resolved, _, _) = run(&mut p, &|_| json!({"kind": "acceptAlways"}));
     assert_eq!(resolved["params"]["outcome"], "failedClosed", "{resolved}");
 
     // The client answering with an error: fails closed.

@@ -479,7 +479,7 @@ fn section_read(r: &mut Report, quick: bool) {
             &request(5, "thread/read", &json!({"threadId": "long", "limit": 1})),
             5,
         );
-        serde_json::from_str::<Value>(&a).unwrap()["result"]["thread"]["lastEventSeq"]
+        serde_json::from_str::<Value>(&a).unwrap()["result"]["thread"]["revision"]
             .as_u64()
             .unwrap()
     };

@@ -5,8 +5,8 @@
 use crate::errors::BindingError;
 use cc_app_server::approval as core;
 use cc_app_server::protocol::{
-    AcceptForSession, AcceptForTurn, AcceptOnce, ApprovalRequest as WireRequest,
-    ApprovalDecision as WireDecision, Cancel, Decline, ToolCall,
+    AcceptForSession, AcceptForTurn, AcceptOnce, ApprovalDecision as WireDecision,
+    ApprovalRequest as WireRequest, Cancel, Decline, ToolCall,
 };
 use serde_json::Value;
 
@@ -100,7 +100,9 @@ impl From<ApprovalDecision> for WireDecision {
     fn from(d: ApprovalDecision) -> Self {
         match d {
             ApprovalDecision::AcceptOnce => WireDecision::AcceptOnce(AcceptOnce {}),
-            ApprovalDecision::AcceptForTurn => WireDecision::AcceptForTurn(AcceptForTurn { permissions: None }),
+            ApprovalDecision::AcceptForTurn => {
+                WireDecision::AcceptForTurn(AcceptForTurn { permissions: None })
+            }
             ApprovalDecision::AcceptForSession => {
                 WireDecision::AcceptForSession(AcceptForSession { permissions: None })
             }

@@ -8,7 +8,7 @@ use crate::errors::{signed, ClientError, HandlerError, ListenerError};
 use crate::server::AppServer;
 use crate::task::{TaskHandle, POLL};
 use cc_app_server::client::{ApprovalHandler as CoreHandler, Client as CoreClient, ClientConfig};
-use cc_app_server::protocol::{ApprovalRequest as WireRequest, ApprovalDecision as WireDecision};
+use cc_app_server::protocol::{ApprovalDecision as WireDecision, ApprovalRequest as WireRequest};
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;

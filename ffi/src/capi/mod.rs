@@ -32,7 +32,7 @@ use cc_app_server::kernel::{
     AgentKernel as CoreKernel, KernelError as CoreKernelError, TurnContext as CoreContext,
 };
 use cc_app_server::protocol::{
-    AcceptForSession, AcceptForTurn, AcceptOnce, ApprovalRequest, ApprovalDecision, Cancel,
+    AcceptForSession, AcceptForTurn, AcceptOnce, ApprovalDecision, ApprovalRequest, Cancel,
     Decline, UserInput,
 };
 use serde_json::{json, Map, Value};
@@ -935,7 +935,9 @@ impl CoreHandler for CApproval {
         let decision = unsafe { (self.decide)(self.user_data, text.as_ptr()) };
         Ok(match decision {
             CC_DECISION_ACCEPT_ONCE => ApprovalDecision::AcceptOnce(AcceptOnce {}),
-            CC_DECISION_ACCEPT_FOR_TURN => ApprovalDecision::AcceptForTurn(AcceptForTurn { permissions: None }),
+            CC_DECISION_ACCEPT_FOR_TURN => {
+                ApprovalDecision::AcceptForTurn(AcceptForTurn { permissions: None })
+            }
             CC_DECISION_ACCEPT_FOR_SESSION => {
                 ApprovalDecision::AcceptForSession(AcceptForSession { permissions: None })
             }
