@@ -5,6 +5,7 @@
 import com.chainlesschain.appserver.AppServer
 import com.chainlesschain.appserver.Decision
 import com.chainlesschain.appserver.protocol.AgentOptions
+import com.chainlesschain.appserver.protocol.ItemContent
 import com.chainlesschain.appserver.protocol.ItemDelta
 import com.chainlesschain.appserver.protocol.ProtocolJson
 import com.chainlesschain.appserver.protocol.ServerNotification
@@ -21,7 +22,7 @@ fun main(args: Array<String>) = runBlocking {
     val stateDir = args.firstOrNull() ?: error("usage: Main <state-dir>")
     AppServer.open(stateDir).use { server ->
         val client = server.client(approvals = { request ->
-            println("approval requested: ${request.tool} ${request.argumentsJson}")
+            println("approval requested: ${request.tool} ${request.argumentsJson} (risk ${request.risk.wire})")
             Decision.AcceptOnce
         })
         client.use {
@@ -29,6 +30,11 @@ fun main(args: Array<String>) = runBlocking {
                 client.notifications().takeWhile { it !is ServerNotification.TurnCompleted }.collect { n ->
                     when (n) {
                         is ServerNotification.ItemDelta -> (n.value.params.delta as? ItemDelta.Text)?.let { println("delta: " + it.value.text) }
+                        // The published Item: kind and status around the body the kernel reported.
+                        is ServerNotification.ItemCompleted -> n.value.params.item.let { item ->
+                            val text = (item.content as? ItemContent.AgentMessage)?.value?.text
+                            println("item ${item.kind.wire} ${item.status.wire}" + (text?.let { ": $it" } ?: ""))
+                        }
                         is ServerNotification.ApprovalResolved -> println("approval ${n.value.params.outcome.wire}")
                         else -> println("notification ${n.toJson().getString("method")}")
                     }
@@ -38,7 +44,7 @@ fun main(args: Array<String>) = runBlocking {
             val turn = client.turnStart(thread.thread.id, "write me a note")
             events.join()
             val done = client.threadRead(thread.thread.id).thread
-            println("turn ${turn.turn.id} done; thread ${done.id} has ${done.lastEventSeq} events")
+            println("turn ${turn.turn.id} done; thread ${done.id} is at revision ${done.revision}")
             val report = server.store().verify(done.id)
             println("rollout verified: ${if (report.ok) "ok" else "FAILED " + report.reason}")
         }

@@ -1,12 +1,12 @@
 """Open an in-process server, start a thread, stream a turn, answer its approval."""
 import asyncio, sys, tempfile
 import cc_app_server as cc
-from cc_app_server.protocol import ApprovalDecideParams, ItemDeltaNotification, TextDelta, TurnCompletedNotification
+from cc_app_server.protocol import ApprovalRequest, ItemDeltaNotification, TextDelta, TurnCompletedNotification
 SCRIPT = {"steps": [{"type": "tool", "tool": "fs.write", "arguments": {"path": "hello.txt", "text": "hi"}},
                     {"type": "message", "text": "I wrote hello.txt.", "chunks": 3}]}  # the built-in scripted kernel
 
-def approve(request: ApprovalDecideParams) -> cc.Decision:
-    print(f"approve {request.operation.tool} {request.operation.arguments}? yes")
+def approve(request: ApprovalRequest) -> cc.Decision:
+    print(f"approve {request.operation.tool} {request.operation.arguments} (risk {request.risk})? yes")
     return "acceptOnce"
 
 async def main(state_dir: str) -> None:

@@ -96,7 +96,7 @@ fun awaitIdle(poller: Wire, thread: String, n: Int) {
         val threads = answer.getJSONObject("result").getJSONArray("threads")
         for (i in 0 until threads.length()) {
             val t = threads.getJSONObject(i)
-            if (t.getString("id") == thread && t.getString("status") == "idle" && t.getLong("lastEventSeq") > n) return
+            if (t.getString("id") == thread && t.getString("status") == "idle" && t.getLong("revision") > n) return
         }
         Thread.sleep(20)
     }
@@ -231,7 +231,7 @@ fun main(args: Array<String>) {
             val (count, elapsed) = runBlocking {
                 c.threadStart(threadId = thread, agentOptions = com.chainlesschain.appserver.protocol.AgentOptions(script = script(drainN)))
                 c.turnStart(thread, "go")
-                while (c.threadList(limit = 1000).threads.single { it.id == thread }.let { it.status.wire != "idle" || it.lastEventSeq <= drainN }) Thread.sleep(20)
+                while (c.threadList(limit = 1000).threads.single { it.id == thread }.let { it.status.wire != "idle" || it.revision <= drainN }) Thread.sleep(20)
                 var count = 0
                 val started = System.nanoTime()
                 c.notifications().first { count++; it is ServerNotification.TurnCompleted }

@@ -1,5 +1,6 @@
-"""Approvals: every decision (as a generated class and as its wire string, from sync and async
-handlers), and every fail-closed case with its diagnostic on logger `cc_app_server`."""
+"""Approvals: every decision (as a generated class and as its wire `kind`, from sync and async
+handlers), and every fail-closed case with its diagnostic on logger `cc_app_server` and its reason
+in the denied tool result."""
 
 from __future__ import annotations
 
@@ -30,15 +31,24 @@ DECISIONS: list[tuple[cc.Decision, str, str, bool, str]] = [
 
 
 async def run_tool_turn(client: cc.AsyncClient, thread_id: str) -> tuple[p.ApprovalResolvedParams, p.Turn]:
+    resolved, turn, _ = await run_tool_turn_with_result(client, thread_id)
+    return resolved, turn
+
+
+async def run_tool_turn_with_result(client: cc.AsyncClient, thread_id: str) -> tuple[
+        p.ApprovalResolvedParams, p.Turn, p.ToolResult | None]:
     await client.thread_start(thread_id=thread_id, agent_options=p.AgentOptions(script=TOOL_SCRIPT))
     await client.turn_start(thread_id, "go")
     resolved = None
+    result: p.ToolResult | None = None
     async for note in client.notifications(timeout=20):
         if isinstance(note, p.ApprovalResolvedNotification):
             resolved = note.params
+        if isinstance(note, p.ToolResultNotification):
+            result = note.params.result
         if isinstance(note, p.TurnCompletedNotification):
             assert resolved is not None
-            return resolved, note.params.turn
+            return resolved, note.params.turn, result
     raise AssertionError("unreachable")
 
 
@@ -47,34 +57,44 @@ async def run_tool_turn(client: cc.AsyncClient, thread_id: str) -> tuple[p.Appro
                          ids=[f"{type(d[0]).__name__}-{d[2]}" for d in DECISIONS])
 def test_every_decision(server: cc.AppServer, decision: cc.Decision, outcome: str, recorded: str, ran: bool,
                         status: str, is_async: bool) -> None:
-    seen: list[p.ApprovalDecideParams] = []
+    seen: list[p.ApprovalRequest] = []
 
-    def decide(request: p.ApprovalDecideParams) -> cc.Decision:
+    def decide(request: p.ApprovalRequest) -> cc.Decision:
         seen.append(request)
         return decision
 
-    async def adecide(request: p.ApprovalDecideParams) -> cc.Decision:
+    async def adecide(request: p.ApprovalRequest) -> cc.Decision:
         await asyncio.sleep(0)
         return decide(request)
 
     async def main() -> None:
         async with server.client(approvals=adecide if is_async else decide) as client:
-            resolved, turn = await run_tool_turn(client, "d")
+            resolved, turn, result = await run_tool_turn_with_result(client, "d")
             assert resolved.outcome == outcome
+            if recorded == "decline":
+                # A user's reason reaches the kernel in the denied tool result.
+                assert isinstance(result, p.ToolResultDenied), result
+                assert result.reason == ("the user declined: not today" if isinstance(decision, p.Decline)
+                                         else "the user declined"), result.reason
             assert isinstance(resolved.decision, (p.AcceptOnce, p.AcceptForTurn, p.AcceptForSession, p.Decline,
                                                   p.Cancel))
-            assert p.encode_ApprovalDecision(resolved.decision)["decision"] == recorded  # type: ignore[index,call-overload]
+            assert p.encode_ApprovalDecision(resolved.decision)["kind"] == recorded  # type: ignore[index,call-overload]
             assert turn.status == status
+            assert turn.completed_at is not None and turn.terminal_evidence is not None
+            assert turn.terminal_evidence.status == ("succeeded" if status == "completed" else "cancelled")
 
     asyncio.run(main())
     [request] = seen
     assert request.operation.tool == "fs.write" and request.operation.arguments == {"path": "a.txt", "text": "x"}
     assert request.binding.thread_id == "d" and request.binding.nonce
+    # The published ApprovalRequest: its id names the binding's nonce, and it says how risky and why.
+    assert request.id == "approval-" + request.binding.nonce
+    assert request.risk in ("low", "medium", "high", "critical") and request.reason
     assert server.stats().tools_executed == (1 if ran else 0)
 
 
 def test_blocking_client_with_async_handler(server: cc.AppServer) -> None:
-    async def decide(request: p.ApprovalDecideParams) -> cc.Decision:
+    async def decide(request: p.ApprovalRequest) -> cc.Decision:
         await asyncio.sleep(0.01)
         return p.AcceptOnce()
 
@@ -89,53 +109,62 @@ def test_blocking_client_with_async_handler(server: cc.AppServer) -> None:
     assert server.stats().tools_executed == 1
 
 
-def raising(request: p.ApprovalDecideParams) -> cc.Decision:
+def raising(request: p.ApprovalRequest) -> cc.Decision:
     raise RuntimeError("handler bug")
 
 
-def wrong_type(request: p.ApprovalDecideParams) -> Any:
+def wrong_type(request: p.ApprovalRequest) -> Any:
     return 42
 
 
-def wrong_string(request: p.ApprovalDecideParams) -> Any:
+def wrong_string(request: p.ApprovalRequest) -> Any:
     return "yes please"
 
 
-async def async_raising(request: p.ApprovalDecideParams) -> cc.Decision:
+async def async_raising(request: p.ApprovalRequest) -> cc.Decision:
     raise ValueError("async handler bug")
 
 
-def slow(request: p.ApprovalDecideParams) -> cc.Decision:
+def slow(request: p.ApprovalRequest) -> cc.Decision:
     time.sleep(0.8)
     return "acceptOnce"
 
 
-async def async_slow(request: p.ApprovalDecideParams) -> cc.Decision:
+async def async_slow(request: p.ApprovalRequest) -> cc.Decision:
     await asyncio.sleep(5)
     return "acceptOnce"
 
 
-FAIL_CLOSED: list[tuple[str, Any, str]] = [
-    ("no-handler", None, "no approval handler"),
-    ("raising", raising, "approval handler raised"),
-    ("async-raising", async_raising, "approval handler raised"),
-    ("wrong-type", wrong_type, "returned 42 (int)"),
-    ("wrong-string", wrong_string, "returned 'yes please' (str)"),
-    ("slow", slow, "past the 0.3 s deadline"),
-    ("async-slow", async_slow, "within the 0.3 s deadline"),
+# (name, handler, diagnostic logged, what the denied tool result's reason says; None: either the
+# client's deadline or the handler's own, whichever comes first)
+FAIL_CLOSED: list[tuple[str, Any, str, str | None]] = [
+    ("no-handler", None, "no approval handler", "no approval handler is configured on this client"),
+    ("raising", raising, "approval handler raised", "the approval handler failed"),
+    ("async-raising", async_raising, "approval handler raised", "the approval handler failed"),
+    ("wrong-type", wrong_type, "returned 42 (int)", "it returned 42 (int), not a decision"),
+    ("wrong-string", wrong_string, "returned 'yes please' (str)", "it returned 'yes please' (str), not a decision"),
+    ("slow", slow, "past the 0.3 s deadline", "the approval handler did not answer in time"),
+    ("async-slow", async_slow, "within the 0.3 s deadline", None),
 ]
 
 
-@pytest.mark.parametrize("name,handler,diagnostic", FAIL_CLOSED, ids=[c[0] for c in FAIL_CLOSED])
+@pytest.mark.parametrize("name,handler,diagnostic,reason", FAIL_CLOSED, ids=[c[0] for c in FAIL_CLOSED])
 def test_fail_closed_with_a_diagnostic(server: cc.AppServer, caplog: pytest.LogCaptureFixture, name: str,
-                                       handler: Any, diagnostic: str) -> None:
+                                       handler: Any, diagnostic: str, reason: str | None) -> None:
     caplog.set_level(logging.WARNING, logger="cc_app_server")
 
     async def main() -> None:
         async with server.client(approvals=handler, approval_timeout=0.3) as client:
-            resolved, turn = await run_tool_turn(client, "f")
+            resolved, turn, result = await run_tool_turn_with_result(client, "f")
             assert resolved.outcome == "declined", resolved
             assert turn.status == "completed"
+            # The decline says why, and the denied tool result carries it.
+            assert isinstance(result, p.ToolResultDenied), result
+            assert result.reason.startswith("the user declined: "), result.reason
+            if reason is not None:
+                assert reason in result.reason, result.reason
+            if name == "raising":
+                assert "RuntimeError: handler bug" in result.reason, result.reason
 
     asyncio.run(main())
     assert server.stats().tools_executed == 0

@@ -29,12 +29,20 @@ def definition(tool: str = "echo") -> dict[str, Any]:
 
 
 GRANT = p.GraphRunGrant(capabilities=["agent", "tool:echo"])
+ENDED = ("succeeded", "failed", "cancelled")
+
+
+def run_update(note: p.ServerNotification) -> p.GraphRunUpdatedParams | None:
+    """The run's state when `note` is a `graph/event` of type runUpdated."""
+    if isinstance(note, p.GraphEventNotification) and isinstance(note.params, p.GraphRunUpdatedParams):
+        return note.params
+    return None
 
 
 def test_validate_run_and_read_a_graph(server: cc.AppServer) -> None:
     seen: list[str] = []
 
-    def approve(request: p.ApprovalDecideParams) -> cc.Decision:
+    def approve(request: p.ApprovalRequest) -> cc.Decision:
         seen.append(request.operation.tool)
         return "acceptOnce"
 
@@ -52,11 +60,16 @@ def test_validate_run_and_read_a_graph(server: cc.AppServer) -> None:
 
             started = await client.graph_run_start(definition(), run_id="py-run", grant=GRANT)
             assert started.run.run_id == "py-run"
+            nodes: set[str] = set()
             async for note in client.notifications(timeout=30):
-                if isinstance(note, p.GraphRunUpdatedNotification) and note.params.run.status in (
-                        "succeeded", "failed", "cancelled"):
-                    assert note.params.run.status == "succeeded", note
+                if isinstance(note, p.GraphEventNotification) and isinstance(note.params, p.GraphNodeUpdatedParams):
+                    assert note.params.type_ == "nodeUpdated" and note.params.run_id == "py-run"
+                    nodes.add(note.params.node.node_id)
+                update = run_update(note)
+                if update is not None and update.run.status in ENDED:
+                    assert update.type_ == "runUpdated" and update.run.status == "succeeded", note
                     break
+            assert nodes == {"fetch", "tell"}, nodes
             read = await client.graph_run_read("py-run", include_content=True)
             assert {n.node_id: n.status for n in read.nodes} == {"fetch": "succeeded", "tell": "succeeded"}
             outputs = read.run.outputs
@@ -73,9 +86,9 @@ def test_a_declined_tool_node_fails_the_run_and_runs_nothing(server: cc.AppServe
     with server.blocking_client(approvals=lambda request: "decline") as client:
         client.graph_run_start(definition(), run_id="declined", grant=GRANT)
         for note in client.notifications(timeout=30):
-            if isinstance(note, p.GraphRunUpdatedNotification) and note.params.run.status in (
-                    "succeeded", "failed", "cancelled"):
-                assert note.params.run.status == "failed", note
+            update = run_update(note)
+            if update is not None and update.run.status in ENDED:
+                assert update.run.status == "failed", note
                 break
         cancelled = client.graph_run_cancel("declined", reason="done with it")
         assert cancelled.run.run_id == "declined" and cancelled.fenced == [] and cancelled.run.status == "failed"

@@ -68,8 +68,16 @@ def test_python_kernel_and_tools(state_dir: str, caplog: pytest.LogCaptureFixtur
         seen = run(client, "k", "sum")
         done = seen[-1]
         assert isinstance(done, p.TurnCompletedNotification) and done.params.turn.status == "completed"
+        assert done.params.error is None
         results = [n.params.result for n in seen if isinstance(n, p.ToolResultNotification)]
         assert results == [p.ToolResultOk(output={"sum": 5})]
+        # The kernel reported bodies; clients get them inside the published Item envelope.
+        items = [n.params.item for n in seen if isinstance(n, (p.ItemStartedNotification, p.ItemCompletedNotification))]
+        tool = [i for i in items if isinstance(i.content, p.ToolCallItem)]
+        assert [(i.kind, i.status) for i in tool] == [("tool", "started"), ("tool", "completed")]
+        assert all(i.thread_id == "k" and i.turn_id == done.params.turn.id for i in items)
+        assert all(isinstance(i.content, (p.ToolCallItem, p.AgentMessageItem)) and i.id == i.content.id for i in items)
+        assert tool[-1].completed_at is not None and tool[0].completed_at is None
         text = "".join(n.params.delta.text for n in seen if isinstance(n, p.ItemDeltaNotification)
                        and isinstance(n.params.delta, p.TextDelta))
         assert text == "sum: 5"
@@ -84,8 +92,11 @@ def test_python_kernel_and_tools(state_dir: str, caplog: pytest.LogCaptureFixtur
         caplog.set_level(logging.ERROR, logger="cc_app_server")
         failed = run(client, "k", "fail")[-1]
         assert isinstance(failed, p.TurnCompletedNotification) and failed.params.turn.status == "failed"
-        assert failed.params.turn.error is not None
-        assert "the calculator is out of batteries" in failed.params.turn.error.message
+        # Why it failed travels beside the (published, closed) Turn.
+        assert failed.params.error is not None
+        assert "the calculator is out of batteries" in failed.params.error.message
+        assert failed.params.turn.terminal_evidence is not None
+        assert failed.params.turn.terminal_evidence.status == "failed"
         assert any("out of batteries" in r.getMessage() and r.exc_info for r in caplog.records)
 
         # The thread goes on after a failed turn.
@@ -138,6 +149,8 @@ def test_interrupting_a_python_kernel(state_dir: str) -> None:
                     await asyncio.sleep(0.01)
                 result = await client.turn_interrupt("w", turn.id)
                 assert result.physically_settled and result.turn.status == "interrupted"
+                assert result.turn.terminal_evidence is not None
+                assert result.turn.terminal_evidence.status == "cancelled"
 
         asyncio.run(main())
 
@@ -153,6 +166,9 @@ def test_a_function_kernel_runs_on_engine_threads(state_dir: str) -> None:
         client.thread_start(thread_id="e")
         seen = run(client, "e", "hi")
         [completed] = [n for n in seen if isinstance(n, p.ItemCompletedNotification)
-                       and isinstance(n.params.item, p.AgentMessageItem)]
-        assert isinstance(completed.params.item, p.AgentMessageItem) and completed.params.item.text == "echo: hi"
+                       and isinstance(n.params.item.content, p.AgentMessageItem)]
+        item = completed.params.item
+        assert item.kind == "assistant_message" and item.status == "completed"
+        assert isinstance(item.content, p.AgentMessageItem) and item.content.text == "echo: hi"
+        assert item.data_policy.trust == "untrusted_content"
     assert threads and threading.main_thread().name not in threads

@@ -61,9 +61,12 @@ def test_async_lifecycle(server: cc.AppServer) -> None:
             read = await client.thread_read("life", limit=1)
             assert read.thread.id == "life" and len(read.events) == 1 and read.events[0].seq == 1
             forked = await client.thread_fork("life", new_thread_id="life-fork", title="Fork")
-            assert forked.thread.id == "life-fork" and isinstance(forked.thread.forked_from, p.ForkOrigin)
+            assert forked.thread.id == "life-fork" and isinstance(forked.forked_from, p.ForkOrigin)
+            assert forked.forked_from.thread_id == "life" and forked.thread.parent_thread_id == "life"
+            assert (await client.thread_read("life-fork", limit=1)).forked_from == forked.forked_from
+            assert (await client.thread_resume("life", limit=1)).forked_from is None
             archived = await client.thread_archive(other.thread.id)
-            assert archived.thread.archived
+            assert archived.thread.status == "archived"
             assert other.thread.id not in [t.id for t in (await client.thread_list()).threads]
             assert other.thread.id in [t.id for t in (await client.thread_list(include_archived=True)).threads]
             # The escape hatch: JSON in, JSON out.
@@ -118,10 +121,11 @@ def test_blocking_lifecycle(server: cc.AppServer) -> None:
         deltas = [n.params.delta for n in seen if isinstance(n, p.ItemDeltaNotification)]
         assert "".join(d.text for d in deltas if isinstance(d, p.TextDelta)) == "hello"
         # Every notification's rollout seq goes up by one: nothing lost, nothing reordered.
-        seqs = [n.params.event_seq for n in seen if not isinstance(n, p.UnknownCase)]
+        seqs = [n.params.event_seq for n in seen if not isinstance(n, (p.UnknownCase, p.GraphEventNotification))]
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
         resumed = client.thread_resume("b")
-        assert resumed.active_turn is None and resumed.thread.last_event_seq == seqs[-1]
+        assert resumed.active_turn is None and resumed.thread.revision == seqs[-1]
+        assert resumed.thread.status == "idle" and resumed.thread.parent_thread_id is None
         with pytest.raises(cc.Timeout):
             next(iter(client.notifications(timeout=0.1)))
     assert client.closed
@@ -145,7 +149,7 @@ def test_close_reopen_resume(state_dir: str, store: cc.Store) -> None:
     turn_id, last_seq = asyncio.run(first_life())
     with cc.AppServer.open(state_dir, store=store) as server, server.blocking_client() as client:
         resumed = client.thread_resume("keep")
-        assert resumed.thread.title == "kept" and resumed.thread.last_event_seq == last_seq
+        assert resumed.thread.title == "kept" and resumed.thread.revision == last_seq
         assert resumed.active_turn is None and not resumed.has_more
         assert resumed.events[-1].seq == last_seq
         stats = server.stats()
@@ -230,8 +234,13 @@ def test_notifications_this_version_cannot_read_are_kept_not_dropped(caplog: pyt
     future = _decode_notification('{"jsonrpc":"2.0","method":"thread/renamed","params":{"threadId":"t"}}')
     assert isinstance(future, p.UnknownCase) and future.raw["method"] == "thread/renamed"
     item = _decode_notification('{"jsonrpc":"2.0","method":"item/started","params":{"threadId":"t","eventSeq":3,'
-                                '"turnId":"u","itemId":"i","item":{"type":"hologram","id":"i"}}}')
-    assert isinstance(item, p.ItemStartedNotification) and isinstance(item.params.item, p.UnknownCase)
+                                '"turnId":"u","item":{"id":"i","threadId":"t","turnId":"u","parentId":null,'
+                                '"kind":"artifact","status":"started","content":{"type":"hologram","id":"i"},'
+                                '"dataPolicy":{"origin":"kernel","trust":"untrusted_content",'
+                                '"sensitivity":"internal","allowedSinks":["host","rollout"]},'
+                                '"createdAt":"2026-01-01T00:00:00.000Z","completedAt":null}}}')
+    assert isinstance(item, p.ItemStartedNotification) and isinstance(item.params.item.content, p.UnknownCase)
+    assert item.params.item.kind == "artifact"
     caplog.set_level(logging.WARNING, logger="cc_app_server")
     broken = _decode_notification('{"jsonrpc":"2.0","method":"turn/completed","params":{"threadId":"t"}}')
     assert isinstance(broken, p.UnknownCase) and broken.raw["method"] == "turn/completed"
@@ -246,7 +255,7 @@ def test_thread_compact_with_a_caller_summary(server: cc.AppServer) -> None:
         for note in client.notifications(timeout=20):
             if isinstance(note, p.TurnCompletedNotification):
                 break
-        before = client.thread_resume("long", limit=1).thread.last_event_seq
+        before = client.thread_resume("long", limit=1).thread.revision
         done = client.thread_compact("long", summary="the user said go; the agent answered")
         assert done.summary == "the user said go; the agent answered"
         assert done.to_seq == before and done.event_seq == before + 1

@@ -170,6 +170,11 @@ def test_async_request_turn_with_an_approval_and_protocol_errors(state_dir: str)
     [request] = handler.requests
     assert request.tool == "fs.write" and json.loads(request.arguments_json) == {"path": "a.txt", "text": "x"}
     assert request.binding.thread_id == "py" and request.binding.turn_id == turn["turn"]["id"]
+    # params_json is the published ApprovalRequest.
+    params = json.loads(request.params_json)
+    assert sorted(params) == ["binding", "id", "operation", "reason", "risk"], params
+    assert params["id"] == "approval-" + request.binding.nonce and params["reason"] == request.reason
+    assert params["operation"] == {"tool": "fs.write", "arguments": {"path": "a.txt", "text": "x"}}
 
     with pytest.raises(ffi.ClientError.Protocol) as e:
         client.request_blocking("thread/read", json.dumps({"threadId": "missing"}))
@@ -199,8 +204,16 @@ def test_approvals_decline_by_default_and_on_handler_failure(state_dir: str, han
     client = ffi.Client.connect(server, chosen)
     start_turn(client, "t", TOOL_SCRIPT)
     resolved = wait_for(client, "approval/resolved")
-    # Absent, failing or declining: the client answers decline, the server records it.
+    # Absent, failing or declining: the client answers decline (the bare published decision), the
+    # server records it.
     assert resolved["params"]["outcome"] == "declined", resolved
+    assert resolved["params"]["decision"]["kind"] == "decline", resolved
+    # The decline says why, and the denied tool result carries it.
+    why = {None: "no approval handler is configured on this client", "explode": "the approval handler failed",
+           "decline": "no"}[handler]
+    assert resolved["params"]["decision"]["reason"].startswith(why), resolved
+    result = wait_for(client, "tool/result")["params"]["result"]
+    assert result["status"] == "denied" and result["reason"].startswith("the user declined: " + why), result
     done = wait_for(client, "turn/completed")
     assert done["params"]["turn"]["status"] == "completed"
     assert server.tools_executed() == 0
@@ -321,7 +334,15 @@ def test_python_kernel_and_tool_executor(state_dir: str) -> None:
     client = ffi.Client.connect(server)
     client.request_blocking("thread/start", json.dumps({"threadId": "k", "agentOptions": {"mode": "py"}}))
     client.request_blocking("turn/start", json.dumps({"threadId": "k", "input": [{"type": "text", "text": "sum"}]}))
-    assert wait_for(client, "turn/completed")["params"]["turn"]["status"] == "completed"
+    seen: list[dict[str, Any]] = []
+    assert wait_for(client, "turn/completed", seen)["params"]["turn"]["status"] == "completed"
+    # The kernel reported bodies; clients get each inside the published Item envelope.
+    items = [m["params"]["item"] for m in seen if m["method"] in ("item/started", "item/completed")]
+    assert [(i["kind"], i["status"], i["content"]["type"]) for i in items] == [
+        ("tool", "started", "toolCall"), ("tool", "completed", "toolCall"),
+        ("assistant_message", "started", "agentMessage"), ("assistant_message", "completed", "agentMessage")]
+    assert items[-1]["content"]["text"] == "sum: 5" and items[-1]["threadId"] == "k"
+    assert all(i["id"] == i["content"]["id"] for i in items)
     assert tools.calls == [("k", "py.add", {"a": 2, "b": 3})]
     read = json.loads(client.request_blocking("thread/read", json.dumps({"threadId": "k"})))
     assert "sum: 5" in json.dumps(read)
@@ -337,8 +358,11 @@ def test_python_kernel_and_tool_executor(state_dir: str) -> None:
 
     for text, reason in [("fail", "python kernel says no"), ("crash", "an unexpected Python exception")]:
         client.request_blocking("turn/start", json.dumps({"threadId": "k", "input": [{"type": "text", "text": text}]}))
-        turn = wait_for(client, "turn/completed")["params"]["turn"]
-        assert turn["status"] == "failed" and reason in turn["error"]["message"], turn
+        done = wait_for(client, "turn/completed")["params"]
+        turn = done["turn"]
+        # Why it failed travels beside the published Turn, which carries its terminal evidence.
+        assert turn["status"] == "failed" and reason in done["error"]["message"], done
+        assert "error" not in turn and turn["terminalEvidence"]["status"] == "failed", turn
     client.close()
     server.shutdown()
 

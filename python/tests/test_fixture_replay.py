@@ -192,25 +192,58 @@ def test_required_nullable_refuses_missing() -> None:
         "id": "t1",
         "threadId": "th1",
         "status": "running",
-        "startedAt": "2026-01-01T00:00:00.000Z",
+        "createdAt": "2026-01-01T00:00:00.000Z",
         "completedAt": None,
-        "error": None,
+        "revision": 3,
+        "terminalEvidence": None,
     }
     assert json_equal(p.roundtrip_definition("Turn", turn), turn)
     assert isinstance(turn, dict)
     without = {k: v for k, v in turn.items() if k != "completedAt"}
     with pytest.raises(p.DecodeError):
         p.decode_Turn(without)
+    # The published Turn is closed: the error travels beside it, never inside.
+    with pytest.raises(p.DecodeError):
+        p.decode_Turn({**turn, "error": None})
 
 
-def test_unknown_item_type_is_kept_raw() -> None:
+def test_unknown_item_content_type_is_kept_raw() -> None:
     raw: p.Json = {"type": "hologram", "id": "i1", "frames": [1, 2, 3]}
-    item = p.decode_Item(raw)
-    assert isinstance(item, p.UnknownCase)
-    assert item.raw == raw
-    assert p.encode_Item(item) == raw
-    known = p.decode_Item({"type": "agentMessage", "id": "i2", "text": "hi"})
+    content = p.decode_ItemContent(raw)
+    assert isinstance(content, p.UnknownCase)
+    assert content.raw == raw
+    assert p.encode_ItemContent(content) == raw
+    known = p.decode_ItemContent({"type": "agentMessage", "id": "i2", "text": "hi"})
     assert isinstance(known, p.AgentMessageItem) and known.text == "hi" and known.type_ == "agentMessage"
+
+
+def test_item_is_the_published_envelope_around_its_content() -> None:
+    raw: p.Json = {
+        "id": "i2",
+        "threadId": "th1",
+        "turnId": "t1",
+        "parentId": None,
+        "kind": "assistant_message",
+        "status": "completed",
+        "content": {"type": "agentMessage", "id": "i2", "text": "hi"},
+        "dataPolicy": {"origin": "kernel", "trust": "untrusted_content", "sensitivity": "internal",
+                       "allowedSinks": ["host", "rollout"]},
+        "createdAt": "2026-01-01T00:00:00.000Z",
+        "completedAt": "2026-01-01T00:00:01.000Z",
+    }
+    item = p.decode_Item(raw)
+    assert item.kind == "assistant_message" and item.status == "completed"
+    assert isinstance(item.content, p.AgentMessageItem) and item.content.text == "hi"
+    assert p.encode_Item(item) == raw
+    # An unknown content type inside the envelope is kept too.
+    assert isinstance(raw, dict)
+    odd = p.decode_Item({**raw, "kind": "artifact", "content": {"type": "hologram", "id": "i2"}})
+    assert isinstance(odd.content, p.UnknownCase)
+    # The envelope itself is closed, and its kind is strict.
+    with pytest.raises(p.DecodeError):
+        p.decode_Item({**raw, "text": "hi"})
+    with pytest.raises(p.DecodeError):
+        p.decode_Item({**raw, "kind": "hologram"})
 
 
 def test_unknown_display_enum_value_is_kept() -> None:
@@ -221,18 +254,22 @@ def test_unknown_display_enum_value_is_kept() -> None:
 
 def test_unknown_approval_decision_is_refused() -> None:
     with pytest.raises(p.DecodeError):
-        p.decode_ApprovalDecision({"decision": "acceptAlways"})
+        p.decode_ApprovalDecision({"kind": "acceptAlways"})
     with pytest.raises(p.DecodeError):
         p.decode_ApprovalDecision({})
+    # The old answer shape (nonce echoed, decision tagged `decision`) is refused.
     with pytest.raises(p.DecodeError):
-        p.decode_ApprovalDecideResult({"nonce": "0" * 32, "decision": {"decision": "acceptAlways"}})
-    decline = p.decode_ApprovalDecision({"decision": "decline", "reason": "no"})
+        p.decode_ApprovalDecision({"nonce": "0" * 32, "decision": {"decision": "acceptOnce"}})
+    with pytest.raises(p.DecodeError):
+        p.decode_ApprovalDecision({"decision": "acceptOnce"})
+    decline = p.decode_ApprovalDecision({"kind": "decline", "reason": "no"})
     assert isinstance(decline, p.Decline) and decline.reason == "no"
+    assert p.encode_ApprovalDecision(p.AcceptOnce()) == {"kind": "acceptOnce"}
 
 
 def test_strict_struct_refuses_unknown_member() -> None:
     with pytest.raises(p.DecodeError):
-        p.decode_ApprovalDecision({"decision": "acceptOnce", "class": "x"})
+        p.decode_ApprovalDecision({"kind": "acceptOnce", "class": "x"})
 
 
 def test_keyword_names_survive() -> None:
@@ -263,6 +300,33 @@ def test_envelope_dispatch() -> None:
     assert isinstance(p.decode_message({"jsonrpc": "2.0", "id": 1, "result": {}}), p.ClientResponse)
     with pytest.raises(p.DecodeError):
         p.decode_message({"jsonrpc": "2.0", "id": 1, "method": "future/thing"})
+
+
+def test_graph_notifications_are_one_method_tagged_by_type() -> None:
+    run = parse_wire((FIXTURES / "valid" / "graph-node-updated-notification.json").read_text("utf-8"))
+    note = p.decode_message(run)
+    assert isinstance(note, p.GraphEventNotification) and isinstance(note.params, p.GraphNodeUpdatedParams)
+    assert p.encode_message(note) == run
+    # A future type of graph event is kept raw, like any display union.
+    assert isinstance(run, dict)
+    later = p.decode_message({**run, "params": {"type": "futureThing", "runId": "r1"}})
+    assert isinstance(later, p.GraphEventNotification) and isinstance(later.params, p.UnknownCase)
+    # The old method names are no longer known ones.
+    old = p.decode_message({"jsonrpc": "2.0", "method": "graph/run/updated", "params": {}})
+    assert isinstance(old, p.UnknownCase)
+
+
+def test_thread_is_the_closed_published_thread() -> None:
+    thread: p.Json = {"id": "th1", "status": "archived", "title": None, "parentThreadId": None,
+                      "createdAt": "2026-01-01T00:00:00.000Z", "updatedAt": "2026-01-01T00:00:00.000Z",
+                      "revision": 7, "metadata": {}}
+    decoded = p.decode_Thread(thread)
+    assert decoded.status == "archived" and decoded.revision == 7
+    assert p.encode_Thread(decoded) == thread
+    assert isinstance(thread, dict)
+    for extra in ({"archived": True}, {"lastEventSeq": 7}, {"forkedFrom": None}):
+        with pytest.raises(p.DecodeError):
+            p.decode_Thread({**thread, **extra})
 
 
 def test_integral_float_id_is_an_integer() -> None:

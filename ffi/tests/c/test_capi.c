@@ -31,8 +31,11 @@ static char big[256 * 1024];
 static int32_t approve(void *user_data, const char *params_json) {
   atomic_int *calls = user_data;
   atomic_fetch_add(calls, 1);
-  /* The binding is there for the host to check before it shows anything. */
-  if (strstr(params_json, "\"nonce\"") == NULL || strstr(params_json, "\"fs.write\"") == NULL) {
+  /* The published ApprovalRequest: its id, the binding (there for the host to check before it
+   * shows anything), the operation, its risk and the reason. */
+  if (strstr(params_json, "\"nonce\"") == NULL || strstr(params_json, "\"fs.write\"") == NULL ||
+      strstr(params_json, "\"id\":\"approval-") == NULL || strstr(params_json, "\"risk\":\"") == NULL ||
+      strstr(params_json, "\"reason\":\"") == NULL) {
     return CC_DECISION_DECLINE;
   }
   return CC_DECISION_ACCEPT_ONCE;
@@ -136,9 +139,13 @@ static void test_turn_with_approval(cc_server *server) {
   CHECK(r == CC_OK && strstr(big, "\"turn\""), "turn/start: %s", big);
   int deltas = 0;
   CHECK(wait_for(client, "approval/resolved", &deltas), "approval resolved");
-  CHECK(strstr(big, "acceptOnce") != NULL, "accepted: %s", big);
+  CHECK(strstr(big, "\"kind\":\"acceptOnce\"") != NULL, "accepted: %s", big);
   CHECK(wait_for(client, "turn/completed", &deltas), "turn completed");
   CHECK(strstr(big, "\"status\":\"completed\"") != NULL, "completed: %s", big);
+  /* The published Turn: its terminal evidence inside, the error (none) beside it. */
+  CHECK(strstr(big, "\"terminalEvidence\":{") != NULL && strstr(big, "\"status\":\"succeeded\"") != NULL,
+        "terminal evidence: %s", big);
+  CHECK(strstr(big, "\"error\":null") != NULL, "no error beside the turn: %s", big);
   CHECK(deltas == 3, "three deltas, got %d", deltas);
   CHECK(atomic_load(&calls) == 1, "one approval call, got %d", atomic_load(&calls));
 
@@ -164,6 +171,33 @@ static void test_turn_with_approval(cc_server *server) {
   cc_client_free(client);
 }
 
+/* A callback that declines (without a reason): the tool does not run and its result says so. */
+static int32_t decline(void *user_data, const char *params_json) {
+  (void)params_json;
+  atomic_fetch_add((atomic_int *)user_data, 1);
+  return CC_DECISION_DECLINE;
+}
+
+static void test_declined_tool(cc_server *server) {
+  atomic_int calls = 0;
+  cc_client *client = NULL;
+  CHECK(cc_client_connect(server, decline, &calls, 0, &client) == CC_OK, "client connect");
+  const char *start =
+      "{\"threadId\":\"c-declined\",\"agentOptions\":{\"script\":{\"steps\":["
+      "{\"type\":\"tool\",\"tool\":\"fs.write\",\"arguments\":{\"path\":\"b.txt\"}}]}}}";
+  CHECK(cc_client_request(client, "thread/start", start, big, sizeof big, NULL) == CC_OK, "thread/start");
+  CHECK(cc_client_request(client, "turn/start",
+                          "{\"threadId\":\"c-declined\",\"input\":[{\"type\":\"text\",\"text\":\"go\"}]}",
+                          big, sizeof big, NULL) == CC_OK, "turn/start");
+  CHECK(wait_for(client, "approval/resolved", NULL), "approval resolved");
+  CHECK(strstr(big, "\"outcome\":\"declined\"") && strstr(big, "\"kind\":\"decline\""), "declined: %s", big);
+  CHECK(wait_for(client, "tool/result", NULL), "tool result");
+  CHECK(strstr(big, "\"status\":\"denied\"") && strstr(big, "the user declined"), "denied: %s", big);
+  CHECK(wait_for(client, "turn/completed", NULL), "turn completed");
+  CHECK(atomic_load(&calls) == 1, "one approval call, got %d", atomic_load(&calls));
+  cc_client_free(client);
+}
+
 static void test_host_kernel(const char *dir) {
   struct kernel_state state = {0, 0};
   cc_kernel kernel = {run_turn, &state, release};
@@ -176,9 +210,16 @@ static void test_host_kernel(const char *dir) {
                     "{\"threadId\":\"k\",\"input\":[{\"type\":\"text\",\"text\":\"hi\"}]}", big,
                     sizeof big, NULL);
   int deltas = 0;
+  /* The kernel reported the body; clients get the published Item envelope around it. */
+  CHECK(wait_for(client, "item/completed", &deltas), "kernel item completed");
+  CHECK(strstr(big, "\"kind\":\"assistant_message\"") && strstr(big, "\"content\":{") &&
+        strstr(big, "\"text\":\"hello from C\""), "item envelope: %s", big);
   CHECK(wait_for(client, "turn/completed", &deltas), "kernel turn completed");
   CHECK(strstr(big, "\"status\":\"completed\"") != NULL, "completed: %s", big);
   CHECK(deltas == 2, "two deltas from C, got %d", deltas);
+  cc_client_request(client, "thread/read", "{\"threadId\":\"k\"}", big, sizeof big, NULL);
+  CHECK(strstr(big, "\"revision\":") != NULL && strstr(big, "\"forkedFrom\":null") != NULL,
+        "the published thread, fork origin beside it: %.300s", big);
   cc_result r = cc_client_request(client, "thread/read", "{\"threadId\":\"k\"}", big, sizeof big, NULL);
   CHECK(r == CC_OK && strstr(big, "hello from C"), "the message is in the rollout");
   CHECK(atomic_load(&state.turns) == 1, "one turn");
@@ -209,6 +250,7 @@ int main(void) {
   if (server) {
     test_raw_handshake(server);
     test_turn_with_approval(server);
+    test_declined_tool(server);
     cc_server_free(server);
   }
   test_host_kernel(dir2);

@@ -10,7 +10,10 @@ package com.chainlesschain.appserver.protocol.test
 import com.chainlesschain.appserver.protocol.ApprovalDecision
 import com.chainlesschain.appserver.protocol.DEFINITION_NAMES
 import com.chainlesschain.appserver.protocol.DecodeMode
+import com.chainlesschain.appserver.protocol.GraphEventParams
 import com.chainlesschain.appserver.protocol.Item
+import com.chainlesschain.appserver.protocol.ItemContent
+import com.chainlesschain.appserver.protocol.ItemKind
 import com.chainlesschain.appserver.protocol.ItemStatus
 import com.chainlesschain.appserver.protocol.JsonField
 import com.chainlesschain.appserver.protocol.ProtocolDecodeException
@@ -19,6 +22,7 @@ import com.chainlesschain.appserver.protocol.ProtocolMessage
 import com.chainlesschain.appserver.protocol.SCHEMA_DIGEST
 import com.chainlesschain.appserver.protocol.ServerNotification
 import com.chainlesschain.appserver.protocol.ThreadListParams
+import com.chainlesschain.appserver.protocol.Thread
 import com.chainlesschain.appserver.protocol.ThreadStartParams
 import com.chainlesschain.appserver.protocol.ToolCall
 import com.chainlesschain.appserver.protocol.decodeMessage
@@ -106,23 +110,48 @@ private fun unitChecks() {
     check("cursor null stays null", list("""{"cursor": null}""").toJson().opt("cursor") === JSONObject.NULL)
     check("optional non-nullable refuses null", refused { ThreadStartParams.fromJson(json("""{"title": null}""")) } != null)
 
-    // A display union keeps an unknown Item type in receive mode, and it survives a round trip.
+    // A display union keeps an unknown item content type in receive mode, and it survives a round trip.
     val raw = """{"type": "hologram", "id": "i1", "frames": 3}"""
-    val item = Item.fromJson(json(raw))
-    check("unknown Item kept", item is Item.Unknown) { item.toString() }
-    check("unknown Item round trip", ProtocolJson.equal(item.toJson(), json(raw)))
-    check("unknown Item refused in conformance mode", refused { Item.fromJson(json(raw), DecodeMode.Conformance) } != null)
-    val status = Item.fromJson(json("""{"type": "toolCall", "id": "i2", "call": {"tool": "t", "arguments": {}}, "status": "paused", "result": null}"""))
-    check("unknown ItemStatus kept", status is Item.ToolCall && status.value.status is ItemStatus.Unknown && status.value.status.wire == "paused") { status.toString() }
+    val content = ItemContent.fromJson(json(raw))
+    check("unknown ItemContent kept", content is ItemContent.Unknown) { content.toString() }
+    check("unknown ItemContent round trip", ProtocolJson.equal(content.toJson(), json(raw)))
+    check("unknown ItemContent refused in conformance mode", refused { ItemContent.fromJson(json(raw), DecodeMode.Conformance) } != null)
+    val status = ItemContent.fromJson(json("""{"type": "toolCall", "id": "i2", "call": {"tool": "t", "arguments": {}}, "status": "paused", "result": null}"""))
+    check("unknown ItemStatus kept", status is ItemContent.ToolCall && status.value.status is ItemStatus.Unknown && status.value.status.wire == "paused") { status.toString() }
+
+    // The published Item is a closed envelope around the content.
+    val envelope = """{"id": "i2", "threadId": "th1", "turnId": "t1", "parentId": null, "kind": "assistant_message",
+        "status": "completed", "content": {"type": "agentMessage", "id": "i2", "text": "hi"},
+        "dataPolicy": {"origin": "kernel", "trust": "untrusted_content", "sensitivity": "internal", "allowedSinks": ["host", "rollout"]},
+        "createdAt": "2026-01-01T00:00:00.000Z", "completedAt": "2026-01-01T00:00:01.000Z"}"""
+    val item = Item.fromJson(json(envelope))
+    check("Item envelope", item.kind == ItemKind.AssistantMessage && (item.content as? ItemContent.AgentMessage)?.value?.text == "hi") { item.toString() }
+    check("Item envelope round trip", ProtocolJson.equal(item.toJson(), json(envelope)))
+    check("Item envelope is closed", refused { Item.fromJson((json(envelope) as JSONObject).put("text", "hi")) }?.pointer == "/text")
+    check("unknown content kept inside the envelope",
+        Item.fromJson((json(envelope) as JSONObject).put("content", json(raw))).content is ItemContent.Unknown)
+
+    // The published Thread is closed: archived, lastEventSeq and forkedFrom are gone.
+    val thread = """{"id": "th1", "status": "archived", "title": null, "parentThreadId": null,
+        "createdAt": "2026-01-01T00:00:00.000Z", "updatedAt": "2026-01-01T00:00:00.000Z", "revision": 7, "metadata": {}}"""
+    check("Thread decodes", Thread.fromJson(json(thread)).revision == 7L)
+    for (member in listOf("archived", "lastEventSeq", "forkedFrom")) {
+        check("Thread refuses $member", refused { Thread.fromJson((json(thread) as JSONObject).put(member, JSONObject.NULL)) }?.pointer == "/$member")
+    }
+
     val note = decodeMessage(json("""{"jsonrpc": "2.0", "method": "graph/updated", "params": {}}"""))
     check("unknown notification kept", note is ProtocolMessage.ServerNotificationMessage && note.value is ServerNotification.Unknown) { note.toString() }
+    // Graph notifications are one method tagged by type; a future type is kept.
+    val later = decodeMessage(json("""{"jsonrpc": "2.0", "method": "graph/event", "params": {"type": "futureThing", "runId": "r1"}}"""))
+    check("unknown graph/event type kept", ((later as? ProtocolMessage.ServerNotificationMessage)?.value as? ServerNotification.GraphEvent)?.value?.params is GraphEventParams.Unknown) { later.toString() }
 
-    // A security-sensitive union refuses an unknown value in every mode.
+    // A security-sensitive union refuses an unknown value in every mode, and the old answer shape.
     for (mode in DecodeMode.values()) {
-        val e = refused { ApprovalDecision.fromJson(json("""{"decision": "acceptAlways"}"""), mode) }
-        check("unknown ApprovalDecision refused ($mode)", e != null && e.pointer == "/decision") { e?.message ?: "accepted" }
+        val e = refused { ApprovalDecision.fromJson(json("""{"kind": "acceptAlways"}"""), mode) }
+        check("unknown ApprovalDecision refused ($mode)", e != null && e.pointer == "/kind") { e?.message ?: "accepted" }
+        check("old ApprovalDecision shape refused ($mode)", refused { ApprovalDecision.fromJson(json("""{"decision": "acceptOnce"}"""), mode) } != null)
     }
-    check("known ApprovalDecision", ApprovalDecision.fromJson(json("""{"decision": "acceptOnce"}""")) is ApprovalDecision.AcceptOnce)
+    check("known ApprovalDecision", ApprovalDecision.fromJson(json("""{"kind": "acceptOnce"}""")) is ApprovalDecision.AcceptOnce)
 
     // Keyword members survive: as free keys in a JsonValue, and refused as extra members of strict objects.
     val call = ToolCall.fromJson(json("""{"tool": "k", "arguments": {"class": 1, "fun": 2, "in": 3, "is": 4, "object": 5, "default": 6, "self": 7}}"""))

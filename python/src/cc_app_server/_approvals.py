@@ -1,7 +1,10 @@
-"""Approval handlers: a plain or `async def` callable gets the typed `approval/decide` params and
-returns a decision (a generated decision class, or its wire string). Everything else fails closed —
-no handler, an exception, a wrong return value, an answer past the deadline — and says why on
-logger `cc_app_server`, so a declined tool is never a mystery.
+"""Approval handlers: a plain or `async def` callable gets the typed `approval/decide` params (the
+published `ApprovalRequest`: id, binding, operation, risk, reason) and returns a decision (a
+generated decision class, or its wire `kind`). The native client answers the server with the bare
+decision. Everything else fails closed — no handler, an exception, a wrong return value, an answer
+past the deadline — and says why twice: on logger `cc_app_server`, and in the decline's reason,
+which the denied tool result carries ("the user declined: <why>"), so a declined tool is never a
+mystery.
 """
 
 from __future__ import annotations
@@ -20,7 +23,12 @@ from ._native import ffi
 
 DecisionName = Literal["acceptOnce", "acceptForTurn", "acceptForSession", "decline", "cancel"]
 Decision = Union[p.ApprovalDecision, DecisionName]
-ApprovalHandler = Callable[[p.ApprovalDecideParams], Union[Decision, Awaitable[Decision]]]
+ApprovalHandler = Callable[[p.ApprovalRequest], Union[Decision, Awaitable[Decision]]]
+
+# The decline reason when a client has no handler: the Rust client's own words for the same case.
+NO_HANDLER = "no approval handler is configured on this client"
+# The engine's bound for a handler's failure text in a decline reason.
+_MAX_REASON = 1024
 
 
 def to_native(decision: object) -> Any:
@@ -44,9 +52,15 @@ def to_native(decision: object) -> Any:
     return None
 
 
-def _describe(request: p.ApprovalDecideParams) -> str:
+def _describe(request: p.ApprovalRequest) -> str:
     b = request.binding
-    return f"{request.operation.tool!r} (thread {b.thread_id}, turn {b.turn_id}, item {b.item_id})"
+    return (f"{request.operation.tool!r} (risk {request.risk}, thread {b.thread_id}, turn {b.turn_id}, "
+            f"item {b.item_id})")
+
+
+def _failed(why: str) -> Any:
+    """The native error that makes the client decline with `why` as the reason."""
+    return ffi.HandlerError.Failed(reason=why[:_MAX_REASON])
 
 
 class NativeApprovals(ffi.ApprovalHandler):  # type: ignore[misc]
@@ -61,15 +75,15 @@ class NativeApprovals(ffi.ApprovalHandler):  # type: ignore[misc]
 
     def decide(self, native_request: Any) -> Any:
         try:
-            request = p.decode_ApprovalDecideParams(json.loads(native_request.params_json))
+            request = p.decode_ApprovalRequest(json.loads(native_request.params_json))
         except (ValueError, p.DecodeError) as e:
             log.error("approval request could not be decoded (%s); declining", e)
-            raise ffi.HandlerError.Failed(reason="undecodable approval request") from None
+            raise _failed(f"the approval request could not be decoded: {e}") from None
         what = _describe(request)
         if self._handler is None:
             log.warning("approval requested for %s but this client has no approval handler; declined "
                         "(pass approvals=... to server.client())", what)
-            return ffi.ApprovalDecision.DECLINE(reason="no approval handler")
+            return ffi.ApprovalDecision.DECLINE(reason=NO_HANDLER)
         started = time.monotonic()
         try:
             decision = self._run(request)
@@ -78,26 +92,26 @@ class NativeApprovals(ffi.ApprovalHandler):  # type: ignore[misc]
             # client already declined at the deadline, which runs from before this thread started).
             log.warning("approval handler did not answer %s within the %.3g s deadline; declined", what,
                         self._deadline)
-            raise ffi.HandlerError.Failed(reason="approval handler timed out") from None
+            raise _failed(f"it did not answer within the {self._deadline:.3g} s deadline") from None
         except Exception as e:
             log.error("approval handler raised for %s; declined: %s: %s", what, type(e).__name__, e,
                       exc_info=True)
-            raise ffi.HandlerError.Failed(reason="approval handler raised") from None
+            raise _failed(f"it raised {type(e).__name__}: {e}") from None
         elapsed = time.monotonic() - started
         if elapsed > self._deadline:
             log.warning("approval handler answered %s after %.3g s, past the %.3g s deadline; the request "
                         "was already declined", what, elapsed, self._deadline)
-            raise ffi.HandlerError.Failed(reason="approval handler answered too late")
+            raise _failed(f"it answered after {elapsed:.3g} s, past the {self._deadline:.3g} s deadline")
         native = to_native(decision)
         if native is None:
             log.error("approval handler returned %r (%s) for %s; expected a decision class from "
                       "cc_app_server.protocol (AcceptOnce(), Decline(), ...) or one of 'acceptOnce', "
                       "'acceptForTurn', 'acceptForSession', 'decline', 'cancel'; declined",
                       decision, type(decision).__name__, what)
-            raise ffi.HandlerError.Failed(reason="approval handler returned no decision")
+            raise _failed(f"it returned {decision!r} ({type(decision).__name__}), not a decision")
         return native
 
-    def _run(self, request: p.ApprovalDecideParams) -> object:
+    def _run(self, request: p.ApprovalRequest) -> object:
         handler = self._handler
         assert handler is not None
         if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):

@@ -322,7 +322,8 @@ class AsyncClient(_BaseClient):
 
     async def thread_read(self, thread_id: str, *, after_event_seq: int | None = None,
                           limit: int | None = None) -> p.ThreadReadResult:
-        """`thread/read`: the thread and its rollout events after a cursor, a bounded page."""
+        """`thread/read`: the thread and its rollout events after a cursor, a bounded page
+        (`thread.revision` is the seq of its last durable event: the cursor to read on from)."""
         params = _params.thread_read(thread_id, after_event_seq, limit)
         return p.decode_ThreadReadResult(json.loads(await self._call("thread/read", params)))
 
@@ -334,7 +335,8 @@ class AsyncClient(_BaseClient):
 
     async def thread_fork(self, thread_id: str, *, new_thread_id: str | None = None, at_event_seq: int | None = None,
                           title: str | None = None, idempotency_key: str | None = None) -> p.ThreadForkResult:
-        """`thread/fork`: a new, independent thread from this one's history."""
+        """`thread/fork`: a new, independent thread from this one's history (`forked_from`, beside
+        `thread`, says where it came from; `thread.parent_thread_id` names the source thread)."""
         params = _params.thread_fork(thread_id, new_thread_id, at_event_seq, title, idempotency_key)
         return p.decode_ThreadForkResult(json.loads(await self._call("thread/fork", params)))
 
@@ -345,7 +347,8 @@ class AsyncClient(_BaseClient):
         return p.decode_ThreadListResult(json.loads(await self._call("thread/list", params)))
 
     async def thread_archive(self, thread_id: str) -> p.ThreadArchiveResult:
-        """`thread/archive` (refused with -32009 while a turn is active)."""
+        """`thread/archive` (refused with -32009 while a turn is active): the thread, now with
+        `status == "archived"`."""
         params = _params.thread_archive(thread_id)
         return p.decode_ThreadArchiveResult(json.loads(await self._call("thread/archive", params)))
 
@@ -367,8 +370,9 @@ class AsyncClient(_BaseClient):
                               inputs: JsonObject | None = None, grant: p.GraphRunGrant | None = None,
                               options: p.GraphRunOptions | None = None,
                               idempotency_key: str | None = None) -> p.GraphRunStartResult:
-        """`graph/run/start`: compiles and starts a durable run; it reports through
-        `graph/node/updated` and `graph/run/updated` notifications."""
+        """`graph/run/start`: compiles and starts a durable run; it reports through `graph/event`
+        notifications (`GraphEventNotification`, params `GraphNodeUpdatedParams` or
+        `GraphRunUpdatedParams` by `type`)."""
         params = _params.graph_run_start(definition, run_id, inputs, grant, options, idempotency_key)
         return p.decode_GraphRunStartResult(json.loads(await self._call("graph/run/start", params)))
 
@@ -390,7 +394,8 @@ class AsyncClient(_BaseClient):
         return p.decode_TurnStartResult(json.loads(await self._call("turn/start", params)))
 
     async def turn_interrupt(self, thread_id: str, turn_id: str) -> p.TurnInterruptResult:
-        """`turn/interrupt`: answers once the kernel has physically stopped (else -32010)."""
+        """`turn/interrupt`: answers once the kernel has physically stopped (else -32010); `error`,
+        beside `turn`, says why it ended when it did not complete."""
         params = _params.turn_interrupt(thread_id, turn_id)
         return p.decode_TurnInterruptResult(json.loads(await self._call("turn/interrupt", params)))
 

@@ -73,17 +73,20 @@ class TurnContext:
         item_id: str = self._call(self._native.new_item_id)
         return item_id
 
-    def item_started(self, item: p.Item) -> None:
-        """Records and announces `item/started` (raises `ValueError` for an item the schema refuses)."""
-        self._call(self._native.item_started, _dump(p.encode_Item(item)))
+    def item_started(self, item: p.ItemContent) -> None:
+        """Records and announces `item/started`. `item` is the item's body (`AgentMessageItem`,
+        `ToolCallItem`, ...): the engine wraps it in the published `Item` envelope (kind, status,
+        data policy, times) that clients receive as `item/started` params `item`, with the body as
+        its `content`. Raises `ValueError` for a body the schema refuses."""
+        self._call(self._native.item_started, _dump(p.encode_ItemContent(item)))
 
     def item_delta(self, item_id: str, delta: p.ItemDelta) -> None:
         """Records and announces `item/delta`."""
         self._call(self._native.item_delta, item_id, _dump(p.encode_ItemDelta(delta)))
 
-    def item_completed(self, item: p.Item) -> None:
-        """Records and announces `item/completed`."""
-        self._call(self._native.item_completed, _dump(p.encode_Item(item)))
+    def item_completed(self, item: p.ItemContent) -> None:
+        """Records and announces `item/completed`: the item's final body (see `item_started`)."""
+        self._call(self._native.item_completed, _dump(p.encode_ItemContent(item)))
 
     def say(self, text: str, *, chunks: list[str] | None = None) -> str:
         """Streams an agent message: `item/started`, one `item/delta` per chunk (default: the whole

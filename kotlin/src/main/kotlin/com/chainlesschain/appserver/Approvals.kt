@@ -7,6 +7,7 @@ import com.chainlesschain.appserver.ffi.ApprovalBinding
 import com.chainlesschain.appserver.ffi.ApprovalPolicy
 import com.chainlesschain.appserver.ffi.BindingException
 import com.chainlesschain.appserver.ffi.verifyApprovalBinding
+import com.chainlesschain.appserver.protocol.ApprovalRisk
 import com.chainlesschain.appserver.protocol.ProtocolJson
 import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.CoroutineScope
@@ -20,6 +21,7 @@ import java.util.logging.Logger
 import com.chainlesschain.appserver.ffi.ApprovalDecision as NativeDecision
 import com.chainlesschain.appserver.ffi.ApprovalHandler as NativeHandler
 import com.chainlesschain.appserver.ffi.ApprovalRequest as NativeRequest
+import com.chainlesschain.appserver.protocol.ApprovalRequest as PublishedRequest
 
 /** The host's answer to an approval request. */
 sealed class Decision {
@@ -57,10 +59,22 @@ sealed class Decision {
 }
 
 /**
- * One `approval/decide` request: which tool with which arguments, why, and the binding the
- * decision will be tied to (thread, turn, item, digests, nonce, expiry).
+ * One `approval/decide` request: which tool with which arguments, how risky, why, and the binding
+ * the decision will be tied to (thread, turn, item, digests, nonce, expiry). [published] is the
+ * whole request as the wire carries it (the published v1 `ApprovalRequest`).
  */
 class ApprovalRequest internal constructor(internal val native: NativeRequest) {
+    /** The request as sent: the published `ApprovalRequest` `{id, binding, operation, risk, reason}`. */
+    val published: PublishedRequest by lazy {
+        decoding("approval request") { PublishedRequest.fromJson(ProtocolJson.parse(native.paramsJson)) }
+    }
+
+    /** The request's id (`approval-` + the binding's nonce). */
+    val id: String get() = published.id
+
+    /** How much harm the operation could do: read-only tools low, workspace writes medium, commands high. */
+    val risk: ApprovalRisk get() = published.risk
+
     val threadId: String get() = native.binding.threadId
     val turnId: String get() = native.binding.turnId
     val itemId: String get() = native.binding.itemId
@@ -72,7 +86,7 @@ class ApprovalRequest internal constructor(internal val native: NativeRequest) {
     /** The tool's arguments parsed (an org.json value: usually a `JSONObject`). */
     val arguments: Any get() = ProtocolJson.parse(native.argumentsJson)
 
-    /** Why the kernel wants it, if it said. */
+    /** Why the kernel wants it (the server always says; `"<tool> wants to run"` when the kernel did not). */
     val reason: String? get() = native.reason
     val binding: ApprovalBinding get() = native.binding
 
@@ -103,7 +117,8 @@ internal val approvalLog: Logger = Logger.getLogger("com.chainlesschain.appserve
 
 /**
  * The uniffi handler the Rust client calls on its own thread: runs [handler] with a deadline of
- * [deadlineMs]; anything but a decision in time is a decline, logged at WARNING with the reason.
+ * [deadlineMs]; anything but a decision in time is a decline, logged at WARNING, whose reason says
+ * why (the server records it, and the denied tool result carries it as "the user declined: …").
  * The Rust client's own approval timeout is set a little longer, so this one decides first.
  */
 internal class SuspendingApprovalHandler(
@@ -132,7 +147,7 @@ internal class SuspendingApprovalHandler(
                     "declined (fail closed)",
                 e,
             )
-            NativeDecision.Decline("the approval handler failed")
+            NativeDecision.Decline("the approval handler failed: ${describe(e)}".take(MAX_REASON))
         } finally {
             decision.cancel()
         }
@@ -140,5 +155,8 @@ internal class SuspendingApprovalHandler(
 
     private companion object {
         val handlerScope = CoroutineScope(SupervisorJob())
+
+        /** The engine's bound for a decline reason it shows the kernel (ShortText, less the prefix). */
+        const val MAX_REASON = 1000
     }
 }

@@ -165,8 +165,9 @@ class Client internal constructor(
         graphValidate(graphDefinition(definitionJson), GraphRunGrant(capabilities))
 
     /**
-     * Compiles and starts a durable graph run; it reports through `graph/node/updated` and
-     * `graph/run/updated` notifications (docs/graph.md).
+     * Compiles and starts a durable graph run; it reports through `graph/event` notifications
+     * ([ServerNotification.GraphEvent], whose params are a `GraphEventParams.NodeUpdated` or
+     * `GraphEventParams.RunUpdated`; docs/graph.md).
      */
     suspend fun graphRunStart(
         definition: GraphDefinition,
@@ -220,7 +221,8 @@ class Client internal constructor(
 
     /**
      * Interrupts a turn and answers only when the kernel has physically stopped; otherwise fails
-     * with [ProtocolException] code -32010 (never a false "cancelled").
+     * with [ProtocolException] code -32010 (never a false "cancelled"). Why the turn ended is the
+     * result's `error`, beside the (published, closed) `turn`.
      */
     suspend fun turnInterrupt(threadId: String, turnId: String): TurnInterruptResult =
         call("turn/interrupt", TurnInterruptParams(threadId, turnId).toJson())

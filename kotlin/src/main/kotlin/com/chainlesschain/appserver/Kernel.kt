@@ -7,7 +7,7 @@ package com.chainlesschain.appserver
 import com.chainlesschain.appserver.ffi.KernelException
 import com.chainlesschain.appserver.ffi.TurnContext
 import com.chainlesschain.appserver.protocol.AgentMessageItem
-import com.chainlesschain.appserver.protocol.Item
+import com.chainlesschain.appserver.protocol.ItemContent
 import com.chainlesschain.appserver.protocol.ItemDelta
 import com.chainlesschain.appserver.protocol.ProtocolJson
 import com.chainlesschain.appserver.protocol.TextDelta
@@ -54,11 +54,17 @@ class Turn internal constructor(private val ctx: TurnContext) {
 
     fun newItemId(): String = kernelCall { ctx.newItemId() }
 
-    fun itemStarted(item: Item) = kernelCall { ctx.itemStarted(item.toJson().toString()) }
+    /**
+     * Records and announces `item/started`. [item] is the item's body ([ItemContent.AgentMessage],
+     * [ItemContent.ToolCall], …); clients receive it as the `content` of the published `Item`
+     * envelope (kind, status, data policy, times) the engine builds around it.
+     */
+    fun itemStarted(item: ItemContent) = kernelCall { ctx.itemStarted(item.toJson().toString()) }
 
     fun itemDelta(itemId: String, delta: ItemDelta) = kernelCall { ctx.itemDelta(itemId, delta.toJson().toString()) }
 
-    fun itemCompleted(item: Item) = kernelCall { ctx.itemCompleted(item.toJson().toString()) }
+    /** Records and announces `item/completed`: the item's final body (see [itemStarted]). */
+    fun itemCompleted(item: ItemContent) = kernelCall { ctx.itemCompleted(item.toJson().toString()) }
 
     /**
      * Asks for a tool through the approval gate and waits for the decision and the run. Returns the
@@ -73,9 +79,9 @@ class Turn internal constructor(private val ctx: TurnContext) {
     /** Streams [text] as one agent message: item started, one delta, item completed. */
     fun say(text: String) {
         val id = newItemId()
-        itemStarted(Item.AgentMessage(AgentMessageItem(id, "")))
+        itemStarted(ItemContent.AgentMessage(AgentMessageItem(id, "")))
         itemDelta(id, ItemDelta.Text(TextDelta(text)))
-        itemCompleted(Item.AgentMessage(AgentMessageItem(id, text)))
+        itemCompleted(ItemContent.AgentMessage(AgentMessageItem(id, text)))
     }
 
     private inline fun <T> kernelCall(block: () -> T): T = try {

@@ -6,6 +6,7 @@ package com.chainlesschain.appserver;
 
 import com.chainlesschain.appserver.protocol.ApprovalOutcome;
 import com.chainlesschain.appserver.protocol.ServerNotification;
+import com.chainlesschain.appserver.protocol.ToolResult;
 import com.chainlesschain.appserver.protocol.TurnStatus;
 import java.nio.file.Files;
 import java.util.List;
@@ -48,6 +49,10 @@ public class JavaFacadeTest {
              JavaClient client = server.client(request -> {
                  asked.incrementAndGet();
                  check(request.getTool().equals("fs.write"), "tool " + request.getTool());
+                 // The published ApprovalRequest: its id names the nonce; it says how risky.
+                 check(request.getId().equals("approval-" + request.getBinding().getNonce()), "id " + request.getId());
+                 check(request.getRisk() != null && request.getPublished().getOperation().getTool().equals("fs.write"),
+                     "risk " + request.getRisk());
                  return Decision.acceptOnce();
              })) {
             List<ServerNotification> seen = new CopyOnWriteArrayList<>();
@@ -70,6 +75,8 @@ public class JavaFacadeTest {
                     .filter(n -> n instanceof ServerNotification.TurnCompleted).findFirst().orElseThrow();
                 check(done.getValue().getParams().getTurn().getId().equals(turnId), "turn id");
                 check(done.getValue().getParams().getTurn().getStatus() == TurnStatus.Completed, "status");
+                check(done.getValue().getParams().getError() == null, "no error beside a completed turn");
+                check(done.getValue().getParams().getTurn().getTerminalEvidence() != null, "terminal evidence");
                 check(seen.stream().anyMatch(n -> n instanceof ServerNotification.ApprovalResolved
                     && ((ServerNotification.ApprovalResolved) n).getValue().getParams().getOutcome() == ApprovalOutcome.Approved),
                     "approval approved");
@@ -120,14 +127,23 @@ public class JavaFacadeTest {
             client.request("thread/start", "{\"threadId\":\"d\",\"agentOptions\":{\"script\":" + TOOL_SCRIPT + "}}");
             client.turnStart("d", "go");
             ApprovalOutcome outcome = null;
+            String denied = null;
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
-            while (outcome == null && System.nanoTime() < deadline) {
+            while ((outcome == null || denied == null) && System.nanoTime() < deadline) {
                 ServerNotification n = client.nextNotification(100L);
                 if (n instanceof ServerNotification.ApprovalResolved) {
                     outcome = ((ServerNotification.ApprovalResolved) n).getValue().getParams().getOutcome();
                 }
+                if (n instanceof ServerNotification.ToolResult
+                    && ((ServerNotification.ToolResult) n).getValue().getParams().getResult() instanceof ToolResult.Denied) {
+                    denied = ((ToolResult.Denied) ((ServerNotification.ToolResult) n).getValue().getParams().getResult())
+                        .getValue().getReason();
+                }
             }
             check(outcome == ApprovalOutcome.Declined, "outcome " + outcome);
+            // The decline says why, and the denied tool result carries it.
+            check(denied != null && denied.startsWith("the user declined: the approval handler failed")
+                && denied.contains("java handler bug"), "denied " + denied);
             check(server.stats().getToolsExecuted() == 0L, "no tool ran");
         }
     }

@@ -3,7 +3,9 @@
 package com.chainlesschain.appserver
 
 import com.chainlesschain.appserver.protocol.ApprovalOutcome
+import com.chainlesschain.appserver.protocol.ApprovalRisk
 import com.chainlesschain.appserver.protocol.ServerNotification
+import com.chainlesschain.appserver.protocol.ToolResult
 import com.chainlesschain.appserver.protocol.TurnStatus
 import kotlinx.coroutines.delay
 import kotlinx.coroutines.runBlocking
@@ -17,7 +19,14 @@ import org.junit.jupiter.params.provider.ValueSource
 import java.util.Collections
 
 class ApprovalTest {
-    private class Outcome(val resolved: List<ApprovalOutcome>, val status: TurnStatus, val asked: Int, val executed: Long)
+    private class Outcome(
+        val resolved: List<ApprovalOutcome>,
+        val status: TurnStatus,
+        val asked: Int,
+        val executed: Long,
+        /** The reason of every denied tool result, in order. */
+        val denied: List<String>,
+    )
 
     /** Runs [turns] turns of [steps] on one thread with [decide]; returns what the server recorded. */
     private fun run(
@@ -32,11 +41,15 @@ class ApprovalTest {
             server.client(handler, clientOptions).use { client ->
                 client.threadStart(threadId = "a", agentOptions = scriptOptions(script(*steps)))
                 val resolved = mutableListOf<ApprovalOutcome>()
+                val denied = mutableListOf<String>()
                 var status: TurnStatus? = null
                 repeat(turns) {
                     val turn = client.turnStart("a", "go").turn.id
                     val seen = client.collectUntil { completedTurn(it)?.id == turn }
                     seen.filterIsInstance<ServerNotification.ApprovalResolved>().forEach { resolved += it.value.params.outcome }
+                    seen.filterIsInstance<ServerNotification.ToolResult>()
+                        .mapNotNull { it.value.params.result as? ToolResult.Denied }
+                        .forEach { denied += it.value.reason }
                     status = completedTurn(seen.last())!!.status
                 }
                 for (r in asked) {
@@ -45,8 +58,14 @@ class ApprovalTest {
                     assertEquals("a", r.threadId)
                     assertTrue(r.bindingMatches(ApprovalPolicy.ASK_EVERY_TIME, "/repo"))
                     assertFalse(r.bindingMatches(ApprovalPolicy.ASK_EVERY_TIME, "/elsewhere"))
+                    // The published ApprovalRequest: its id names the nonce; it says how risky and why.
+                    assertEquals("approval-" + r.binding.nonce, r.id)
+                    assertEquals(r.id, r.published.id)
+                    assertEquals("fs.write", r.published.operation.tool)
+                    assertTrue(r.risk in ApprovalRisk.entries)
+                    assertTrue(!r.reason.isNullOrEmpty())
                 }
-                Outcome(resolved, status!!, asked.size, server.stats().toolsExecuted)
+                Outcome(resolved, status!!, asked.size, server.stats().toolsExecuted, denied)
             }
         }
     }
@@ -80,6 +99,8 @@ class ApprovalTest {
         assertEquals(listOf(ApprovalOutcome.Declined), o.resolved)
         assertEquals(0L, o.executed)
         assertEquals(TurnStatus.Completed, o.status)
+        // The user's reason reaches the kernel in the denied tool result.
+        assertEquals(listOf("the user declined: not today"), o.denied)
     }
 
     @Test
@@ -95,6 +116,7 @@ class ApprovalTest {
         val o = run(null, TOOL_STEP)
         assertEquals(listOf(ApprovalOutcome.Declined), o.resolved)
         assertEquals(0L, o.executed)
+        assertEquals(listOf("the user declined: no approval handler is configured on this client"), o.denied)
     }
 
     @Test
@@ -106,6 +128,10 @@ class ApprovalTest {
             val line = logs.awaitMessage("approval handler threw")
             assertTrue("fail closed" in line, line)
             assertTrue(logs.records.any { it.thrown?.message == "handler bug" })
+            assertEquals(
+                listOf("the user declined: the approval handler failed: IllegalStateException: handler bug"),
+                o.denied,
+            )
         }
     }
 
@@ -127,6 +153,7 @@ class ApprovalTest {
             assertEquals(0L, o.executed)
             assertTrue(elapsedMs < 4_500, "declined after $elapsedMs ms, not at the 300 ms deadline")
             logs.awaitMessage("took longer than 300 ms")
+            assertEquals(listOf("the user declined: the approval handler did not answer within 300 ms"), o.denied)
         }
     }
 }

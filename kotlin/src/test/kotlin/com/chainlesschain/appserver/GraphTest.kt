@@ -3,7 +3,9 @@
 package com.chainlesschain.appserver
 
 import com.chainlesschain.appserver.protocol.GraphCompileErrorCode
+import com.chainlesschain.appserver.protocol.GraphEventParams
 import com.chainlesschain.appserver.protocol.GraphRunStatus
+import com.chainlesschain.appserver.protocol.GraphRunUpdatedParams
 import com.chainlesschain.appserver.protocol.ServerNotification
 import kotlinx.coroutines.runBlocking
 import org.junit.jupiter.api.Assertions.assertEquals
@@ -16,6 +18,10 @@ import java.util.concurrent.atomic.AtomicInteger
 class GraphTest {
     private companion object {
         val GRANT = listOf("agent", "tool:echo")
+
+        /** The run's state when [n] is a `graph/event` of type runUpdated. */
+        fun runUpdate(n: ServerNotification): GraphRunUpdatedParams? =
+            ((n as? ServerNotification.GraphEvent)?.value?.params as? GraphEventParams.RunUpdated)?.value
     }
 
     private fun definition(target: String = "tell") = """
@@ -48,12 +54,16 @@ class GraphTest {
                 assertThrows<AppServerException.InvalidJson> { runBlocking { client.graphValidate("{\"graphVersion\": 1}") } }
 
                 client.graphRunStart(definition(), runId = "kt-run", capabilities = GRANT)
-                val done = client.collectUntil {
-                    (it as? ServerNotification.GraphRunUpdated)?.value?.params?.run?.status.let { s ->
+                // Graph runs report through one published method, graph/event, tagged by type.
+                val seen = client.collectUntil {
+                    runUpdate(it)?.run?.status.let { s ->
                         s == GraphRunStatus.Succeeded || s == GraphRunStatus.Failed || s == GraphRunStatus.Cancelled
                     }
-                }.last() as ServerNotification.GraphRunUpdated
-                assertEquals(GraphRunStatus.Succeeded, done.value.params.run.status)
+                }
+                assertEquals(GraphRunStatus.Succeeded, runUpdate(seen.last())!!.run.status)
+                val nodes = seen.mapNotNull { ((it as? ServerNotification.GraphEvent)?.value?.params as? GraphEventParams.NodeUpdated)?.value }
+                assertEquals(setOf("fetch", "tell"), nodes.map { it.node.nodeId }.toSet())
+                assertTrue(nodes.all { it.runId == "kt-run" })
                 val read = client.graphRunRead("kt-run", includeContent = true)
                 assertEquals(setOf("fetch", "tell"), read.nodes.map { it.nodeId }.toSet())
                 assertTrue(read.run.outputs!!.containsKey("said"))

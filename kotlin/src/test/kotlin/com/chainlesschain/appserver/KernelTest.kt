@@ -2,7 +2,9 @@
 // approval gate, failures, interrupt as coroutine cancellation, and the context's lifetime.
 package com.chainlesschain.appserver
 
-import com.chainlesschain.appserver.protocol.Item
+import com.chainlesschain.appserver.protocol.ItemContent
+import com.chainlesschain.appserver.protocol.ItemKind
+import com.chainlesschain.appserver.protocol.ItemPhase
 import com.chainlesschain.appserver.protocol.ItemStatus
 import com.chainlesschain.appserver.protocol.ServerNotification
 import com.chainlesschain.appserver.protocol.ToolCall
@@ -53,10 +55,10 @@ class KernelTest {
                 }
                 val id = turn.newItemId()
                 val call = ToolCall(input.text, JSONObject().put("a", 2).put("b", 3))
-                turn.itemStarted(Item.ToolCall(ToolCallItem(id, call, ItemStatus.InProgress, null)))
+                turn.itemStarted(ItemContent.ToolCall(ToolCallItem(id, call, ItemStatus.InProgress, null)))
                 val result = turn.requestTool(id, call.tool, call.arguments)
                 val status = if (result is ToolResult.Ok) ItemStatus.Completed else ItemStatus.Failed
-                turn.itemCompleted(Item.ToolCall(ToolCallItem(id, call, status, result)))
+                turn.itemCompleted(ItemContent.ToolCall(ToolCallItem(id, call, status, result)))
                 val answer = when (result) {
                     is ToolResult.Ok -> "sum=" + (result.value.output as JSONObject).getInt("sum")
                     is ToolResult.Error -> "error=" + result.value.message
@@ -74,7 +76,7 @@ class KernelTest {
     }
 
     private fun said(seen: List<ServerNotification>): List<String> = seen.mapNotNull {
-        ((it as? ServerNotification.ItemCompleted)?.value?.params?.item as? Item.AgentMessage)?.value?.text
+        ((it as? ServerNotification.ItemCompleted)?.value?.params?.item?.content as? ItemContent.AgentMessage)?.value?.text
     }
 
     @Test
@@ -88,6 +90,20 @@ class KernelTest {
                 assertEquals(listOf("sum=5"), said(seen))
                 assertEquals(listOf(Triple("k", "kt.add", """{"a":2,"b":3}""")), toolCalls.toList())
                 assertTrue(seen.any { it is ServerNotification.ToolResult })
+                // The kernel reported bodies; clients get each inside the published Item envelope.
+                val items = seen.mapNotNull {
+                    (it as? ServerNotification.ItemStarted)?.value?.params?.item
+                        ?: (it as? ServerNotification.ItemCompleted)?.value?.params?.item
+                }
+                assertEquals(
+                    listOf(
+                        ItemKind.Tool to ItemPhase.Started, ItemKind.Tool to ItemPhase.Completed,
+                        ItemKind.AssistantMessage to ItemPhase.Started, ItemKind.AssistantMessage to ItemPhase.Completed,
+                    ),
+                    items.map { it.kind to it.status },
+                )
+                assertTrue(items.all { it.threadId == "k" && (it.content is ItemContent.ToolCall || it.content is ItemContent.AgentMessage) })
+                assertTrue(items.last().completedAt != null && items.first().completedAt == null)
 
                 // A throwing tool becomes the tool's error result; the turn goes on.
                 val (status2, seen2) = client.turn("kt.unknown")
@@ -97,7 +113,9 @@ class KernelTest {
                 // A throwing kernel fails the turn with its message.
                 val (failed, seen3) = client.turn("fail")
                 assertEquals(TurnStatus.Failed, failed)
-                assertTrue("kotlin kernel says no" in completedTurn(seen3.last())!!.error!!.message)
+                // Why it failed travels beside the (published, closed) Turn.
+                assertTrue("kotlin kernel says no" in turnError(seen3.last())!!.message)
+                assertEquals("failed", completedTurn(seen3.last())!!.terminalEvidence!!.status)
 
                 // The turn object refuses use after runTurn returned.
                 val old = kept.get()
@@ -120,6 +138,7 @@ class KernelTest {
                 assertTrue((System.nanoTime() - started) / 1_000_000 < 5_000)
                 assertTrue(result.physicallySettled)
                 assertEquals(TurnStatus.Interrupted, result.turn.status)
+                assertEquals("cancelled", result.turn.terminalEvidence?.status)
                 assertTrue(sawCancellation.get())
             }
         }

@@ -37,6 +37,14 @@ class LifecycleTest {
         val raw = JSONObject(client.request("thread/read", """{"threadId":"life"}"""))
         assertEquals("life", raw.getJSONObject("thread").getString("id"))
         assertEquals(0L, client.pendingRequests)
+        // Where a fork came from sits beside the (published, closed) thread; archiving is a status.
+        val forked = client.threadFork("life", newThreadId = "life-fork")
+        assertEquals("life", forked.forkedFrom.threadId)
+        assertEquals("life", forked.thread.parentThreadId)
+        assertEquals(forked.forkedFrom, client.threadRead("life-fork").forkedFrom)
+        assertNull(client.threadRead("life").forkedFrom)
+        assertEquals(ThreadStatus.Archived, client.threadArchive("life-fork").thread.status)
+        assertEquals(listOf("life"), client.threadList().threads.map { it.id })
 
         client.close()
         assertTrue(client.isClosed)
@@ -54,7 +62,7 @@ class LifecycleTest {
             server.client().use { client ->
                 client.startScripted("long", script(messageStep("a long answer", 3)))
                 client.collectUntil { completedTurn(it) != null }
-                val before = client.threadResume("long", limit = 1).thread.lastEventSeq
+                val before = client.threadResume("long", limit = 1).thread.revision
                 val done = client.threadCompact("long", summary = "the user said go")
                 assertEquals("the user said go", done.summary)
                 assertEquals(before, done.toSeq)
@@ -120,7 +128,9 @@ class LifecycleTest {
                 assertEquals("durable", resumed.thread.id)
                 val kinds = resumed.events.map { JSONObject(it.toJson().toString()).getJSONObject("payload").getString("type") }
                 assertTrue("turnCompleted" in kinds, kinds.toString())
-                assertTrue(resumed.thread.lastEventSeq >= resumed.events.size.toLong())
+                assertTrue(resumed.thread.revision >= resumed.events.size.toLong())
+                assertEquals(ThreadStatus.Idle, resumed.thread.status)
+                assertNull(resumed.forkedFrom)
                 // The thread goes on where it stopped.
                 val second = client.turnStart("durable", "again").turn.id
                 val done = client.collectUntil { completedTurn(it)?.id == second }

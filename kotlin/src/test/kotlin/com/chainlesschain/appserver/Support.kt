@@ -4,6 +4,7 @@ package com.chainlesschain.appserver
 
 import com.chainlesschain.appserver.protocol.ServerNotification
 import com.chainlesschain.appserver.protocol.Turn
+import com.chainlesschain.appserver.protocol.TurnError
 import kotlinx.coroutines.flow.first
 import kotlinx.coroutines.withTimeout
 import org.json.JSONArray
@@ -46,6 +47,9 @@ suspend fun Client.collectUntil(stop: (ServerNotification) -> Boolean): List<Ser
 }
 
 fun completedTurn(n: ServerNotification): Turn? = (n as? ServerNotification.TurnCompleted)?.value?.params?.turn
+
+/** Why a completed turn failed or was interrupted: `turn/completed` carries it beside the turn. */
+fun turnError(n: ServerNotification): TurnError? = (n as? ServerNotification.TurnCompleted)?.value?.params?.error
 
 /** Starts a thread with [script] and one turn; returns the turn id. */
 suspend fun Client.startScripted(threadId: String, script: JSONObject, text: String = "go"): String {
