@@ -381,7 +381,7 @@ cc_result cc_turn_agent_options(const cc_turn *turn,
                                 size_t len,
                                 size_t *out_needed);
 
-// Records and announces `item/started`; `item_json` is a wire `Item`.
+// Records and announces `item/started`; `item_json` is an item body (`ItemContent`; the engine wraps it in the published `Item`).
 //
 // # Safety
 // `turn` the handle passed to `run_turn`, during that call; `item_json` a valid C string.
@@ -396,7 +396,7 @@ cc_result cc_turn_item_delta(const cc_turn *turn,
                              const char *item_id,
                              const char *delta_json);
 
-// Records and announces `item/completed`; `item_json` is a wire `Item`.
+// Records and announces `item/completed`; `item_json` is an item body (`ItemContent`; the engine wraps it in the published `Item`).
 //
 // # Safety
 // `turn` the handle passed to `run_turn`, during that call; `item_json` a valid C string.

@@ -143,7 +143,7 @@ impl TurnContext {
         self.with(|c| c.new_item_id())
     }
 
-    /// Records and announces `item/started`; `item_json` is a wire `Item`.
+    /// Records and announces `item/started`; `item_json` is an item body (`ItemContent`; the engine wraps it in the published `Item`).
     pub fn item_started(&self, item_json: String) -> Result<(), KernelError> {
         let item: ItemContent = wire("ItemContent", &item_json)?;
         self.with(|c| c.item_started(item))?.map_err(from_core)
@@ -156,7 +156,7 @@ impl TurnContext {
             .map_err(from_core)
     }
 
-    /// Records and announces `item/completed`; `item_json` is a wire `Item`.
+    /// Records and announces `item/completed`; `item_json` is an item body (`ItemContent`; the engine wraps it in the published `Item`).
     pub fn item_completed(&self, item_json: String) -> Result<(), KernelError> {
         let item: ItemContent = wire("ItemContent", &item_json)?;
         self.with(|c| c.item_completed(item))?.map_err(from_core)

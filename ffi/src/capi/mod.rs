@@ -1314,7 +1314,7 @@ pub unsafe extern "C" fn cc_turn_agent_options(
     turn_text(turn, buf, len, out_needed, |ctx| ctx.agent_options_json())
 }
 
-/// Records and announces `item/started`; `item_json` is a wire `Item`.
+/// Records and announces `item/started`; `item_json` is an item body (`ItemContent`; the engine wraps it in the published `Item`).
 ///
 /// # Safety
 /// `turn` the handle passed to `run_turn`, during that call; `item_json` a valid C string.
@@ -1346,7 +1346,7 @@ pub unsafe extern "C" fn cc_turn_item_delta(
     })
 }
 
-/// Records and announces `item/completed`; `item_json` is a wire `Item`.
+/// Records and announces `item/completed`; `item_json` is an item body (`ItemContent`; the engine wraps it in the published `Item`).
 ///
 /// # Safety
 /// `turn` the handle passed to `run_turn`, during that call; `item_json` a valid C string.
