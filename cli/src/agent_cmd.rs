@@ -23,8 +23,8 @@ use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The params type the client's `ApprovalHandler` is handed. Named once, here: the handler reads
-/// the params as JSON, so it works with either shape of approval/decide.
+/// The params type the client's `ApprovalHandler` is handed (the published `ApprovalRequest`).
+/// Named once, here: the handler reads the params as JSON.
 type DecideParams = cc_app_server::protocol::ApprovalRequest;
 
 /// Exit codes: 0 stdin ended and every turn finished; 1 the session could not start or the engine

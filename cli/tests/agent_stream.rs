@@ -10,7 +10,7 @@ mod common;
 
 use common::{initialize_params, state_dir, tool_script, Proc, ALL_FEATURES, BIN, TIMEOUT};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
@@ -238,22 +238,7 @@ impl Agent {
                 }
             }
         });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        {
-            let mut err = child.stderr.take().unwrap();
-            let sink = Arc::clone(&stderr);
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = err.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    sink.lock()
-                        .unwrap()
-                        .push_str(&String::from_utf8_lossy(&buf[..n]));
-                }
-            });
-        }
+        let stderr = common::capture_stderr(&mut child);
         Agent {
             child,
             stdin,

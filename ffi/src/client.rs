@@ -40,7 +40,7 @@ pub trait NotificationListener: Send + Sync {
 /// Most notifications handed to a listener in one call.
 pub const MAX_BATCH: usize = 256;
 
-/// Client-side bounds; absent fields keep DESIGN.md §3's defaults.
+/// Client-side bounds; absent fields keep the defaults of docs/engine.md ("Default bounds").
 #[derive(Debug, Clone, Default, uniffi::Record)]
 pub struct ClientOptions {
     /// A request unanswered this long fails with `Timeout` (default 120 s).

@@ -39,7 +39,7 @@ impl From<Durability> for CoreDurability {
 }
 
 /// How a server is opened. Every field but `state_dir` is optional; absent means the default of
-/// DESIGN.md §3 (JSONL, sync durability, ask for every tool, 1 MiB lines, …).
+/// docs/engine.md, "Default bounds" (JSONL, sync durability, ask for every tool, 1 MiB lines, …).
 #[derive(Debug, Clone, Default, uniffi::Record)]
 pub struct ServerOptions {
     /// Directory of the rollout store (created 0700; refused if others can write to it).

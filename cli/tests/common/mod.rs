@@ -104,22 +104,7 @@ impl Proc {
             std::mem::forget(stdout);
             None
         };
-        let stderr = Arc::new(Mutex::new(String::new()));
-        {
-            let mut err = child.stderr.take().unwrap();
-            let sink = Arc::clone(&stderr);
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = err.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    sink.lock()
-                        .unwrap()
-                        .push_str(&String::from_utf8_lossy(&buf[..n]));
-                }
-            });
-        }
+        let stderr = capture_stderr(&mut child);
         Proc {
             child,
             stdin,
@@ -291,4 +276,24 @@ pub fn run(args: &[&str]) -> (i32, String, String) {
 /// A scripted thread whose turn asks for one tool.
 pub fn tool_script() -> Value {
     json!({"steps": [{"type": "tool", "tool": "fs.write", "arguments": {"path": "a.txt", "text": "x"}}, {"type": "message", "text": "done", "chunks": 2}]})
+}
+
+/// Collects a child's stderr on a thread of its own (so a chatty child never blocks on a full
+/// pipe); the text so far is in the returned buffer.
+pub fn capture_stderr(child: &mut std::process::Child) -> Arc<Mutex<String>> {
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let mut err = child.stderr.take().expect("stderr is piped");
+    let sink = Arc::clone(&stderr);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = err.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    stderr
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The bounds of DESIGN.md §3 and docs/engine.md, all configurable. Every one is enforced and
+/// The bounds of docs/engine.md ("Default bounds"), all configurable. Every one is enforced and
 /// counted (`AppServer::stats_snapshot`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {

@@ -315,7 +315,7 @@ mod tests {
         assert_eq!(q.usage(), (2, 10));
     }
 
-    /// The DESIGN.md defaults at their edges: 256 / 4 MiB inbound, 512 / 8 MiB outbound.
+    /// The default bounds (docs/engine.md) at their edges: 256 / 4 MiB inbound, 512 / 8 MiB outbound.
     #[test]
     fn default_caps_at_the_limit_and_one_past_it() {
         let limits = crate::engine::Limits::default();

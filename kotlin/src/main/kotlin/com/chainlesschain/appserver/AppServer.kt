@@ -71,7 +71,7 @@ data class ServerOptions @JvmOverloads constructor(
     )
 }
 
-/** Client-side bounds; `null` keeps the default (DESIGN.md §3). */
+/** Client-side bounds; `null` keeps the default (docs/engine.md, "Default bounds"). */
 data class ClientOptions @JvmOverloads constructor(
     /** A request unanswered this long fails with [AppServerException.Timeout] (default 120 s). */
     val requestTimeoutMs: Long? = null,
