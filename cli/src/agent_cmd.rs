@@ -9,6 +9,7 @@
 //! stdout, so events leave in one order: `tool_use`, `approval_request`, `approval_resolved`,
 //! `tool_result`, … `result`.
 
+use crate::render::item_body;
 use crate::{KernelArg, ModelArgs, ServeArgs, ToolsArg};
 use cc_app_server::approval::{digest_json, new_nonce, ApprovalPolicy};
 use cc_app_server::client::{ApprovalHandler, Client, ClientConfig, ClientError};
@@ -160,45 +161,27 @@ pub struct AgentArgs {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Reading the engine's messages across the change of their shapes.
+// Reading the engine's messages.
 
-/// The body of an item notification's `item`: the published `Item` carries it as `content`
-/// (`{id, threadId, turnId, kind, status, content: {type, …}, …}`); before, the item was the body.
-fn item_body(item: &Value) -> &Value {
-    if item.get("kind").is_some() {
-        item.get("content").unwrap_or(item)
-    } else {
-        item
-    }
-}
-
-/// Why a turn failed or was interrupted: beside the turn (`params.error`) or, before, inside it.
+/// Why a turn failed or was interrupted: beside the published Turn (`params.error`).
 fn turn_error(params: &Value) -> Option<&Value> {
-    params
-        .get("error")
-        .filter(|e| e.is_object())
-        .or_else(|| params["turn"].get("error").filter(|e| e.is_object()))
+    params.get("error").filter(|e| e.is_object())
 }
 
-/// A decision's name (`acceptOnce`, `decline`, …), tagged `kind` (published) or `decision`.
+/// A decision's name (`acceptOnce`, `decline`, …): the published tag `kind`.
 fn decision_kind(decision: &Value) -> Option<&str> {
-    decision
-        .get("kind")
-        .or_else(|| decision.get("decision"))
-        .and_then(Value::as_str)
+    decision.get("kind").and_then(Value::as_str)
 }
 
 /// The typed decision for `kind` (and a decline's or cancel's reason), built through serde so it
-/// follows the engine's own tagging; `None` when it cannot be built (the handler then errs and
-/// the client declines: fail closed).
+/// follows the generated tagging; `None` when it cannot be built (the handler then errs and the
+/// client declines: fail closed).
 fn typed_decision(kind: &str, reason: Option<&str>) -> Option<ApprovalDecision> {
     let mut attempts = Vec::new();
-    for tag in ["kind", "decision"] {
-        if let Some(r) = reason {
-            attempts.push(json!({tag: kind, "reason": clip(r, 1000)}));
-        }
-        attempts.push(json!({ tag: kind }));
+    if let Some(r) = reason {
+        attempts.push(json!({"kind": kind, "reason": clip(r, 1000)}));
     }
+    attempts.push(json!({ "kind": kind }));
     attempts
         .into_iter()
         .find_map(|v| serde_json::from_value::<ApprovalDecision>(v).ok())
@@ -1764,9 +1747,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_item_accessor_reads_both_shapes() {
-        let old = json!({"type": "agentMessage", "id": "i1", "text": "hi"});
-        assert_eq!(item_body(&old)["text"], "hi");
+    fn the_item_accessor_reads_notifications_and_recorded_bodies() {
+        let recorded = json!({"type": "agentMessage", "id": "i1", "text": "hi"});
+        assert_eq!(item_body(&recorded)["text"], "hi");
         let new = json!({"id": "i1", "threadId": "t", "turnId": "u", "kind": "assistant_message",
             "status": "completed", "content": {"type": "agentMessage", "id": "i1", "text": "hi"}});
         assert_eq!(item_body(&new)["type"], "agentMessage");
@@ -1774,11 +1757,9 @@ mod tests {
     }
 
     #[test]
-    fn turn_errors_are_read_beside_or_inside_the_turn() {
+    fn turn_errors_are_read_beside_the_turn() {
         let beside = json!({"turn": {"status": "failed"}, "error": {"code": "x", "message": "m"}});
         assert_eq!(turn_error(&beside).unwrap()["code"], "x");
-        let inside = json!({"turn": {"status": "failed", "error": {"code": "y", "message": "m"}}});
-        assert_eq!(turn_error(&inside).unwrap()["code"], "y");
         assert!(turn_error(&json!({"turn": {"error": null}, "error": null})).is_none());
     }
 
