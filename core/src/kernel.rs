@@ -97,6 +97,20 @@ pub trait AgentKernel: Send + Sync {
 pub trait ToolExecutor: Send + Sync {
     fn execute(&self, thread_id: &str, call: &ToolCall) -> ToolResult;
 
+    /// `execute` for a call that may write only inside `write_scope` (workspace-relative paths,
+    /// `*` for all): a graph node's declared scope. An executor that writes files must check the
+    /// path it actually resolves (symlinks followed), in the same step that opens it. The default
+    /// runs `execute`: the graph has already refused a call whose named path lies outside.
+    fn execute_scoped(
+        &self,
+        thread_id: &str,
+        call: &ToolCall,
+        write_scope: &[String],
+    ) -> ToolResult {
+        let _ = write_scope;
+        self.execute(thread_id, call)
+    }
+
     /// The tools this executor runs, for kernels that tell a model about them (none by default).
     fn tool_specs(&self) -> Vec<ToolSpec> {
         Vec::new()

@@ -90,6 +90,9 @@ pub(crate) struct TurnShared {
     /// When each item started (`item/started`'s time), for the published Item's `createdAt`
     /// on `item/completed`. Written and read on the committer, in seq order.
     pub item_times: Arc<Mutex<std::collections::HashMap<String, String>>>,
+    /// The write scope a graph node's turn runs under: its tool calls go to
+    /// `ToolExecutor::execute_scoped`, which checks the path the tool actually resolves.
+    pub write_scope: std::sync::OnceLock<Vec<String>>,
 }
 
 impl TurnShared {
@@ -113,6 +116,7 @@ impl TurnShared {
             changes: AtomicU64::new(0),
             output_digest: Mutex::new(None),
             item_times: Arc::new(Mutex::new(std::collections::HashMap::new())),
+            write_scope: std::sync::OnceLock::new(),
         })
     }
 
@@ -1077,7 +1081,11 @@ impl TurnContext for Ctx<'_> {
                     .stats
                     .tools_executed
                     .fetch_add(1, Ordering::SeqCst);
-                self.inner.config.tools.execute(&self.thread.id, &call)
+                let tools = &self.inner.config.tools;
+                match self.turn.write_scope.get() {
+                    Some(scope) => tools.execute_scoped(&self.thread.id, &call, scope),
+                    None => tools.execute(&self.thread.id, &call),
+                }
             }
         };
         // A tool executor's result is checked like kernel output; an invalid one is recorded as a
