@@ -54,6 +54,11 @@ pub struct Limits {
     pub max_inflight_events: usize,
     /// The same bound in bytes of event JSON (roughly counted); one event always fits.
     pub max_inflight_bytes: usize,
+    /// Bytes one turn may stream: the text of its item deltas (answer, reasoning, output) and
+    /// the JSON of its tool results, together. The delta that would pass it is refused (not
+    /// recorded), the kernel is told to stop, and the turn fails as `outputLimitExceeded`; what
+    /// was accepted before stays recorded.
+    pub max_turn_output_bytes: usize,
 }
 
 impl Default for Limits {
@@ -76,6 +81,7 @@ impl Default for Limits {
             max_used_nonces: 65_536,
             max_inflight_events: 1024,
             max_inflight_bytes: 1 << 20,
+            max_turn_output_bytes: 8 << 20,
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::protocol::{
     Turn, TurnCompletedEvent, TurnCompletedNotification, TurnCompletedParams, TurnError,
     TurnStatus, TurnStatusChangedEvent, UserInput,
 };
-use crate::rollout::{CheckedEvent, NewEvent, StoreError};
+use crate::rollout::{CheckedEvent, NewEvent, StoreError, MAX_TEXT_CHARS};
 use crate::time::{format_unix_millis, now_rfc3339, now_unix_millis};
 use serde_json::{Map, Value};
 use std::panic::AssertUnwindSafe;
@@ -93,6 +93,20 @@ pub(crate) struct TurnShared {
     /// The write scope a graph node's turn runs under: its tool calls go to
     /// `ToolExecutor::execute_scoped`, which checks the path the tool actually resolves.
     pub write_scope: std::sync::OnceLock<Vec<String>>,
+    /// What the turn has streamed so far (`Limits::max_turn_output_bytes`).
+    streamed: Mutex<Streamed>,
+}
+
+/// The output a turn has streamed, counted before each delta or tool result is recorded.
+#[derive(Default)]
+struct Streamed {
+    /// Delta text bytes and tool result JSON bytes, together.
+    bytes: usize,
+    /// Characters of delta text per item: an item's text must still fit the rollout's bound
+    /// (`MAX_TEXT_CHARS`) when it completes, so the stream is stopped before it cannot.
+    chars: std::collections::HashMap<String, usize>,
+    /// Set once a bound was passed: every later delta is refused too.
+    exceeded: bool,
 }
 
 impl TurnShared {
@@ -117,6 +131,7 @@ impl TurnShared {
             output_digest: Mutex::new(None),
             item_times: Arc::new(Mutex::new(std::collections::HashMap::new())),
             write_scope: std::sync::OnceLock::new(),
+            streamed: Mutex::new(Streamed::default()),
         })
     }
 
@@ -351,6 +366,18 @@ pub(crate) fn run_on(
                 "an event of this turn could not be written to the rollout (disk full or I/O error); the turn was stopped",
             )),
         ),
+        // Past its output bound the turn fails as such, whatever the kernel made of the refusal
+        // (it may have swallowed it and ended normally).
+        _ if lock(&turn.streamed).exceeded => (
+            TurnStatus::Failed,
+            Some(turn_error(
+                OUTPUT_LIMIT_CODE,
+                &format!(
+                    "the turn passed its output bound ({} bytes, or {MAX_TEXT_CHARS} characters in one item) and was stopped; what it streamed before is recorded",
+                    inner.config.limits.max_turn_output_bytes
+                ),
+            )),
+        ),
         Ok(Err(KernelError::Failed(m))) => (
             TurnStatus::Failed,
             Some(turn_error(
@@ -557,6 +584,10 @@ struct Ctx<'a> {
 /// far inside the 127 levels a wire parser accepts. Stated in the schema (`JsonValue`).
 pub(crate) const MAX_OUTPUT_DEPTH: usize = 64;
 
+/// The turn error code of a turn stopped at `Limits::max_turn_output_bytes` (or at an item's
+/// text bound).
+pub const OUTPUT_LIMIT_CODE: &str = "outputLimitExceeded";
+
 /// Arrays and objects nest at most `limit` levels in `v` (itself the first).
 fn within_depth(v: &Value, limit: usize) -> bool {
     match v {
@@ -624,6 +655,57 @@ enum Verdict {
 
 impl Ctx<'_> {
     /// The store refused this turn's events (the committer has logged and counted it).
+    /// Counts a delta against the turn's output bounds before it is recorded.
+    fn charge_delta(&self, item_id: &str, delta: &ItemDelta) -> Result<(), KernelError> {
+        match delta {
+            ItemDelta::Text(TextDelta { text, .. }) => {
+                self.charge(Some(item_id), text.len(), text.chars().count())
+            }
+            other => {
+                let bytes = serde_json::to_vec(other).map_or(0, |v| v.len());
+                self.charge(Some(item_id), bytes, 0)
+            }
+        }
+    }
+
+    /// Adds `bytes` (and `chars` of `item`'s text) to what the turn streamed; past a bound the
+    /// turn's error code becomes `outputLimitExceeded` and the kernel gets an error to stop on.
+    fn charge(&self, item: Option<&str>, bytes: usize, chars: usize) -> Result<(), KernelError> {
+        let limit = self.inner.config.limits.max_turn_output_bytes;
+        let mut s = lock(&self.turn.streamed);
+        let total = s.bytes.saturating_add(bytes);
+        let item_chars = item.map_or(0, |id| {
+            s.chars.get(id).copied().unwrap_or(0).saturating_add(chars)
+        });
+        let why = if s.exceeded {
+            Some("the turn already passed its output bound".to_string())
+        } else if total > limit {
+            Some(format!(
+                "the turn streamed more than its bound of {limit} bytes of output (max_turn_output_bytes); the stream was stopped and what came before it is recorded"
+            ))
+        } else if item_chars > MAX_TEXT_CHARS {
+            Some(format!(
+                "item {} streamed more than {MAX_TEXT_CHARS} characters of text; the stream was stopped and what came before it is recorded",
+                item.unwrap_or_default()
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            s.exceeded = true;
+            drop(s);
+            *lock(&self.error_code) = Some(OUTPUT_LIMIT_CODE.to_string());
+            return Err(KernelError::Failed(why));
+        }
+        s.bytes = total;
+        if let Some(id) = item {
+            if chars > 0 {
+                s.chars.insert(id.to_string(), item_chars);
+            }
+        }
+        Ok(())
+    }
+
     fn failed_to_record(&self, message: String) -> KernelError {
         self.recording_failed.store(true, Ordering::SeqCst);
         KernelError::Failed(message)
@@ -1000,6 +1082,7 @@ impl TurnContext for Ctx<'_> {
     }
 
     fn item_delta(&self, item_id: &str, delta: ItemDelta) -> Result<(), KernelError> {
+        self.charge_delta(item_id, &delta)?;
         // The streaming hot path: a plain text delta is checked and encoded from its parts.
         if let ItemDelta::Text(TextDelta { text, extra }) = &delta {
             if extra.is_empty() {
@@ -1103,6 +1186,10 @@ impl TurnContext for Ctx<'_> {
             extra: Map::new(),
         });
         self.record_value(to_payload(&recorded)?, None, Note::Mirror("tool/result"))?;
+        // The tool has run and its result is recorded; if it passed the turn's output bound, the
+        // turn stops here rather than hand the model more.
+        let result_bytes = serde_json::to_vec(&result).map_or(0, |v| v.len());
+        self.charge(None, result_bytes, 0)?;
         if self.is_cancelled() {
             // The result is durable before the cancellation is reported, so a caller that
             // looks for it in the rollout (the graph's effect receipt) finds it.
@@ -1127,7 +1214,8 @@ impl TurnContext for Ctx<'_> {
 
     fn set_error_code(&self, code: &str) {
         // TurnError.code is 1-64 characters; anything else keeps the default.
-        if !code.is_empty() && code.len() <= 64 {
+        // A turn stopped at its output bound keeps that code.
+        if !code.is_empty() && code.len() <= 64 && !lock(&self.turn.streamed).exceeded {
             *lock(&self.error_code) = Some(code.to_string());
         }
     }
