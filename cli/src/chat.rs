@@ -98,13 +98,22 @@ impl Session {
         }
     }
 
-    /// Prints one notification the way a person wants to read it.
+    /// Writes text the model, a tool or the store controls: every character a terminal would
+    /// interpret is shown instead (crate::term).
+    fn say_untrusted(&mut self, text: &str) {
+        let shown = crate::term::visible(text).into_owned();
+        self.say(&shown);
+    }
+
+    /// Prints one notification the way a person wants to read it. Everything taken from the
+    /// notification goes through `say_untrusted`; only the brackets are ours.
     fn show(&mut self, m: &Value) {
         let p = &m["params"];
+        let text = |v: &Value| v.as_str().unwrap_or("").to_string();
         match m["method"].as_str().unwrap_or("") {
             "item/delta" => {
                 if let Some(t) = p["delta"]["text"].as_str() {
-                    self.say(t);
+                    self.say_untrusted(t);
                 }
             }
             "item/started" => {
@@ -112,18 +121,26 @@ impl Session {
                 match item["type"].as_str().unwrap_or("") {
                     "reasoning" => self.say("\n[thinking] "),
                     "commandExecution" => {
-                        let argv: Vec<&str> = item["command"]
+                        let argv: Vec<String> = item["command"]
                             .as_array()
-                            .map(|a| a.iter().filter_map(Value::as_str).collect())
+                            .map(|a| {
+                                a.iter()
+                                    .filter_map(Value::as_str)
+                                    .map(|s| format!("{:?}", crate::term::one_line(s)))
+                                    .collect()
+                            })
                             .unwrap_or_default();
                         self.say(&format!("\n[run] {}\n", argv.join(" ")));
                     }
                     "fileChange" => self.say("\n[file change]\n"),
-                    "toolCall" => self.say(&format!(
-                        "\n[tool] {} {}\n",
-                        item["call"]["tool"].as_str().unwrap_or("?"),
-                        item["call"]["arguments"]
-                    )),
+                    "toolCall" => {
+                        let line = format!(
+                            "{} {}",
+                            crate::term::one_line(item["call"]["tool"].as_str().unwrap_or("?")),
+                            crate::term::one_line(&item["call"]["arguments"].to_string())
+                        );
+                        self.say(&format!("\n[tool] {line}\n"));
+                    }
                     _ => {}
                 }
             }
@@ -131,27 +148,34 @@ impl Session {
                 let item = crate::render::item_body(&p["item"]);
                 match item["type"].as_str().unwrap_or("") {
                     "agentMessage" | "reasoning" => self.say("\n"),
-                    "commandExecution" => self.say(&format!(
-                        "[exit {}] {}\n",
-                        item["exitCode"],
-                        item["status"].as_str().unwrap_or("")
-                    )),
+                    "commandExecution" => {
+                        let line = format!(
+                            "[exit {}] {}\n",
+                            crate::term::one_line(&item["exitCode"].to_string()),
+                            crate::term::one_line(&text(&item["status"]))
+                        );
+                        self.say(&line);
+                    }
                     "fileChange" => {
                         for c in item["changes"].as_array().into_iter().flatten() {
-                            self.say(&format!(
+                            let line = format!(
                                 "[{}] {}\n",
-                                c["kind"].as_str().unwrap_or("?"),
-                                c["path"].as_str().unwrap_or("?")
-                            ));
+                                crate::term::one_line(c["kind"].as_str().unwrap_or("?")),
+                                crate::term::one_line(c["path"].as_str().unwrap_or("?"))
+                            );
+                            self.say(&line);
                         }
                         if item["status"] != "completed" {
-                            self.say(&format!("[{}]\n", item["status"].as_str().unwrap_or("")));
+                            let line =
+                                format!("[{}]\n", crate::term::one_line(&text(&item["status"])));
+                            self.say(&line);
                         }
                     }
-                    "error" => self.say(&format!(
-                        "[note] {}\n",
-                        item["message"].as_str().unwrap_or("")
-                    )),
+                    "error" => {
+                        self.say("[note] ");
+                        self.say_untrusted(&text(&item["message"]));
+                        self.say("\n");
+                    }
                     _ => {}
                 }
             }
@@ -160,22 +184,13 @@ impl Session {
         }
     }
 
-    /// Shows the binding and asks; anything but a clear yes declines.
+    /// Shows the request in a frame nothing printed before it can imitate (crate::term) and
+    /// asks; anything but a clear yes declines.
     fn approve(&mut self, m: &Value) {
-        let p = &m["params"];
-        let b = &p["binding"];
-        self.say(&format!(
-            "\n--- approval needed ---\ntool:      {}\narguments: {}\nthread {} turn {} item {}\noperation {}\nworkspace {}\nexpires   {}\n\
-             approve? [y] once, [t] for this turn, [s] for this session, [n] decline, [c] cancel the turn: ",
-            p["operation"]["tool"].as_str().unwrap_or("?"),
-            p["operation"]["arguments"],
-            b["threadId"].as_str().unwrap_or(""),
-            b["turnId"].as_str().unwrap_or(""),
-            b["itemId"].as_str().unwrap_or(""),
-            b["operationDigest"].as_str().unwrap_or(""),
-            b["workspaceDigest"].as_str().unwrap_or(""),
-            b["expiresAt"].as_str().unwrap_or(""),
-        ));
+        // SAFETY: isatty only inspects the descriptor.
+        let tty = unsafe { libc::isatty(1) } == 1;
+        let prompt = crate::term::approval_prompt(&m["params"], tty);
+        self.say(&prompt);
         let answer = match self.input() {
             Input::Line(l) => l.trim().to_ascii_lowercase(),
             Input::Eof => "c".into(),
@@ -220,11 +235,17 @@ impl Session {
                 match t["status"].as_str().unwrap_or("") {
                     "completed" => {}
                     "interrupted" => self.say("[turn interrupted]\n"),
-                    other => self.say(&format!(
-                        "[turn {other}: {} ({})]\n",
-                        t["error"]["message"].as_str().unwrap_or(""),
-                        t["error"]["code"].as_str().unwrap_or("")
-                    )),
+                    other => {
+                        // The error travels beside the turn (published wire).
+                        let e = &m["params"]["error"];
+                        let line = format!(
+                            "[turn {}: {} ({})]\n",
+                            crate::term::one_line(other),
+                            crate::term::one_line(e["message"].as_str().unwrap_or("")),
+                            crate::term::one_line(e["code"].as_str().unwrap_or(""))
+                        );
+                        self.say(&line);
+                    }
                 }
                 return Ok(());
             }
@@ -330,13 +351,18 @@ fn chat(args: ChatArgs) -> Result<(), String> {
             "/compact" => match s.call("thread/compact", json!({"threadId": thread})) {
                 Ok(r) => {
                     let summary = r["summary"].as_str().unwrap_or("").to_string();
-                    s.say(&format!("[compacted]\n{summary}\n"));
+                    s.say("[compacted]\n");
+                    s.say_untrusted(&summary);
+                    s.say("\n");
                 }
-                Err(e) => s.say(&format!("[compact failed: {e}]\n")),
+                Err(e) => s.say(&format!(
+                    "[compact failed: {}]\n",
+                    crate::term::one_line(&e)
+                )),
             },
             _ => {
                 if let Err(e) = s.turn(&thread, text) {
-                    s.say(&format!("[{e}]\n"));
+                    s.say(&format!("[{}]\n", crate::term::one_line(&e)));
                 }
             }
         }

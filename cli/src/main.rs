@@ -12,6 +12,7 @@ mod render;
 mod rollout_cmd;
 mod serve;
 mod stdio;
+mod term;
 
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};

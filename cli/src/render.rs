@@ -14,7 +14,7 @@ pub fn event_line(ev: &StoredEvent) -> String {
         "{:>6}  {}  {:<18} {}",
         ev.seq,
         ev.time,
-        ev.kind(),
+        crate::term::one_line(ev.kind()),
         details(&ev.payload)
     )
 }
@@ -29,13 +29,19 @@ pub fn notification_line(n: &Value) -> String {
     format!(
         "{:>6}  {:<18} {}",
         seq,
-        n["method"].as_str().unwrap_or("?"),
+        crate::term::one_line(n["method"].as_str().unwrap_or("?")),
         details(params)
     )
 }
 
-/// The essential fields of an event payload or notification params, in reading order.
+/// The essential fields of an event payload or notification params, in reading order, on one
+/// line with every character a terminal would interpret shown visibly (the fields are the
+/// model's and the tools' text).
 pub fn details(p: &Value) -> String {
+    crate::term::one_line(&details_raw(p))
+}
+
+fn details_raw(p: &Value) -> String {
     let mut parts: Vec<String> = Vec::new();
     let s = |v: &Value| v.as_str().map(str::to_string);
     let kind = p.get("type").and_then(Value::as_str);
@@ -245,5 +251,17 @@ mod tests {
         assert!(!line.contains('\n'));
         let long = json!({"params": {"item": {"type": "agentMessage", "id": "i", "text": "x".repeat(500)}}});
         assert!(notification_line(&long).chars().count() < 140);
+    }
+
+    #[test]
+    fn model_text_cannot_reach_the_terminal_as_escapes() {
+        let n = json!({"method": "item/delta\x1b[2J", "params": {"turnId": "u", "itemId": "i",
+            "delta": {"type": "text", "text": "\x1b[8mhidden\u{202e}"}}});
+        let line = notification_line(&n);
+        assert!(
+            !line.contains('\x1b') && !line.contains('\u{202e}'),
+            "{line:?}"
+        );
+        assert!(line.contains("item/delta^[[2J"), "{line}");
     }
 }
