@@ -409,17 +409,40 @@ pub struct ModelArgs {
     /// Seconds to wait for the model server to connect, answer, or send the next chunk.
     #[arg(long, value_name = "SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_secs: u64,
+    /// Read the API key from this file (its first line; the file should be readable only by
+    /// you) instead of the environment [env: CC_APP_SERVER_API_KEY_FILE].
+    #[arg(long, value_name = "PATH")]
+    pub api_key_file: Option<PathBuf>,
 }
 
 impl ModelArgs {
-    /// The kernel config: flags, then CC_APP_SERVER_* variables; the key only ever from the
-    /// environment (CC_APP_SERVER_API_KEY, else OPENAI_API_KEY), never from a flag.
+    /// The API key from `--api-key-file` (or CC_APP_SERVER_API_KEY_FILE), if one is named.
+    fn key_from_file(&self) -> Result<Option<String>, String> {
+        let path = match &self.api_key_file {
+            Some(p) => p.clone(),
+            None => match std::env::var_os("CC_APP_SERVER_API_KEY_FILE") {
+                Some(p) if !p.is_empty() => PathBuf::from(p),
+                _ => return Ok(None),
+            },
+        };
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read the API key file {}: {e}", path.display()))?;
+        let key = text.lines().next().unwrap_or("").trim().to_string();
+        if key.is_empty() {
+            return Err(format!("the API key file {} is empty", path.display()));
+        }
+        Ok(Some(key))
+    }
+
+    /// The kernel config: flags, then CC_APP_SERVER_* variables; the key from `--api-key-file`,
+    /// else the environment (CC_APP_SERVER_API_KEY, else OPENAI_API_KEY), never from a flag.
     pub fn kernel(&self) -> Result<cc_app_server::openai::OpenAiCompatibleKernel, String> {
         let env = cc_app_server::openai::OpenAiConfig::from_env();
         let config = cc_app_server::openai::OpenAiConfig::new(
             self.base_url.clone().unwrap_or(env.base_url.clone()),
             self.model.clone().unwrap_or(env.model.clone()),
         )
+        .with_api_key(self.key_from_file()?)
         .with_api_key_from_env()
         .with_instructions(self.instructions.clone())
         .with_max_steps(self.max_steps)
@@ -476,10 +499,24 @@ fn resolve_failed(e: ResolveError) -> ExitCode {
     }
 }
 
+/// Keeps this process's memory and environment (the API key, the rollout key) away from the
+/// programs it runs: a non-dumpable process's `/proc/PID/environ`, `mem` and `maps` are not
+/// readable by other processes of the same user (only by root or a ptrace-capable process), and
+/// it cannot be attached to with ptrace or dump core. Children get their own setting back when
+/// they exec, so the tools' commands run as usual.
+fn protect_process() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(PR_SET_DUMPABLE) only changes an attribute of this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+}
+
 fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     log::init(cli.log_level);
+    protect_process();
     let resolved = match &mut cli.command {
         Command::Serve(args) => args.resolve(kernel_given(&matches, "serve")),
         Command::Graph(graph_cmd::GraphCommand::Run(args)) => args.serve.resolve(
