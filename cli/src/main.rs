@@ -174,6 +174,10 @@ pub struct ServeArgs {
     /// Turns waiting for a runner (status queued); one more is refused with -32001.
     #[arg(long, value_name = "N", default_value_t = 256)]
     pub max_queued_turns: u32,
+    /// Bytes one turn may stream (answer, reasoning and tool output together); past it the
+    /// stream is stopped and the turn fails as outputLimitExceeded.
+    #[arg(long, value_name = "BYTES", default_value_t = 8 << 20, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_turn_output_bytes: u64,
     /// Longest input line in bytes, not counting the newline.
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 20, value_parser = clap::value_parser!(u32).range(64..))]
     pub max_line_bytes: u32,

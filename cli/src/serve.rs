@@ -111,6 +111,7 @@ pub(crate) fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
         outbound_stall: Duration::from_millis(args.stall_timeout_ms),
         max_running_turns: args.max_running_turns as usize,
         max_queued_turns: args.max_queued_turns as usize,
+        max_turn_output_bytes: usize::try_from(args.max_turn_output_bytes).unwrap_or(usize::MAX),
         ..defaults
     };
     config.kernel = match args.kernel {
