@@ -5,7 +5,7 @@
 //! byte more is refused.
 
 use cc_app_server::client::{Client, ClientConfig};
-use cc_app_server::engine::{AppServer, Limits, ServerConfig};
+use cc_app_server::engine::{AppServer, Limits, ServerConfig, EVENT_ENVELOPE_BYTES};
 use cc_app_server::kernel::{AgentKernel, KernelError, TurnContext};
 use cc_app_server::protocol::{
     AgentMessageItem, ItemContent, ItemDelta, TextDelta, ToolCall, ToolResult, UserInput,
@@ -74,6 +74,8 @@ struct Run {
     recorded: String,
     /// Text of the item deltas delivered to the host.
     delivered: String,
+    /// What each recorded delta cost against the bound (text + envelope allowance).
+    costs: Vec<usize>,
 }
 
 fn run(limit: usize, kernel: Streamer) -> Run {
@@ -122,9 +124,12 @@ fn run(limit: usize, kernel: Streamer) -> Run {
     drop(server);
     let store = open_store(StoreKind::Jsonl, dir.path(), StoreOptions::default()).unwrap();
     let mut recorded = String::new();
+    let mut costs = Vec::new();
     for e in store.read(&thread_id, 0, usize::MAX).unwrap().events {
         if e.payload["type"] == "itemDelta" {
             recorded.push_str(e.payload["delta"]["text"].as_str().unwrap_or(""));
+            let text = e.payload["delta"]["text"].as_str().unwrap_or("");
+            costs.push(text.len() + EVENT_ENVELOPE_BYTES);
         }
     }
     Run {
@@ -136,6 +141,7 @@ fn run(limit: usize, kernel: Streamer) -> Run {
         accepted: accepted.load(Ordering::SeqCst),
         recorded,
         delivered,
+        costs,
     }
 }
 
@@ -151,7 +157,6 @@ fn streamer(chunk: &str, max_chunks: usize) -> Streamer {
 
 #[test]
 fn an_endless_stream_stops_at_the_bound_and_keeps_what_came_before() {
-    // 64 KiB bound, 1000-byte chunks: 65 chunks fit (65,000 bytes), the 66th (66,000) does not.
     let r = run(64 * 1024, streamer(&"x".repeat(1000), 1_000_000));
     assert_eq!(r.status, "failed");
     assert_eq!(r.error["code"], "outputLimitExceeded", "{}", r.error);
@@ -160,37 +165,59 @@ fn an_endless_stream_stops_at_the_bound_and_keeps_what_came_before() {
         "{}",
         r.error
     );
-    assert_eq!(r.accepted, 65);
-    assert_eq!(r.recorded.len(), 65_000, "what was accepted is recorded");
+    // Each 1000-byte delta costs its text plus the envelope allowance.
+    let each = 1000 + EVENT_ENVELOPE_BYTES;
+    assert_eq!(r.accepted, 64 * 1024 / each);
+    assert_eq!(
+        r.recorded.len(),
+        r.accepted * 1000,
+        "what was accepted is recorded"
+    );
     assert_eq!(r.delivered, r.recorded, "and delivered");
 }
 
 #[test]
 fn exactly_the_bound_is_accepted_one_byte_more_is_refused() {
-    let ok = run(10_000, streamer(&"y".repeat(1000), 10));
+    let probe = run(1 << 20, streamer(&"y".repeat(1000), 10));
+    assert_eq!(probe.status, "completed", "{}", probe.error);
+    let exact: usize = probe.costs.iter().sum();
+    let ok = run(exact, streamer(&"y".repeat(1000), 10));
     assert_eq!(ok.status, "completed", "{}", ok.error);
     assert_eq!(ok.recorded.len(), 10_000);
-    let over = run(9_999, streamer(&"y".repeat(1000), 10));
+    let over = run(exact - 1, streamer(&"y".repeat(1000), 10));
     assert_eq!(over.status, "failed");
     assert_eq!(over.error["code"], "outputLimitExceeded");
     assert_eq!(over.accepted, 9);
     assert_eq!(over.recorded.len(), 9_000);
 }
 
+/// Tiny deltas cost their envelope too: the bound holds the rollout's growth, not only the text.
+#[test]
+fn tiny_deltas_are_bounded_by_what_they_write() {
+    let r = run(64 * 1024, streamer("t", 1_000_000));
+    assert_eq!(r.error["code"], "outputLimitExceeded");
+    assert!(
+        r.accepted < 64 * 1024 / EVENT_ENVELOPE_BYTES,
+        "{}",
+        r.accepted
+    );
+}
+
 #[test]
 fn a_kernel_that_swallows_the_refusal_still_fails_as_over_the_bound() {
     let mut k = streamer(&"z".repeat(1000), 1000);
     k.swallow = true;
-    let r = run(5_000, k);
+    let r = run(8_000, k);
     assert_eq!(r.status, "failed");
     assert_eq!(r.error["code"], "outputLimitExceeded");
-    assert_eq!(r.recorded.len(), 5_000);
+    assert!(r.accepted > 0 && r.costs.iter().sum::<usize>() <= 8_000);
 }
 
 #[test]
 fn tool_results_count_against_the_bound() {
     // The echo tool's result repeats its 4,000-byte argument: with a 4,000-byte bound the tool
-    // runs, its result is recorded, and the turn stops before streaming anything.
+    // runs, its result (over 4,000 bytes) is recorded, and the turn stops before streaming
+    // anything.
     let mut k = streamer("w", 10);
     k.tool_first = true;
     let r = run(4_000, k);

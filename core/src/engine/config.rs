@@ -54,10 +54,11 @@ pub struct Limits {
     pub max_inflight_events: usize,
     /// The same bound in bytes of event JSON (roughly counted); one event always fits.
     pub max_inflight_bytes: usize,
-    /// Bytes one turn may stream: the text of its item deltas (answer, reasoning, output) and
-    /// the JSON of its tool results, together. The delta that would pass it is refused (not
-    /// recorded), the kernel is told to stop, and the turn fails as `outputLimitExceeded`; what
-    /// was accepted before stays recorded.
+    /// Bytes one turn may stream into its rollout: the text of its item deltas (answer,
+    /// reasoning, output; other deltas by their JSON) and its tool results' JSON, plus
+    /// `EVENT_ENVELOPE_BYTES` for each of those events. The delta that would pass it is refused (not recorded), the
+    /// kernel is told to stop, and the turn fails as `outputLimitExceeded`; what was accepted
+    /// before stays recorded.
     pub max_turn_output_bytes: usize,
 }
 

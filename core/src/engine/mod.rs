@@ -19,6 +19,7 @@ pub use config::{Limits, ServerConfig};
 pub use history::{History, HistoryEntry, HistoryTurn};
 pub use queue::{PushError, RecvError, RecvFuture};
 pub use stats::{FailedClosedCounts, Stats, StatsSnapshot};
+pub use turn::{EVENT_ENVELOPE_BYTES, OUTPUT_LIMIT_CODE};
 
 use crate::approval::{ApprovalPolicy, Grants, UsedNonces};
 use crate::protocol::{EventPayload, ServerNotification};

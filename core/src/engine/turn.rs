@@ -100,7 +100,8 @@ pub(crate) struct TurnShared {
 /// The output a turn has streamed, counted before each delta or tool result is recorded.
 #[derive(Default)]
 struct Streamed {
-    /// Delta text bytes and tool result JSON bytes, together.
+    /// Delta text bytes (other deltas' and tool results' JSON bytes), plus
+    /// `EVENT_ENVELOPE_BYTES` per event.
     bytes: usize,
     /// Characters of delta text per item: an item's text must still fit the rollout's bound
     /// (`MAX_TEXT_CHARS`) when it completes, so the stream is stopped before it cannot.
@@ -584,6 +585,12 @@ struct Ctx<'a> {
 /// far inside the 127 levels a wire parser accepts. Stated in the schema (`JsonValue`).
 pub(crate) const MAX_OUTPUT_DEPTH: usize = 64;
 
+/// What one event costs against `Limits::max_turn_output_bytes` beyond its text (or its delta's or
+/// result's JSON): the rest of the event on disk (`seq`, `time`, `prevHash`, `hash`, type and
+/// ids: about 250 bytes), so that the bound holds the rollout's growth too, however small the
+/// deltas.
+pub const EVENT_ENVELOPE_BYTES: usize = 256;
+
 /// The turn error code of a turn stopped at `Limits::max_turn_output_bytes` (or at an item's
 /// text bound).
 pub const OUTPUT_LIMIT_CODE: &str = "outputLimitExceeded";
@@ -655,19 +662,6 @@ enum Verdict {
 
 impl Ctx<'_> {
     /// The store refused this turn's events (the committer has logged and counted it).
-    /// Counts a delta against the turn's output bounds before it is recorded.
-    fn charge_delta(&self, item_id: &str, delta: &ItemDelta) -> Result<(), KernelError> {
-        match delta {
-            ItemDelta::Text(TextDelta { text, .. }) => {
-                self.charge(Some(item_id), text.len(), text.chars().count())
-            }
-            other => {
-                let bytes = serde_json::to_vec(other).map_or(0, |v| v.len());
-                self.charge(Some(item_id), bytes, 0)
-            }
-        }
-    }
-
     /// Adds `bytes` (and `chars` of `item`'s text) to what the turn streamed; past a bound the
     /// turn's error code becomes `outputLimitExceeded` and the kernel gets an error to stop on.
     fn charge(&self, item: Option<&str>, bytes: usize, chars: usize) -> Result<(), KernelError> {
@@ -681,7 +675,7 @@ impl Ctx<'_> {
             Some("the turn already passed its output bound".to_string())
         } else if total > limit {
             Some(format!(
-                "the turn streamed more than its bound of {limit} bytes of output (max_turn_output_bytes); the stream was stopped and what came before it is recorded"
+                "the turn streamed more than its bound of {limit} bytes of recorded output (max_turn_output_bytes); the stream was stopped and what came before it is recorded"
             ))
         } else if item_chars > MAX_TEXT_CHARS {
             Some(format!(
@@ -1082,12 +1076,16 @@ impl TurnContext for Ctx<'_> {
     }
 
     fn item_delta(&self, item_id: &str, delta: ItemDelta) -> Result<(), KernelError> {
-        self.charge_delta(item_id, &delta)?;
         // The streaming hot path: a plain text delta is checked and encoded from its parts.
         if let ItemDelta::Text(TextDelta { text, extra }) = &delta {
             if extra.is_empty() {
                 if let Some(event) = CheckedEvent::text_delta(&self.turn.id, item_id, text) {
                     let bytes = event.encoded_len();
+                    self.charge(
+                        Some(item_id),
+                        text.len() + EVENT_ENVELOPE_BYTES,
+                        text.chars().count(),
+                    )?;
                     return pipeline::record(
                         self.inner,
                         self.thread,
@@ -1099,8 +1097,15 @@ impl TurnContext for Ctx<'_> {
                 }
             }
         }
+        let (bytes, chars) = match &delta {
+            ItemDelta::Text(t) => (t.text.len(), t.text.chars().count()),
+            other => (serde_json::to_vec(other).map_or(0, |v| v.len()), 0),
+        };
+        let payload = delta_payload(self.turn_id_owned(), item_id, delta)?;
+        let cost = bytes + EVENT_ENVELOPE_BYTES;
+        self.charge(Some(item_id), cost, chars)?;
         self.record_value(
-            delta_payload(self.turn_id_owned(), item_id, delta)?,
+            payload,
             Some(("ItemDelta", "delta")),
             Note::Mirror("item/delta"),
         )
@@ -1185,11 +1190,11 @@ impl TurnContext for Ctx<'_> {
             result: result.clone(),
             extra: Map::new(),
         });
+        let cost = serde_json::to_vec(&result).map_or(0, |v| v.len()) + EVENT_ENVELOPE_BYTES;
         self.record_value(to_payload(&recorded)?, None, Note::Mirror("tool/result"))?;
         // The tool has run and its result is recorded; if it passed the turn's output bound, the
         // turn stops here rather than hand the model more.
-        let result_bytes = serde_json::to_vec(&result).map_or(0, |v| v.len());
-        self.charge(None, result_bytes, 0)?;
+        self.charge(None, cost, 0)?;
         if self.is_cancelled() {
             // The result is durable before the cancellation is reported, so a caller that
             // looks for it in the rollout (the graph's effect receipt) finds it.

@@ -1,0 +1,240 @@
+//! A hostile model server on loopback driving `cc-app-server serve --kernel openai --workspace`:
+//! an endless answer or reasoning stream, a command that escapes into its own session, a stream
+//! kept alive with comments and nothing else. Each ends in a clean, specific failure (or a
+//! contained result) in bounded time, with the server's memory sampled throughout. The chat
+//! prompt spoofing of the same model is `cli/tests/chat.rs`
+//! (`chat_shows_model_escapes_visibly_and_the_real_prompt_cannot_be_disguised`).
+
+#[path = "../../core/tests/openai_support/mod.rs"]
+mod openai_support;
+
+mod common;
+
+use common::Proc;
+use openai_support::*;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The largest resident set of `pid` while it lives or until stopped, sampled every 10 ms.
+struct RssSampler {
+    max_kib: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl RssSampler {
+    fn start(pid: i32) -> RssSampler {
+        let (max_kib, stop) = (
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (m, s) = (Arc::clone(&max_kib), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+                    return;
+                };
+                if let Some(kib) = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                {
+                    m.fetch_max(kib, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        RssSampler { max_kib, stop }
+    }
+
+    fn max_mib(&self) -> u64 {
+        self.stop.store(true, Ordering::SeqCst);
+        self.max_kib.load(Ordering::SeqCst) / 1024
+    }
+}
+
+/// Memory the debug server may reach in these tests: its idle size plus a few MiB, far below
+/// what an unbounded stream reaches in the same seconds (gigabytes).
+const RSS_CEILING_MIB: u64 = 160;
+
+fn serve(model: &MockModel, dir: &Path, extra: &[&str]) -> Proc {
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mut args = vec![
+        "--kernel",
+        "openai",
+        "--base-url",
+        &model.base_url,
+        "--model",
+        "m",
+        "--approval-policy",
+        "auto",
+        "--workspace",
+        ws.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let mut p = Proc::serve(&dir.join("state"), &args);
+    let r = p.req(
+        "initialize",
+        common::initialize_params(&["thread_turn_item", "structured_approval", "thread_compact"]),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    let r = p.req("thread/start", json!({"threadId": "t1"}));
+    assert!(r.get("result").is_some(), "{r}");
+    p
+}
+
+/// Starts a turn and returns its turn/completed params, and how long it took.
+fn turn(p: &mut Proc, text: &str) -> (Value, Duration) {
+    let started = Instant::now();
+    let r = p.req(
+        "turn/start",
+        json!({"threadId": "t1", "input": [{"type": "text", "text": text}]}),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    let done = p.wait_method("turn/completed");
+    (done["params"].clone(), started.elapsed())
+}
+
+fn rollout_bytes(dir: &Path) -> u64 {
+    std::fs::metadata(dir.join("state/threads/t1.jsonl"))
+        .map(|m| m.len())
+        .unwrap_or(0)
+}
+
+#[test]
+fn an_endless_answer_is_cut_at_the_output_bound_with_bounded_memory_and_rollout() {
+    let model = MockModel::start(vec![Reply::Endless {
+        gap: Duration::ZERO,
+    }]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = serve(&model, dir.path(), &["--max-turn-output-bytes", "262144"]);
+    let rss = RssSampler::start(p.pid());
+    let (done, took) = turn(&mut p, "talk forever");
+    assert_eq!(done["turn"]["status"], "failed", "{done}");
+    assert_eq!(done["error"]["code"], "outputLimitExceeded", "{done}");
+    assert!(took < Duration::from_secs(15), "stopped after {took:?}");
+    // What was accepted is recorded: at most the bound of text, plus the events' own overhead.
+    let delivered: usize = p
+        .seen
+        .iter()
+        .filter(|m| m["method"] == "item/delta")
+        .map(|m| m["params"]["delta"]["text"].as_str().unwrap_or("").len())
+        .sum();
+    assert!(delivered > 0 && delivered <= 262_144, "{delivered}");
+    let on_disk = rollout_bytes(dir.path());
+    assert!(on_disk < 4 << 20, "rollout grew to {on_disk} bytes");
+    let max = rss.max_mib();
+    assert!(max < RSS_CEILING_MIB, "server RSS reached {max} MiB");
+    // The model's connection was dropped when the stream was stopped.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while model.client_gone.lock().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the server kept reading the stream"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p.close_stdin();
+    assert!(p.wait_exit(Duration::from_secs(10)).success());
+}
+
+#[test]
+fn an_endless_reasoning_stream_is_cut_too() {
+    let mut pieces = vec![chunk(&json!({"role": "assistant", "content": null}), None)];
+    let thought = "hmm ".repeat(256); // 1 KiB per chunk
+    for _ in 0..20_000 {
+        pieces.push(chunk(&json!({"reasoning_content": thought}), None));
+    }
+    let model = MockModel::start(vec![Reply::Sse {
+        pieces,
+        gap: Duration::ZERO,
+        end: End::Complete,
+    }]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = serve(&model, dir.path(), &["--max-turn-output-bytes", "524288"]);
+    let rss = RssSampler::start(p.pid());
+    let (done, _) = turn(&mut p, "think forever");
+    assert_eq!(done["error"]["code"], "outputLimitExceeded", "{done}");
+    assert!(rollout_bytes(dir.path()) < 4 << 20);
+    let max = rss.max_mib();
+    assert!(max < RSS_CEILING_MIB, "server RSS reached {max} MiB");
+}
+
+/// `setsid` takes a process out of the command's process group and session: the tool must
+/// still stop it at the deadline, and the turn must not wait for the pipes it holds.
+#[test]
+fn a_command_that_escapes_into_its_own_session_is_still_contained() {
+    let script = "setsid sleep 60 & echo $! > bg.pid; sleep 30";
+    let args = json!({"argv": ["sh", "-c", script], "timeout_ms": 1500}).to_string();
+    let model = MockModel::start(vec![
+        tool_calls(&[("c1", "run_command", &args)]),
+        answer(&["done"]),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = serve(&model, dir.path(), &[]);
+    let (done, took) = turn(&mut p, "run it");
+    assert_eq!(done["turn"]["status"], "completed", "{done}");
+    assert!(took < Duration::from_secs(15), "the turn took {took:?}");
+    let result = p
+        .seen
+        .iter()
+        .find(|m| m["method"] == "tool/result")
+        .expect("a tool result")
+        .clone();
+    assert_eq!(
+        result["params"]["result"]["output"]["timedOut"], true,
+        "{result}"
+    );
+    let pid: i32 = std::fs::read_to_string(dir.path().join("ws/bg.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: signal 0 only checks whether the process exists.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    assert!(!alive, "the setsid'd sleep {pid} survived the command");
+    let closed = Instant::now();
+    p.close_stdin();
+    assert!(p.wait_exit(Duration::from_secs(10)).success());
+    assert!(closed.elapsed() < Duration::from_secs(10));
+}
+
+/// SSE comments are not progress: a stream that sends nothing but keep-alives fails at the idle
+/// deadline, and so does a compaction against it, which then frees the thread's compaction slot.
+#[test]
+fn a_stream_kept_alive_with_comments_fails_at_the_idle_deadline() {
+    let keepalive = || Reply::Sse {
+        pieces: std::iter::repeat_n(": keep-alive\n\n".to_string(), 600).collect(),
+        gap: Duration::from_millis(50),
+        end: End::Complete,
+    };
+    let model = MockModel::start(vec![keepalive(), keepalive(), answer(&["summary"])]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = serve(
+        &model,
+        dir.path(),
+        &[
+            "--model-idle-timeout-secs",
+            "1",
+            "--request-timeout-secs",
+            "20",
+        ],
+    );
+    let rss = RssSampler::start(p.pid());
+    let (done, took) = turn(&mut p, "hello");
+    assert_eq!(done["turn"]["status"], "failed", "{done}");
+    assert_eq!(done["error"]["code"], "modelStalled", "{done}");
+    assert!(took < Duration::from_secs(10), "failed after {took:?}");
+    let started = Instant::now();
+    let r = p.req("thread/compact", json!({"threadId": "t1"}));
+    assert!(r.get("error").is_some(), "compaction must fail: {r}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // The slot is free again: the next compaction runs (and succeeds).
+    let r = p.req("thread/compact", json!({"threadId": "t1"}));
+    assert!(r.get("result").is_some(), "{r}");
+    let max = rss.max_mib();
+    assert!(max < RSS_CEILING_MIB, "server RSS reached {max} MiB");
+}
