@@ -238,3 +238,63 @@ fn a_stream_kept_alive_with_comments_fails_at_the_idle_deadline() {
     let max = rss.max_mib();
     assert!(max < RSS_CEILING_MIB, "server RSS reached {max} MiB");
 }
+
+/// The server's environment (where the API key usually is) and memory are not readable by the
+/// commands it runs, which run as the same user: `/proc/PID/environ` of a non-dumpable process
+/// is refused to every other process of that user. As root (CI) the server and the reader run as
+/// `nobody`, since root may read any process; the binary is copied where `nobody` can run it.
+#[test]
+fn the_servers_environment_is_unreadable_to_processes_of_its_user() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let as_nobody = unsafe { libc::geteuid() } == 0;
+    let bin = if as_nobody {
+        let copy = dir.path().join("cc-app-server");
+        std::fs::copy(common::BIN, &copy).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+        copy
+    } else {
+        common::BIN.into()
+    };
+    let drop_to_nobody = |cmd: &mut std::process::Command| {
+        if as_nobody {
+            // SAFETY: setgid/setuid in the child before exec; both are async-signal-safe.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+    };
+    let mut server = std::process::Command::new(&bin);
+    server
+        .args(["serve", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .env("CC_APP_SERVER_API_KEY", "sk-never-readable")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    drop_to_nobody(&mut server);
+    let mut p = Proc::from_command(server);
+    let r = p.req(
+        "initialize",
+        common::initialize_params(&["thread_turn_item"]),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    let mut reader = std::process::Command::new("cat");
+    reader.arg(format!("/proc/{}/environ", p.pid()));
+    drop_to_nobody(&mut reader);
+    let out = reader.output().unwrap();
+    assert!(!out.status.success(), "the environment was readable");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("sk-never-readable"),
+        "the key was readable"
+    );
+    p.close_stdin();
+    assert!(p.wait_exit(Duration::from_secs(10)).success());
+}
