@@ -298,3 +298,71 @@ fn the_servers_environment_is_unreadable_to_processes_of_its_user() {
     p.close_stdin();
     assert!(p.wait_exit(Duration::from_secs(10)).success());
 }
+
+/// The key can come from a file instead of the environment (where approved commands of other
+/// servers, shells and crash reporters may see it): the file wins over the variable, and an
+/// empty or missing file is refused at start-up, naming the file.
+#[test]
+fn the_api_key_is_read_from_a_key_file_before_the_environment() {
+    let model = MockModel::start(vec![answer(&["hi"])]);
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("api.key");
+    std::fs::write(&key, "sk-from-the-file\n").unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let flags = |key: &Path| {
+        vec![
+            "--kernel".to_string(),
+            "openai".into(),
+            "--base-url".into(),
+            model.base_url.clone(),
+            "--model".into(),
+            "m".into(),
+            "--workspace".into(),
+            ws.to_str().unwrap().into(),
+            "--api-key-file".into(),
+            key.to_str().unwrap().into(),
+        ]
+    };
+    let args = flags(&key);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut p = Proc::serve_with_env(
+        &dir.path().join("state"),
+        &args,
+        &[("CC_APP_SERVER_API_KEY", "sk-from-the-environment")],
+    );
+    let r = p.req(
+        "initialize",
+        common::initialize_params(&["thread_turn_item"]),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    let r = p.req("thread/start", json!({"threadId": "t1"}));
+    assert!(r.get("result").is_some(), "{r}");
+    let (done, _) = turn(&mut p, "hello");
+    assert_eq!(done["turn"]["status"], "completed", "{done}");
+    let seen = model.requests();
+    assert_eq!(
+        seen[0].header("authorization"),
+        Some("Bearer sk-from-the-file")
+    );
+    p.close_stdin();
+    assert!(p.wait_exit(Duration::from_secs(10)).success());
+
+    for (name, text) in [("empty.key", Some("\n")), ("missing.key", None)] {
+        let path = dir.path().join(name);
+        if let Some(text) = text {
+            std::fs::write(&path, text).unwrap();
+        }
+        let args = flags(&path);
+        let out = std::process::Command::new(common::BIN)
+            .args(["serve", "--state-dir"])
+            .arg(dir.path().join("state2"))
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{name}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(name), "{name}: {stderr}");
+    }
+}
