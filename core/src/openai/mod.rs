@@ -26,6 +26,11 @@ use std::time::Duration;
 /// How often the turn's thread looks at the cancel flag while waiting for the stream.
 const POLL: Duration = Duration::from_millis(5);
 
+/// `OpenAiConfig::idle_timeout` unless set.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// `OpenAiConfig::call_deadline` unless set.
+pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(600);
+
 /// An API key that never prints.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ApiKey(String);
@@ -52,6 +57,16 @@ pub struct OpenAiConfig {
     pub max_output_tokens: Option<u32>,
     /// Connect + first byte, and the longest silence allowed mid-stream.
     pub request_timeout: Duration,
+    /// The longest a streaming answer may go without progress — a token, a reasoning token, a
+    /// tool-call fragment, the finish reason or usage — once its response has started. SSE
+    /// comments (`: keep-alive`), blank lines and chunks that carry nothing do not count.
+    /// Exceeded → the call fails with `modelStalled`.
+    pub idle_timeout: Duration,
+    /// The longest one model call may take as a whole, from its first attempt (retries and
+    /// their waits included) to the end of its answer. Exceeded → `modelDeadlineExceeded`.
+    pub call_deadline: Duration,
+    /// Send the API key over plain `http://` to a host that is not loopback (refused otherwise).
+    pub insecure_http_allowed: bool,
     /// Model requests per turn (each tool round is one); exceeded → `maxStepsExceeded`.
     pub max_steps: u32,
     /// Attempts per request for 429/5xx/connection failures, the first included.
@@ -76,13 +91,16 @@ pub enum OpenAiConfigError {
     NoModel,
     #[error("{0} must be at least 1")]
     Zero(&'static str),
+    #[error("{0} must be longer than zero")]
+    ZeroDuration(&'static str),
     #[error("could not set up TLS or the runtime: {0}")]
     Setup(String),
 }
 
 impl OpenAiConfig {
-    /// Defaults: no key, no instructions, 120 s timeout, 16 steps, 4 attempts from 500 ms,
-    /// 30 s max retry wait, a 128 KiB history budget, 16 KiB of each tool result.
+    /// Defaults: no key, no instructions, 120 s timeout, 60 s idle timeout, a 10 min call
+    /// deadline, 16 steps, 4 attempts from 500 ms, 30 s max retry wait, a 128 KiB history
+    /// budget, 16 KiB of each tool result; plain http only to loopback when a key is set.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
         OpenAiConfig {
             base_url: base_url.into(),
@@ -92,6 +110,9 @@ impl OpenAiConfig {
             temperature: None,
             max_output_tokens: None,
             request_timeout: Duration::from_secs(120),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            call_deadline: DEFAULT_CALL_DEADLINE,
+            insecure_http_allowed: false,
             max_steps: 16,
             max_attempts: 4,
             retry_base_delay: Duration::from_millis(500),
@@ -150,6 +171,26 @@ impl OpenAiConfig {
 
     pub fn with_request_timeout(mut self, d: Duration) -> Self {
         self.request_timeout = d;
+        self
+    }
+
+    /// See [`OpenAiConfig::idle_timeout`]; must be longer than zero.
+    pub fn with_idle_timeout(mut self, d: Duration) -> Self {
+        self.idle_timeout = d;
+        self
+    }
+
+    /// See [`OpenAiConfig::call_deadline`]; must be longer than zero.
+    pub fn with_call_deadline(mut self, d: Duration) -> Self {
+        self.call_deadline = d;
+        self
+    }
+
+    /// `true`: allow the API key over plain `http://` to any host (only on a network you trust).
+    /// Without it `OpenAiCompatibleKernel::new` refuses a key with an `http://` base URL whose
+    /// host is not loopback (127.0.0.0/8, ::1, `localhost`).
+    pub fn allow_insecure_http(mut self, allow: bool) -> Self {
+        self.insecure_http_allowed = allow;
         self
     }
 
@@ -413,6 +454,15 @@ impl OpenAiCompatibleKernel {
         if config.max_attempts == 0 {
             return Err(OpenAiConfigError::Zero("max_attempts"));
         }
+        for (name, d) in [
+            ("idle_timeout", config.idle_timeout),
+            ("call_deadline", config.call_deadline),
+            ("request_timeout", config.request_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(OpenAiConfigError::ZeroDuration(name));
+            }
+        }
         let (url, shown_url) = config.endpoint()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -478,6 +528,8 @@ impl OpenAiCompatibleKernel {
             api_key: self.config.api_key.as_ref().map(|k| k.0.clone()),
             body,
             timeout: self.config.request_timeout,
+            idle_timeout: self.config.idle_timeout,
+            call_deadline: self.config.call_deadline,
             max_attempts: self.config.max_attempts,
             base_delay: self.config.retry_base_delay,
             max_delay: self.config.max_retry_delay,
@@ -836,8 +888,16 @@ impl AgentKernel for OpenAiCompatibleKernel {
         let (mut rx, _abort) = self.start_stream(body);
         let mut text = String::new();
         loop {
-            match self.runtime().block_on(rx.recv()) {
-                Some(StreamEvent::Chunk(c)) => {
+            // Dropping `_abort` on the way out closes the model's connection.
+            if summary_cancelled() {
+                return Err(KernelError::Cancelled);
+            }
+            let event = self
+                .runtime()
+                .block_on(async { tokio::time::timeout(POLL, rx.recv()).await });
+            match event {
+                Err(_) => continue,
+                Ok(Some(StreamEvent::Chunk(c))) => {
                     if let Some(t) = c.content {
                         text.push_str(&t);
                         if text.len() > crate::rollout::MAX_SUMMARY_CHARS {
@@ -847,17 +907,47 @@ impl AgentKernel for OpenAiCompatibleKernel {
                         }
                     }
                 }
-                Some(StreamEvent::Retrying { .. }) => {}
-                Some(StreamEvent::Failed { message, .. }) => {
-                    return Err(KernelError::Failed(message))
+                Ok(Some(StreamEvent::Retrying { .. })) => {}
+                Ok(Some(StreamEvent::Failed { code, message })) => {
+                    return Err(KernelError::Failed(format!("{message} ({code})")))
                 }
-                Some(StreamEvent::Done) => return Ok(Some(text.trim().to_string())),
-                None => {
+                Ok(Some(StreamEvent::Done)) => return Ok(Some(text.trim().to_string())),
+                Ok(None) => {
                     return Err(KernelError::Failed(
-                        "the model stream stopped without an end".into(),
+                        "the model stream stopped without an end (modelStreamCut)".into(),
                     ))
                 }
             }
         }
     }
+}
+
+thread_local! {
+    /// What `summarize` on this thread asks, every `POLL`, to know whether to give up.
+    static SUMMARY_CANCEL: std::cell::RefCell<Option<Box<dyn Fn() -> bool>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn summary_cancelled() -> bool {
+    SUMMARY_CANCEL.with(|c| c.borrow().as_ref().is_some_and(|f| f()))
+}
+
+/// Runs `f` (a call into `AgentKernel::summarize`) with `cancelled` watched by this kernel's
+/// summary call on the same thread: once it says true the call returns `Cancelled` and the
+/// model's connection is closed. The engine's `thread/compact` passes "the server is shutting
+/// down or the asking connection closed"; the trait's `summarize` has no cancel flag of its own.
+pub(crate) fn with_summary_cancel<R>(
+    cancelled: impl Fn() -> bool + 'static,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Reset(Option<Box<dyn Fn() -> bool>>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            SUMMARY_CANCEL.with(|c| *c.borrow_mut() = previous);
+        }
+    }
+    let previous = SUMMARY_CANCEL.with(|c| c.borrow_mut().replace(Box::new(cancelled)));
+    let _reset = Reset(previous);
+    f()
 }

@@ -142,6 +142,23 @@ pub struct ChunkDelta {
     pub usage: Option<Usage>,
 }
 
+impl ChunkDelta {
+    /// Whether the chunk moves the answer on (the idle deadline's notion of progress): text,
+    /// reasoning, a tool-call fragment with something in it, the finish reason or usage. A
+    /// chunk with an empty delta (or only a role) is not.
+    pub fn is_progress(&self) -> bool {
+        self.content.is_some()
+            || self.reasoning.is_some()
+            || self.finish_reason.is_some()
+            || self.usage.is_some()
+            || self.tool_calls.iter().any(|t| {
+                t.id.is_some()
+                    || t.name.is_some()
+                    || t.arguments.as_ref().is_some_and(|a| !a.is_empty())
+            })
+    }
+}
+
 /// Parses one event's data: `Ok(None)` for `[DONE]`.
 pub fn parse_chunk(data: &str) -> Result<Option<ChunkDelta>, String> {
     if data.trim() == "[DONE]" {
@@ -333,6 +350,38 @@ mod tests {
         line.resize(MAX_LINE_BYTES, b'x');
         assert!(d.feed(&line).is_ok());
         assert!(d.feed(b"x").is_err());
+    }
+
+    #[test]
+    fn only_chunks_that_carry_part_of_the_answer_are_progress() {
+        let chunk = |delta: &str| {
+            parse_chunk(&format!(
+                r#"{{"choices":[{{"delta":{delta},"finish_reason":null}}]}}"#
+            ))
+            .unwrap()
+            .unwrap()
+        };
+        for idle in [
+            "{}",
+            "null",
+            r#"{"role":"assistant"}"#,
+            r#"{"content":""}"#,
+            r#"{"tool_calls":[{"index":0,"function":{"arguments":""}}]}"#,
+        ] {
+            assert!(!chunk(idle).is_progress(), "{idle}");
+        }
+        for busy in [
+            r#"{"content":"a"}"#,
+            r#"{"reasoning":"a"}"#,
+            r#"{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}"#,
+            r#"{"tool_calls":[{"index":0,"id":"c","function":{"name":"t"}}]}"#,
+        ] {
+            assert!(chunk(busy).is_progress(), "{busy}");
+        }
+        let done = parse_chunk(r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#);
+        assert!(done.unwrap().unwrap().is_progress());
+        let usage = parse_chunk(r#"{"choices":[],"usage":{"total_tokens":3}}"#);
+        assert!(usage.unwrap().unwrap().is_progress());
     }
 
     #[test]
