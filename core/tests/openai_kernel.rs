@@ -1037,3 +1037,80 @@ fn a_zero_idle_timeout_or_call_deadline_is_refused_and_one_millisecond_is_not() 
         (Duration::from_secs(60), Duration::from_secs(600))
     );
 }
+
+#[test]
+fn an_api_key_over_plain_http_to_a_host_that_is_not_loopback_is_refused_unless_allowed() {
+    let with_key = |url: &str| OpenAiConfig::new(url, "m").with_api_key(Some(KEY.into()));
+    for url in [
+        "http://api.example.com/v1",
+        "http://10.0.0.5:8000/v1",
+        "http://192.168.1.20:11434/v1",
+        "http://[fe80::1]/v1",
+        "http://0.0.0.0:8080/v1",
+        "http://127.0.0.1.nip.io/v1",
+        "http://localhost.example.com/v1",
+    ] {
+        let e = OpenAiCompatibleKernel::new(with_key(url))
+            .expect_err(url)
+            .to_string();
+        assert!(
+            e.contains("plain http") && e.contains("https://") && e.contains("allow_insecure_http"),
+            "{url}: {e}"
+        );
+        assert!(!e.contains(KEY), "{e}");
+        // Explicitly allowed; or no key to protect.
+        OpenAiCompatibleKernel::new(with_key(url).allow_insecure_http(true)).expect(url);
+        OpenAiCompatibleKernel::new(OpenAiConfig::new(url, "m")).expect(url);
+    }
+    for url in [
+        "https://api.example.com/v1",
+        "https://10.0.0.5:8000/v1",
+        "http://127.0.0.1:11434/v1",
+        "http://127.255.255.254/v1",
+        "http://[::1]:8080/v1",
+        "http://[::ffff:127.0.0.1]:8080/v1",
+        "http://localhost:11434/v1",
+        "http://LocalHost/v1",
+    ] {
+        OpenAiCompatibleKernel::new(with_key(url)).expect(url);
+    }
+    // 128.0.0.1 is the first address past 127.0.0.0/8.
+    assert!(OpenAiCompatibleKernel::new(with_key("http://128.0.0.1/v1")).is_err());
+}
+
+#[test]
+fn a_redirect_is_not_followed_so_neither_the_key_nor_the_conversation_goes_elsewhere() {
+    let elsewhere = MockModel::start(vec![answer(&["stolen"]), answer(&["stolen"])]);
+    let target = format!("{}/chat/completions?x=1", elsewhere.base_url);
+    let redirect = |code: u16| Reply::Status {
+        code,
+        headers: vec![("Location".into(), target.clone())],
+        body: String::new(),
+    };
+    let model = MockModel::start(vec![redirect(307), redirect(302)]);
+    let rig = rig(&model);
+    let mut raw = Raw::init(&rig.server);
+    raw.req("thread/start", json!({"threadId": "r"}));
+    for code in [307, 302] {
+        raw.turn("r", "a secret plan");
+        let turn = raw.completed();
+        assert_eq!(turn["status"], "failed", "{turn}");
+        assert_eq!(turn["error"]["code"], "modelRedirected", "{turn}");
+        let message = turn["error"]["message"].as_str().unwrap();
+        let shown = format!("{}/chat/completions", elsewhere.base_url);
+        assert!(
+            message.contains(&format!("HTTP {code}")) && message.contains(&shown),
+            "{message}"
+        );
+        assert!(
+            !message.contains("x=1"),
+            "the query is not shown: {message}"
+        );
+    }
+    assert_eq!(model.requests().len(), 2, "a redirect is not retried");
+    assert!(
+        elsewhere.requests().is_empty(),
+        "the redirect was followed: {:?}",
+        elsewhere.requests()
+    );
+}

@@ -4,7 +4,7 @@
 //! records what arrives and aborts this task the moment the turn is interrupted.
 
 use super::sse::{excerpt, parse_chunk, ChunkDelta, SseDecoder};
-use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE, LOCATION};
 use std::time::Duration;
 use tokio::sync::mpsc::Sender;
 
@@ -107,6 +107,24 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .map(Duration::from_secs_f64)
 }
 
+/// Where a redirect points, as messages show it: resolved against the request's URL, without
+/// credentials or query, cut to 120 characters.
+fn redirect_target(from: &str, headers: &HeaderMap) -> String {
+    let Some(location) = headers.get(LOCATION).and_then(|v| v.to_str().ok()) else {
+        return "nowhere (no Location header)".into();
+    };
+    match reqwest::Url::parse(from).and_then(|base| base.join(location)) {
+        Ok(mut url) => {
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.set_query(None);
+            url.set_fragment(None);
+            excerpt(url.as_str())
+        }
+        Err(_) => format!("{:?}", excerpt(location)),
+    }
+}
+
 /// Reads at most 8 KiB of an error body and pulls out the server's message.
 async fn error_message(mut resp: reqwest::Response) -> String {
     let mut body = Vec::new();
@@ -173,6 +191,11 @@ async fn run(
                     break r;
                 }
                 let code = s.as_u16();
+                if s.is_redirection() {
+                    let to = redirect_target(&req.url, r.headers());
+                    return Err(("modelRedirected", format!(
+                        "the model server answered HTTP {code} redirecting to {to}; redirects are not followed, so the conversation and the key go only where the base URL says: set the base URL to the new address if you trust it")));
+                }
                 if code != 429 && !s.is_server_error() {
                     let detail = error_message(r).await;
                     return Err(match code {

@@ -93,6 +93,10 @@ pub enum OpenAiConfigError {
     Zero(&'static str),
     #[error("{0} must be longer than zero")]
     ZeroDuration(&'static str),
+    #[error(
+        "refusing to send the API key over plain http to {0}, which is not a loopback host (127.0.0.0/8, ::1, localhost): use an https:// base URL, or allow it explicitly with OpenAiConfig::allow_insecure_http(true) (the CLI's --allow-insecure-http) if the network to it is trusted"
+    )]
+    InsecureHttp(String),
     #[error("could not set up TLS or the runtime: {0}")]
     Setup(String),
 }
@@ -223,6 +227,18 @@ impl OpenAiConfig {
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
             return Err(bad());
         }
+        if url.scheme() == "http"
+            && self.api_key.is_some()
+            && !self.insecure_http_allowed
+            && !is_loopback(&url)
+        {
+            let host = url.host_str().unwrap_or_default();
+            let shown = match url.port() {
+                Some(p) => format!("{host}:{p}"),
+                None => host.to_string(),
+            };
+            return Err(OpenAiConfigError::InsecureHttp(sse::excerpt(&shown)));
+        }
         let path = format!("{}/chat/completions", url.path().trim_end_matches('/'));
         url.set_path(&path);
         let full = url.to_string();
@@ -231,6 +247,27 @@ impl OpenAiConfig {
         let _ = shown.set_password(None);
         shown.set_query(None);
         Ok((full, shown.to_string()))
+    }
+}
+
+/// Whether `url`'s host is this machine by address or by the name every resolver keeps for it:
+/// 127.0.0.0/8, ::1 (and ::ffff:127.0.0.0/104), `localhost`. Other names are not trusted to
+/// resolve there.
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    // The URL parser has already normalised the host: IPv4 in dotted form, IPv6 in brackets.
+    let ip = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    match ip.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(v4)) => v4.is_loopback(),
+        Ok(std::net::IpAddr::V6(v6)) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
     }
 }
 
@@ -474,6 +511,10 @@ impl OpenAiCompatibleKernel {
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls_config()?)
             .connect_timeout(config.request_timeout)
+            // A redirect would re-send the conversation (and, to the same origin, the key)
+            // somewhere the base URL does not name, maybe over plain http: never followed; the
+            // turn fails with modelRedirected naming where it pointed.
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("cc-app-server/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| OpenAiConfigError::Setup(e.to_string()))?;
