@@ -1114,3 +1114,133 @@ fn a_redirect_is_not_followed_so_neither_the_key_nor_the_conversation_goes_elsew
         elsewhere.requests()
     );
 }
+
+/// list_directory arguments nesting `depth` levels of arrays and objects, the object itself the
+/// first: `{"path": ".", "n": [[…]]}`.
+fn nested_arguments(depth: usize) -> String {
+    assert!(depth >= 2);
+    format!(
+        r#"{{"path":".","n":{}{}}}"#,
+        "[".repeat(depth - 1),
+        "]".repeat(depth - 1)
+    )
+}
+
+/// The `role: tool` message answering `call_id` in a request's messages.
+fn tool_reply(request: &Seen, call_id: &str) -> String {
+    request.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+        .unwrap_or_else(|| panic!("no tool message for {call_id}"))["content"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn tool_arguments_nested_past_the_bound_are_a_tool_error_the_model_sees_and_the_turn_goes_on() {
+    let (at, past, far) = (
+        nested_arguments(62),
+        nested_arguments(63),
+        nested_arguments(200),
+    );
+    let model = MockModel::start(vec![
+        tool_calls(&[
+            ("call_at", "list_directory", &at),
+            ("call_past", "list_directory", &past),
+            ("call_far", "list_directory", &far),
+        ]),
+        answer(&["I will send flatter arguments."]),
+    ]);
+    let rig = rig(&model);
+    rig.server.set_policy(ApprovalPolicy::AutoApprove);
+    let mut raw = Raw::init(&rig.server);
+    raw.req("thread/start", json!({"threadId": "deep"}));
+    raw.turn("deep", "list with deep arguments");
+    let turn = raw.completed();
+    assert_eq!(turn["status"], "completed", "{turn}");
+    assert_eq!(
+        raw.items("agentMessage")[0]["text"],
+        "I will send flatter arguments."
+    );
+    // At the bound: the call went through the gate to the tool, arguments intact.
+    let requested: Vec<Value> = raw
+        .seen
+        .iter()
+        .filter(|m| m["method"] == "tool/requested")
+        .map(|m| m["params"]["call"]["arguments"].clone())
+        .collect();
+    assert_eq!(requested, [serde_json::from_str::<Value>(&at).unwrap()]);
+    let second = &model.requests()[1];
+    assert!(
+        !tool_reply(second, "call_at").contains("levels"),
+        "{}",
+        tool_reply(second, "call_at")
+    );
+    // Past it (and far past serde's own 128): a tool error in the next request, recorded as an
+    // error item, nothing run.
+    for id in ["call_past", "call_far"] {
+        let reply = tool_reply(second, id);
+        assert!(
+            reply.starts_with("Error: the arguments for list_directory nest")
+                && reply.contains("62 levels"),
+            "{id}: {reply}"
+        );
+    }
+    let errors = raw.items("error");
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[0]["message"].as_str().unwrap().contains("62 levels"));
+}
+
+#[test]
+fn tool_arguments_longer_than_the_bound_are_a_tool_error_and_at_the_bound_they_run() {
+    const MAX: usize = cc_app_server::openai::sse::MAX_ARGUMENT_BYTES;
+    let sized = |n: usize| {
+        let head = r#"{"path":".","pad":""#;
+        format!("{head}{}\"}}", "x".repeat(n - head.len() - 2))
+    };
+    let (at, past) = (sized(MAX), sized(MAX + 1));
+    assert_eq!((at.len(), past.len()), (MAX, MAX + 1));
+    let model = MockModel::start(vec![
+        tool_calls(&[
+            ("call_at", "list_directory", &at),
+            ("call_past", "list_directory", &past),
+        ]),
+        answer(&["Shorter next time."]),
+    ]);
+    let rig = rig(&model);
+    rig.server.set_policy(ApprovalPolicy::AutoApprove);
+    let mut raw = Raw::init(&rig.server);
+    raw.req("thread/start", json!({"threadId": "long"}));
+    raw.turn("long", "list with long arguments");
+    let turn = raw.completed();
+    assert_eq!(turn["status"], "completed", "{turn}");
+    let requested = raw
+        .seen
+        .iter()
+        .filter(|m| m["method"] == "tool/requested")
+        .count();
+    assert_eq!(requested, 1, "only the call at the bound runs");
+    let second = &model.requests()[1];
+    let reply = tool_reply(second, "call_past");
+    assert!(
+        reply.starts_with("Error: the arguments for list_directory are longer than 1048576 bytes"),
+        "{reply}"
+    );
+    assert!(!tool_reply(second, "call_at").starts_with("Error: the arguments"));
+    // What the model is shown of its own over-long call is small, valid JSON.
+    let assistant = second.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "assistant" && m.get("tool_calls").is_some())
+        .unwrap()
+        .clone();
+    assert_eq!(assistant["tool_calls"][1]["function"]["arguments"], "{}");
+    assert_eq!(
+        assistant["tool_calls"][0]["function"]["arguments"],
+        at.as_str()
+    );
+}

@@ -31,6 +31,41 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// `OpenAiConfig::call_deadline` unless set.
 pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(600);
 
+/// Levels of arrays and objects a tool call's arguments may nest, the arguments themselves the
+/// first. The engine records a kernel's item nested at most 64 levels (`MAX_OUTPUT_DEPTH`), and
+/// a generic `toolCall` item holds the arguments two levels down (item → call → arguments), so
+/// this is the most that records everywhere. Deeper arguments are answered with a tool error
+/// the model reads, like arguments that are not JSON.
+pub const MAX_ARGUMENT_DEPTH: usize = crate::engine::turn::MAX_OUTPUT_DEPTH - 2;
+
+/// How deep the arrays and objects of JSON text nest, read off the brackets outside strings
+/// (for valid JSON this is the parsed value's depth; it is found without parsing, so text deeper
+/// than serde_json's own 128-level limit is told apart from text that is not JSON).
+fn json_text_depth(text: &str) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for b in text.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// An API key that never prints.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ApiKey(String);
@@ -808,6 +843,23 @@ impl OpenAiCompatibleKernel {
                 extra,
             );
         };
+        if call.too_long {
+            return refuse(
+                format!(
+                    "the arguments for {tool} are longer than {} bytes, so the call was not run; send smaller arguments (for a large file, write it in parts)",
+                    sse::MAX_ARGUMENT_BYTES
+                ),
+                extra,
+            );
+        }
+        if json_text_depth(&call.arguments) > MAX_ARGUMENT_DEPTH {
+            return refuse(
+                format!(
+                    "the arguments for {tool} nest arrays and objects more than {MAX_ARGUMENT_DEPTH} levels deep, so the call was not run; call it again with flatter arguments"
+                ),
+                extra,
+            );
+        }
         let arguments: Value = if call.arguments.trim().is_empty() {
             json!({})
         } else {
@@ -888,7 +940,11 @@ impl AgentKernel for OpenAiCompatibleKernel {
             let wire_calls: Vec<(String, String, String)> = out
                 .calls
                 .iter()
-                .map(|c| (c.id.clone(), c.name.clone(), c.arguments.clone()))
+                .map(|c| {
+                    // An over-long call is shown back as `{}`: the model is told why beside it.
+                    let args = if c.too_long { "{}" } else { &c.arguments };
+                    (c.id.clone(), c.name.clone(), args.to_string())
+                })
                 .collect();
             conversation.push(messages::assistant_with_calls(Some(&out.text), &wire_calls));
             for call in &out.calls {
@@ -991,4 +1047,32 @@ pub(crate) fn with_summary_cancel<R>(
     let previous = SUMMARY_CANCEL.with(|c| c.borrow_mut().replace(Box::new(cancelled)));
     let _reset = Reset(previous);
     f()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_text_depth_counts_brackets_outside_strings_only() {
+        for (text, depth) in [
+            ("", 0),
+            ("1", 0),
+            ("{}", 1),
+            (r#"{"a":[1,{"b":[]}]}"#, 4),
+            (r#"{"a":"[[[{{{"}"#, 1),
+            (r#"{"a":"\"[[[","b":[]}"#, 2),
+            (r#"{"a":"\\","b":[[]]}"#, 3),
+            ("]]]{", 1),
+        ] {
+            assert_eq!(json_text_depth(text), depth, "{text}");
+        }
+        let deep = format!(
+            "{}{}",
+            "[".repeat(MAX_ARGUMENT_DEPTH),
+            "]".repeat(MAX_ARGUMENT_DEPTH)
+        );
+        assert_eq!(json_text_depth(&deep), MAX_ARGUMENT_DEPTH);
+        assert_eq!(MAX_ARGUMENT_DEPTH, 62);
+    }
 }
