@@ -816,3 +816,431 @@ fn thread_compact_is_gated_by_its_feature_and_needs_a_summary_from_kernels_that_
     let r = plain.req("thread/compact", json!({"threadId": "s", "summary": "x"}));
     assert_eq!(r["error"]["code"], -32601, "{r}");
 }
+
+/// A stream that sends nothing but SSE comments, `n` of them `gap` apart.
+fn keep_alives(n: usize, gap: Duration) -> Reply {
+    Reply::Sse {
+        pieces: std::iter::repeat_n(": keep-alive\n\n".to_string(), n).collect(),
+        gap,
+        end: End::Complete,
+    }
+}
+
+/// Waits until `model` saw `n` requests (the stream of the last has started).
+fn await_requests(model: &MockModel, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while model.requests().len() < n {
+        assert!(Instant::now() < deadline, "the model never got request {n}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits up to `within` for the mock's endless stream to notice its client went away.
+fn client_gone_within(model: &MockModel, from: Instant, within: Duration) -> Duration {
+    let deadline = from + within;
+    loop {
+        if let Some(gone) = *model.client_gone.lock().unwrap() {
+            return gone.saturating_duration_since(from);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the model's connection was still open {within:?} later"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_stream_kept_alive_with_comments_fails_at_the_idle_deadline_and_so_does_compaction() {
+    // 30 s of keep-alives 50 ms apart: far past the 1 s idle deadline, and every comment arrives
+    // well inside the 20 s request_timeout, which is therefore never what trips.
+    let model = MockModel::start(vec![
+        keep_alives(600, Duration::from_millis(50)),
+        keep_alives(600, Duration::from_millis(50)),
+        answer(&["The user said hello; the model never answered."]),
+    ]);
+    let idle = Duration::from_secs(1);
+    let rig = rig_with(&model, |c| {
+        c.with_request_timeout(Duration::from_secs(20))
+            .with_idle_timeout(idle)
+    });
+    let mut raw = Raw::init(&rig.server);
+    raw.req("thread/start", json!({"threadId": "ka"}));
+    let started = Instant::now();
+    raw.turn("ka", "hello");
+    let turn = raw.completed();
+    let took = started.elapsed();
+    assert_eq!(turn["status"], "failed", "{turn}");
+    assert_eq!(turn["error"]["code"], "modelStalled", "{turn}");
+    assert!(
+        turn["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no part of an answer"),
+        "{turn}"
+    );
+    assert!(took >= idle, "failed before the idle deadline: {took:?}");
+    assert!(
+        took < idle + Duration::from_secs(4),
+        "failed after {took:?}"
+    );
+    assert_eq!(model.requests().len(), 1, "a stalled stream is not retried");
+    // The summary call obeys the same deadline, answers with an error that says why, and frees
+    // the thread's compaction slot: the next compaction runs and succeeds.
+    let started = Instant::now();
+    let r = raw.req("thread/compact", json!({"threadId": "ka"}));
+    let took = started.elapsed();
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("could not write the summary") && message.contains("modelStalled"),
+        "{message}"
+    );
+    assert!(
+        took >= idle && took < idle + Duration::from_secs(4),
+        "{took:?}"
+    );
+    let r = raw.req("thread/compact", json!({"threadId": "ka"}));
+    assert_eq!(
+        r["result"]["summary"], "The user said hello; the model never answered.",
+        "{r}"
+    );
+}
+
+#[test]
+fn chunks_that_carry_nothing_are_not_progress_but_tokens_slower_than_the_deadline_in_total_are() {
+    // Empty deltas every 50 ms: data events, but no part of an answer.
+    let empty = chunk(&json!({}), None);
+    let model = MockModel::start(vec![
+        Reply::Sse {
+            pieces: std::iter::repeat_n(empty, 600).collect(),
+            gap: Duration::from_millis(50),
+            end: End::Complete,
+        },
+        // Eight tokens 250 ms apart: 2 s in all, twice the idle deadline, never 1 s idle.
+        Reply::Sse {
+            pieces: (0..8)
+                .map(|i| chunk(&json!({"content": format!("{i} ")}), None))
+                .chain([chunk(&json!({}), Some("stop")), DONE.to_string()])
+                .collect(),
+            gap: Duration::from_millis(250),
+            end: End::Complete,
+        },
+    ]);
+    let rig = rig_with(&model, |c| {
+        c.with_request_timeout(Duration::from_secs(20))
+            .with_idle_timeout(Duration::from_secs(1))
+    });
+    let mut raw = Raw::init(&rig.server);
+    raw.req("thread/start", json!({"threadId": "e"}));
+    raw.turn("e", "hello");
+    assert_eq!(raw.completed()["error"]["code"], "modelStalled");
+    raw.turn("e", "again");
+    let turn = raw.completed();
+    assert_eq!(turn["status"], "completed", "{turn}");
+    assert_eq!(
+        raw.items("agentMessage").last().unwrap()["text"],
+        "0 1 2 3 4 5 6 7 "
+    );
+}
+
+#[test]
+fn a_stream_that_never_ends_fails_at_the_call_deadline_and_keeps_what_arrived() {
+    let model = MockModel::start(vec![Reply::Endless {
+        gap: Duration::from_millis(10),
+    }]);
+    let deadline = Duration::from_millis(1500);
+    let rig = rig_with(&model, |c| c.with_call_deadline(deadline));
+    let mut raw = Raw::init(&rig.server);
+    raw.req("thread/start", json!({"threadId": "d"}));
+    let started = Instant::now();
+    raw.turn("d", "talk forever");
+    let turn = raw.completed();
+    let took = started.elapsed();
+    assert_eq!(turn["status"], "failed", "{turn}");
+    assert_eq!(turn["error"]["code"], "modelDeadlineExceeded", "{turn}");
+    assert!(
+        took >= deadline && took < deadline + Duration::from_secs(4),
+        "{took:?}"
+    );
+    // The connection is closed at the deadline, and what streamed before it stays recorded.
+    client_gone_within(&model, started, deadline + Duration::from_secs(4));
+    assert!(rollout_text(&rig, "d").contains("tick"));
+}
+
+#[test]
+fn compaction_stops_when_its_connection_closes_or_the_server_shuts_down_and_frees_the_slot() {
+    let model = MockModel::start(vec![
+        answer(&["Hi."]),
+        Reply::Endless {
+            gap: Duration::from_millis(10),
+        },
+        answer(&["The user greeted the model."]),
+    ]);
+    let rig = rig(&model);
+    let mut raw = Raw::init(&rig.server);
+    raw.req("thread/start", json!({"threadId": "ic"}));
+    raw.turn("ic", "hello");
+    raw.completed();
+    // The summary streams forever (every tick is progress); the asker goes away mid-way.
+    raw.send("thread/compact", json!({"threadId": "ic"}));
+    await_requests(&model, 2);
+    std::thread::sleep(Duration::from_millis(100));
+    let closed = Instant::now();
+    drop(raw);
+    let after = client_gone_within(&model, closed, Duration::from_secs(2));
+    assert!(after < Duration::from_secs(1), "{after:?}");
+    // Nothing was recorded for it, and its slot is free: a new connection compacts.
+    assert!(!rollout_text(&rig, "ic").contains("\"compacted\""));
+    let mut raw = Raw::init(&rig.server);
+    let r = raw.req("thread/compact", json!({"threadId": "ic"}));
+    assert_eq!(r["result"]["summary"], "The user greeted the model.", "{r}");
+    // The same on shutdown.
+    model.push(answer(&["More."]));
+    raw.turn("ic", "more");
+    raw.completed();
+    *model.client_gone.lock().unwrap() = None;
+    model.push(Reply::Endless {
+        gap: Duration::from_millis(10),
+    });
+    raw.send("thread/compact", json!({"threadId": "ic"}));
+    await_requests(&model, 5);
+    std::thread::sleep(Duration::from_millis(100));
+    let stopped = Instant::now();
+    rig.server.shutdown();
+    let after = client_gone_within(&model, stopped, Duration::from_secs(2));
+    assert!(after < Duration::from_secs(1), "{after:?}");
+}
+
+#[test]
+fn a_zero_idle_timeout_or_call_deadline_is_refused_and_one_millisecond_is_not() {
+    let base = || OpenAiConfig::new("http://127.0.0.1:9/v1", "m");
+    let ms = Duration::from_millis(1);
+    let refused = |c: OpenAiConfig| OpenAiCompatibleKernel::new(c).unwrap_err().to_string();
+    assert_eq!(
+        refused(base().with_idle_timeout(Duration::ZERO)),
+        "idle_timeout must be longer than zero"
+    );
+    assert_eq!(
+        refused(base().with_call_deadline(Duration::ZERO)),
+        "call_deadline must be longer than zero"
+    );
+    let c = base().with_idle_timeout(ms).with_call_deadline(ms);
+    let k = OpenAiCompatibleKernel::new(c).unwrap();
+    assert_eq!(
+        (k.config().idle_timeout, k.config().call_deadline),
+        (ms, ms)
+    );
+    let d = OpenAiConfig::new("http://127.0.0.1:9/v1", "m");
+    assert_eq!(
+        (d.idle_timeout, d.call_deadline),
+        (Duration::from_secs(60), Duration::from_secs(600))
+    );
+}
+
+#[test]
+fn an_api_key_over_plain_http_to_a_host_that_is_not_loopback_is_refused_unless_allowed() {
+    let with_key = |url: &str| OpenAiConfig::new(url, "m").with_api_key(Some(KEY.into()));
+    for url in [
+        "http://api.example.com/v1",
+        "http://10.0.0.5:8000/v1",
+        "http://192.168.1.20:11434/v1",
+        "http://[fe80::1]/v1",
+        "http://0.0.0.0:8080/v1",
+        "http://127.0.0.1.nip.io/v1",
+        "http://localhost.example.com/v1",
+    ] {
+        let e = OpenAiCompatibleKernel::new(with_key(url))
+            .expect_err(url)
+            .to_string();
+        assert!(
+            e.contains("plain http") && e.contains("https://") && e.contains("allow_insecure_http"),
+            "{url}: {e}"
+        );
+        assert!(!e.contains(KEY), "{e}");
+        // Explicitly allowed; or no key to protect.
+        OpenAiCompatibleKernel::new(with_key(url).allow_insecure_http(true)).expect(url);
+        OpenAiCompatibleKernel::new(OpenAiConfig::new(url, "m")).expect(url);
+    }
+    for url in [
+        "https://api.example.com/v1",
+        "https://10.0.0.5:8000/v1",
+        "http://127.0.0.1:11434/v1",
+        "http://127.255.255.254/v1",
+        "http://[::1]:8080/v1",
+        "http://[::ffff:127.0.0.1]:8080/v1",
+        "http://localhost:11434/v1",
+        "http://LocalHost/v1",
+    ] {
+        OpenAiCompatibleKernel::new(with_key(url)).expect(url);
+    }
+    // 128.0.0.1 is the first address past 127.0.0.0/8.
+    assert!(OpenAiCompatibleKernel::new(with_key("http://128.0.0.1/v1")).is_err());
+}
+
+#[test]
+fn a_redirect_is_not_followed_so_neither_the_key_nor_the_conversation_goes_elsewhere() {
+    let elsewhere = MockModel::start(vec![answer(&["stolen"]), answer(&["stolen"])]);
+    let target = format!("{}/chat/completions?x=1", elsewhere.base_url);
+    let redirect = |code: u16| Reply::Status {
+        code,
+        headers: vec![("Location".into(), target.clone())],
+        body: String::new(),
+    };
+    let model = MockModel::start(vec![redirect(307), redirect(302)]);
+    let rig = rig(&model);
+    let mut raw = Raw::init(&rig.server);
+    raw.req("thread/start", json!({"threadId": "r"}));
+    for code in [307, 302] {
+        raw.turn("r", "a secret plan");
+        let turn = raw.completed();
+        assert_eq!(turn["status"], "failed", "{turn}");
+        assert_eq!(turn["error"]["code"], "modelRedirected", "{turn}");
+        let message = turn["error"]["message"].as_str().unwrap();
+        let shown = format!("{}/chat/completions", elsewhere.base_url);
+        assert!(
+            message.contains(&format!("HTTP {code}")) && message.contains(&shown),
+            "{message}"
+        );
+        assert!(
+            !message.contains("x=1"),
+            "the query is not shown: {message}"
+        );
+    }
+    assert_eq!(model.requests().len(), 2, "a redirect is not retried");
+    assert!(
+        elsewhere.requests().is_empty(),
+        "the redirect was followed: {:?}",
+        elsewhere.requests()
+    );
+}
+
+/// list_directory arguments nesting `depth` levels of arrays and objects, the object itself the
+/// first: `{"path": ".", "n": [[…]]}`.
+fn nested_arguments(depth: usize) -> String {
+    assert!(depth >= 2);
+    format!(
+        r#"{{"path":".","n":{}{}}}"#,
+        "[".repeat(depth - 1),
+        "]".repeat(depth - 1)
+    )
+}
+
+/// The `role: tool` message answering `call_id` in a request's messages.
+fn tool_reply(request: &Seen, call_id: &str) -> String {
+    request.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+        .unwrap_or_else(|| panic!("no tool message for {call_id}"))["content"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn tool_arguments_nested_past_the_bound_are_a_tool_error_the_model_sees_and_the_turn_goes_on() {
+    let (at, past, far) = (
+        nested_arguments(62),
+        nested_arguments(63),
+        nested_arguments(200),
+    );
+    let model = MockModel::start(vec![
+        tool_calls(&[
+            ("call_at", "list_directory", &at),
+            ("call_past", "list_directory", &past),
+            ("call_far", "list_directory", &far),
+        ]),
+        answer(&["I will send flatter arguments."]),
+    ]);
+    let rig = rig(&model);
+    rig.server.set_policy(ApprovalPolicy::AutoApprove);
+    let mut raw = Raw::init(&rig.server);
+    raw.req("thread/start", json!({"threadId": "deep"}));
+    raw.turn("deep", "list with deep arguments");
+    let turn = raw.completed();
+    assert_eq!(turn["status"], "completed", "{turn}");
+    assert_eq!(
+        raw.items("agentMessage")[0]["text"],
+        "I will send flatter arguments."
+    );
+    // At the bound: the call went through the gate to the tool, arguments intact.
+    let requested: Vec<Value> = raw
+        .seen
+        .iter()
+        .filter(|m| m["method"] == "tool/requested")
+        .map(|m| m["params"]["call"]["arguments"].clone())
+        .collect();
+    assert_eq!(requested, [serde_json::from_str::<Value>(&at).unwrap()]);
+    let second = &model.requests()[1];
+    assert!(
+        !tool_reply(second, "call_at").contains("levels"),
+        "{}",
+        tool_reply(second, "call_at")
+    );
+    // Past it (and far past serde's own 128): a tool error in the next request, recorded as an
+    // error item, nothing run.
+    for id in ["call_past", "call_far"] {
+        let reply = tool_reply(second, id);
+        assert!(
+            reply.starts_with("Error: the arguments for list_directory nest")
+                && reply.contains("62 levels"),
+            "{id}: {reply}"
+        );
+    }
+    let errors = raw.items("error");
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[0]["message"].as_str().unwrap().contains("62 levels"));
+}
+
+#[test]
+fn tool_arguments_longer_than_the_bound_are_a_tool_error_and_at_the_bound_they_run() {
+    const MAX: usize = cc_app_server::openai::sse::MAX_ARGUMENT_BYTES;
+    let sized = |n: usize| {
+        let head = r#"{"path":".","pad":""#;
+        format!("{head}{}\"}}", "x".repeat(n - head.len() - 2))
+    };
+    let (at, past) = (sized(MAX), sized(MAX + 1));
+    assert_eq!((at.len(), past.len()), (MAX, MAX + 1));
+    let model = MockModel::start(vec![
+        tool_calls(&[
+            ("call_at", "list_directory", &at),
+            ("call_past", "list_directory", &past),
+        ]),
+        answer(&["Shorter next time."]),
+    ]);
+    let rig = rig(&model);
+    rig.server.set_policy(ApprovalPolicy::AutoApprove);
+    let mut raw = Raw::init(&rig.server);
+    raw.req("thread/start", json!({"threadId": "long"}));
+    raw.turn("long", "list with long arguments");
+    let turn = raw.completed();
+    assert_eq!(turn["status"], "completed", "{turn}");
+    let requested = raw
+        .seen
+        .iter()
+        .filter(|m| m["method"] == "tool/requested")
+        .count();
+    assert_eq!(requested, 1, "only the call at the bound runs");
+    let second = &model.requests()[1];
+    let reply = tool_reply(second, "call_past");
+    assert!(
+        reply.starts_with("Error: the arguments for list_directory are longer than 1048576 bytes"),
+        "{reply}"
+    );
+    assert!(!tool_reply(second, "call_at").starts_with("Error: the arguments"));
+    // What the model is shown of its own over-long call is small, valid JSON.
+    let assistant = second.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "assistant" && m.get("tool_calls").is_some())
+        .unwrap()
+        .clone();
+    assert_eq!(assistant["tool_calls"][1]["function"]["arguments"], "{}");
+    assert_eq!(
+        assistant["tool_calls"][0]["function"]["arguments"],
+        at.as_str()
+    );
+}

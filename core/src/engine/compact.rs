@@ -1,7 +1,11 @@
 //! `thread/compact`: the store's `compact(summary)` made reachable from the wire. The history a
 //! kernel gets then starts from the summary; every event stays in the rollout. With a kernel that
 //! can write summaries (the OpenAI-compatible one) the model writes it off the connection's
-//! thread, so a slow model never stalls the connection; otherwise the caller supplies it.
+//! thread, so a slow model never stalls the connection; otherwise the caller supplies it. The
+//! model's summary call is bounded like a turn's model call (the kernel's idle timeout and call
+//! deadline), stops when the server shuts down or the asking connection closes, and whatever way
+//! it ends the request is answered (when someone is left to read it) and the thread's
+//! compaction slot is freed.
 
 use super::dispatch::{
     announce_thread_update, reply, result, wire_thread, RawId, RpcError, RpcResult,
@@ -9,6 +13,7 @@ use super::dispatch::{
 use super::{lock, ConnShared, Inner, ThreadState};
 use crate::protocol::ThreadCompactResult;
 use serde_json::{Map, Value};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The feature a connection must negotiate before it may call thread/compact.
@@ -78,7 +83,7 @@ pub(crate) fn thread_compact(
     };
     let (inner2, conn2, id2) = (Arc::clone(inner), Arc::clone(conn), id.clone());
     let work = move || {
-        let result = compact(&slot.inner, &thread, summary);
+        let result = compact(&slot.inner, &conn2, &thread, summary);
         drop(slot);
         reply(&inner2, &conn2, &id2, result);
     };
@@ -101,7 +106,55 @@ pub(crate) fn thread_compact(
     }
 }
 
-fn compact(inner: &Inner, thread: &ThreadState, summary: Option<String>) -> RpcResult {
+/// Why a compaction stops before it records anything: the server began shutting down, or the
+/// connection that asked for it closed (nobody is left to get the answer).
+fn interrupted(inner: &Inner, conn: &ConnShared) -> Option<&'static str> {
+    if inner.shut_down.load(Ordering::SeqCst) {
+        Some("the server is shutting down")
+    } else if !conn.is_open() {
+        Some("the connection that asked for it closed")
+    } else {
+        None
+    }
+}
+
+/// The kernel's summary, stopped (for a kernel that watches for it: the OpenAI-compatible one
+/// checks every 5 ms and closes the model's connection) as soon as the compaction is
+/// `interrupted`. How long it may take otherwise is the kernel's own bound (the OpenAI-compatible
+/// kernel's idle timeout and call deadline).
+fn summarize(
+    inner: &Arc<Inner>,
+    conn: &Arc<ConnShared>,
+    thread: &ThreadState,
+    history: &super::History,
+) -> Result<Option<String>, crate::kernel::KernelError> {
+    let options = lock(&thread.data).agent_options.clone();
+    let call = || inner.config.kernel.summarize(&thread.id, &options, history);
+    #[cfg(feature = "openai")]
+    {
+        let (inner, conn) = (Arc::clone(inner), Arc::clone(conn));
+        crate::openai::with_summary_cancel(move || interrupted(&inner, &conn).is_some(), call)
+    }
+    #[cfg(not(feature = "openai"))]
+    {
+        let _ = conn;
+        call()
+    }
+}
+
+fn stopped(why: &str) -> RpcError {
+    RpcError::new(
+        -32603,
+        format!("the compaction was interrupted: {why}; nothing was recorded"),
+    )
+}
+
+fn compact(
+    inner: &Arc<Inner>,
+    conn: &Arc<ConnShared>,
+    thread: &ThreadState,
+    summary: Option<String>,
+) -> RpcResult {
     let head = inner.store.summary(&thread.id)?;
     let through = head.last_seq;
     // The newest event being a compaction means nothing happened since.
@@ -121,12 +174,11 @@ fn compact(inner: &Inner, thread: &ThreadState, summary: Option<String>) -> RpcR
                     "nothing to compact: no turn since the last compaction",
                 ));
             }
-            let options = lock(&thread.data).agent_options.clone();
-            match inner
-                .config
-                .kernel
-                .summarize(&thread.id, &options, &history)
-            {
+            let outcome = summarize(inner, conn, thread, &history);
+            if let Some(why) = interrupted(inner, conn) {
+                return Err(stopped(why));
+            }
+            match outcome {
                 Ok(Some(s)) if !s.trim().is_empty() => s,
                 Ok(Some(_)) => {
                     return Err(RpcError::new(

@@ -4,7 +4,7 @@
 //! records what arrives and aborts this task the moment the turn is interrupted.
 
 use super::sse::{excerpt, parse_chunk, ChunkDelta, SseDecoder};
-use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE};
+use reqwest::header::{HeaderMap, ACCEPT, CONTENT_TYPE, LOCATION};
 use std::time::Duration;
 use tokio::sync::mpsc::Sender;
 
@@ -37,6 +37,10 @@ pub struct StreamRequest {
     pub api_key: Option<String>,
     pub body: Vec<u8>,
     pub timeout: Duration,
+    /// The longest wait for progress once the response has started (`modelStalled`).
+    pub idle_timeout: Duration,
+    /// The whole call, retries included (`modelDeadlineExceeded`).
+    pub call_deadline: Duration,
     pub max_attempts: u32,
     pub base_delay: Duration,
     pub max_delay: Duration,
@@ -44,9 +48,36 @@ pub struct StreamRequest {
 
 type Failure = (&'static str, String);
 
-/// Runs the request to its end and reports it; never panics on what the server sends.
+/// The turn error code of a call whose stream made no progress for `idle_timeout`.
+pub const STALLED: &str = "modelStalled";
+/// The turn error code of a call that passed `call_deadline`.
+pub const DEADLINE_EXCEEDED: &str = "modelDeadlineExceeded";
+
+/// A duration as messages say it: tenths below 10 s, whole seconds above.
+pub fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 10.0 {
+        format!("{s:.1} s")
+    } else {
+        format!("{s:.0} s")
+    }
+}
+
+/// Runs the request to its end (or its call deadline) and reports it; never panics on what the
+/// server sends.
 pub async fn stream(client: reqwest::Client, req: StreamRequest, tx: Sender<StreamEvent>) {
-    let last = match run(&client, &req, &tx).await {
+    let outcome = match tokio::time::timeout(req.call_deadline, run(&client, &req, &tx)).await {
+        Ok(outcome) => outcome,
+        // Dropping `run` drops the response: the connection closes here.
+        Err(_) => Err((
+            DEADLINE_EXCEEDED,
+            format!(
+                "the model call did not finish within its deadline of {} (call_deadline); what streamed before it is kept",
+                seconds(req.call_deadline)
+            ),
+        )),
+    };
+    let last = match outcome {
         Ok(()) => StreamEvent::Done,
         Err((code, message)) => StreamEvent::Failed {
             code,
@@ -74,6 +105,24 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64)
+}
+
+/// Where a redirect points, as messages show it: resolved against the request's URL, without
+/// credentials or query, cut to 120 characters.
+fn redirect_target(from: &str, headers: &HeaderMap) -> String {
+    let Some(location) = headers.get(LOCATION).and_then(|v| v.to_str().ok()) else {
+        return "nowhere (no Location header)".into();
+    };
+    match reqwest::Url::parse(from).and_then(|base| base.join(location)) {
+        Ok(mut url) => {
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.set_query(None);
+            url.set_fragment(None);
+            excerpt(url.as_str())
+        }
+        Err(_) => format!("{:?}", excerpt(location)),
+    }
 }
 
 /// Reads at most 8 KiB of an error body and pulls out the server's message.
@@ -142,6 +191,11 @@ async fn run(
                     break r;
                 }
                 let code = s.as_u16();
+                if s.is_redirection() {
+                    let to = redirect_target(&req.url, r.headers());
+                    return Err(("modelRedirected", format!(
+                        "the model server answered HTTP {code} redirecting to {to}; redirects are not followed, so the conversation and the key go only where the base URL says: set the base URL to the new address if you trust it")));
+                }
                 if code != 429 && !s.is_server_error() {
                     let detail = error_message(r).await;
                     return Err(match code {
@@ -210,8 +264,26 @@ async fn run(
             ("modelStreamMalformed", m)
         }
     };
+    // Progress is a chunk that carries part of the answer: SSE comments, blank lines and empty
+    // chunks keep a connection busy without moving the answer on, so they never reset this.
+    let mut progress_at = tokio::time::Instant::now();
+    let stalled = || {
+        (
+            STALLED,
+            format!(
+                "the model server sent no part of an answer for {} (only keep-alives or empty chunks, if anything); the idle deadline is idle_timeout",
+                seconds(req.idle_timeout)
+            ),
+        )
+    };
     loop {
-        let events = match tokio::time::timeout(req.timeout, resp.chunk()).await {
+        let idle_left =
+            (progress_at + req.idle_timeout).saturating_duration_since(tokio::time::Instant::now());
+        if idle_left.is_zero() {
+            return Err(stalled());
+        }
+        let events = match tokio::time::timeout(req.timeout.min(idle_left), resp.chunk()).await {
+            Err(_) if req.timeout >= idle_left => return Err(stalled()),
             Err(_) => {
                 return Err((
                     "modelTimeout",
@@ -254,6 +326,9 @@ async fn run(
                 None => return Ok(()),
                 Some(c) => {
                     finished |= c.finish_reason.is_some();
+                    if c.is_progress() {
+                        progress_at = tokio::time::Instant::now();
+                    }
                     if tx.send(StreamEvent::Chunk(c)).await.is_err() {
                         return Ok(()); // the turn went away
                     }

@@ -26,6 +26,46 @@ use std::time::Duration;
 /// How often the turn's thread looks at the cancel flag while waiting for the stream.
 const POLL: Duration = Duration::from_millis(5);
 
+/// `OpenAiConfig::idle_timeout` unless set.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// `OpenAiConfig::call_deadline` unless set.
+pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(600);
+
+/// Levels of arrays and objects a tool call's arguments may nest, the arguments themselves the
+/// first. The engine records a kernel's item nested at most 64 levels (`MAX_OUTPUT_DEPTH`), and
+/// a generic `toolCall` item holds the arguments two levels down (item → call → arguments), so
+/// this is the most that records everywhere. Deeper arguments are answered with a tool error
+/// the model reads, like arguments that are not JSON.
+pub const MAX_ARGUMENT_DEPTH: usize = crate::engine::turn::MAX_OUTPUT_DEPTH - 2;
+
+/// How deep the arrays and objects of JSON text nest, read off the brackets outside strings
+/// (for valid JSON this is the parsed value's depth; it is found without parsing, so text deeper
+/// than serde_json's own 128-level limit is told apart from text that is not JSON).
+fn json_text_depth(text: &str) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for b in text.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// An API key that never prints.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ApiKey(String);
@@ -52,6 +92,16 @@ pub struct OpenAiConfig {
     pub max_output_tokens: Option<u32>,
     /// Connect + first byte, and the longest silence allowed mid-stream.
     pub request_timeout: Duration,
+    /// The longest a streaming answer may go without progress — a token, a reasoning token, a
+    /// tool-call fragment, the finish reason or usage — once its response has started. SSE
+    /// comments (`: keep-alive`), blank lines and chunks that carry nothing do not count.
+    /// Exceeded → the call fails with `modelStalled`.
+    pub idle_timeout: Duration,
+    /// The longest one model call may take as a whole, from its first attempt (retries and
+    /// their waits included) to the end of its answer. Exceeded → `modelDeadlineExceeded`.
+    pub call_deadline: Duration,
+    /// Send the API key over plain `http://` to a host that is not loopback (refused otherwise).
+    pub insecure_http_allowed: bool,
     /// Model requests per turn (each tool round is one); exceeded → `maxStepsExceeded`.
     pub max_steps: u32,
     /// Attempts per request for 429/5xx/connection failures, the first included.
@@ -76,13 +126,20 @@ pub enum OpenAiConfigError {
     NoModel,
     #[error("{0} must be at least 1")]
     Zero(&'static str),
+    #[error("{0} must be longer than zero")]
+    ZeroDuration(&'static str),
+    #[error(
+        "refusing to send the API key over plain http to {0}, which is not a loopback host (127.0.0.0/8, ::1, localhost): use an https:// base URL, or allow it explicitly with OpenAiConfig::allow_insecure_http(true) (the CLI's --allow-insecure-http) if the network to it is trusted"
+    )]
+    InsecureHttp(String),
     #[error("could not set up TLS or the runtime: {0}")]
     Setup(String),
 }
 
 impl OpenAiConfig {
-    /// Defaults: no key, no instructions, 120 s timeout, 16 steps, 4 attempts from 500 ms,
-    /// 30 s max retry wait, a 128 KiB history budget, 16 KiB of each tool result.
+    /// Defaults: no key, no instructions, 120 s timeout, 60 s idle timeout, a 10 min call
+    /// deadline, 16 steps, 4 attempts from 500 ms, 30 s max retry wait, a 128 KiB history
+    /// budget, 16 KiB of each tool result; plain http only to loopback when a key is set.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
         OpenAiConfig {
             base_url: base_url.into(),
@@ -92,6 +149,9 @@ impl OpenAiConfig {
             temperature: None,
             max_output_tokens: None,
             request_timeout: Duration::from_secs(120),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            call_deadline: DEFAULT_CALL_DEADLINE,
+            insecure_http_allowed: false,
             max_steps: 16,
             max_attempts: 4,
             retry_base_delay: Duration::from_millis(500),
@@ -153,6 +213,26 @@ impl OpenAiConfig {
         self
     }
 
+    /// See [`OpenAiConfig::idle_timeout`]; must be longer than zero.
+    pub fn with_idle_timeout(mut self, d: Duration) -> Self {
+        self.idle_timeout = d;
+        self
+    }
+
+    /// See [`OpenAiConfig::call_deadline`]; must be longer than zero.
+    pub fn with_call_deadline(mut self, d: Duration) -> Self {
+        self.call_deadline = d;
+        self
+    }
+
+    /// `true`: allow the API key over plain `http://` to any host (only on a network you trust).
+    /// Without it `OpenAiCompatibleKernel::new` refuses a key with an `http://` base URL whose
+    /// host is not loopback (127.0.0.0/8, ::1, `localhost`).
+    pub fn allow_insecure_http(mut self, allow: bool) -> Self {
+        self.insecure_http_allowed = allow;
+        self
+    }
+
     pub fn with_max_steps(mut self, n: u32) -> Self {
         self.max_steps = n;
         self
@@ -182,6 +262,18 @@ impl OpenAiConfig {
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
             return Err(bad());
         }
+        if url.scheme() == "http"
+            && self.api_key.is_some()
+            && !self.insecure_http_allowed
+            && !is_loopback(&url)
+        {
+            let host = url.host_str().unwrap_or_default();
+            let shown = match url.port() {
+                Some(p) => format!("{host}:{p}"),
+                None => host.to_string(),
+            };
+            return Err(OpenAiConfigError::InsecureHttp(sse::excerpt(&shown)));
+        }
         let path = format!("{}/chat/completions", url.path().trim_end_matches('/'));
         url.set_path(&path);
         let full = url.to_string();
@@ -190,6 +282,27 @@ impl OpenAiConfig {
         let _ = shown.set_password(None);
         shown.set_query(None);
         Ok((full, shown.to_string()))
+    }
+}
+
+/// Whether `url`'s host is this machine by address or by the name every resolver keeps for it:
+/// 127.0.0.0/8, ::1 (and ::ffff:127.0.0.0/104), `localhost`. Other names are not trusted to
+/// resolve there.
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    // The URL parser has already normalised the host: IPv4 in dotted form, IPv6 in brackets.
+    let ip = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    match ip.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(v4)) => v4.is_loopback(),
+        Ok(std::net::IpAddr::V6(v6)) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
     }
 }
 
@@ -413,6 +526,15 @@ impl OpenAiCompatibleKernel {
         if config.max_attempts == 0 {
             return Err(OpenAiConfigError::Zero("max_attempts"));
         }
+        for (name, d) in [
+            ("idle_timeout", config.idle_timeout),
+            ("call_deadline", config.call_deadline),
+            ("request_timeout", config.request_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(OpenAiConfigError::ZeroDuration(name));
+            }
+        }
         let (url, shown_url) = config.endpoint()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -424,6 +546,10 @@ impl OpenAiCompatibleKernel {
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls_config()?)
             .connect_timeout(config.request_timeout)
+            // A redirect would re-send the conversation (and, to the same origin, the key)
+            // somewhere the base URL does not name, maybe over plain http: never followed; the
+            // turn fails with modelRedirected naming where it pointed.
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("cc-app-server/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| OpenAiConfigError::Setup(e.to_string()))?;
@@ -478,6 +604,8 @@ impl OpenAiCompatibleKernel {
             api_key: self.config.api_key.as_ref().map(|k| k.0.clone()),
             body,
             timeout: self.config.request_timeout,
+            idle_timeout: self.config.idle_timeout,
+            call_deadline: self.config.call_deadline,
             max_attempts: self.config.max_attempts,
             base_delay: self.config.retry_base_delay,
             max_delay: self.config.max_retry_delay,
@@ -715,6 +843,23 @@ impl OpenAiCompatibleKernel {
                 extra,
             );
         };
+        if call.too_long {
+            return refuse(
+                format!(
+                    "the arguments for {tool} are longer than {} bytes, so the call was not run; send smaller arguments (for a large file, write it in parts)",
+                    sse::MAX_ARGUMENT_BYTES
+                ),
+                extra,
+            );
+        }
+        if json_text_depth(&call.arguments) > MAX_ARGUMENT_DEPTH {
+            return refuse(
+                format!(
+                    "the arguments for {tool} nest arrays and objects more than {MAX_ARGUMENT_DEPTH} levels deep, so the call was not run; call it again with flatter arguments"
+                ),
+                extra,
+            );
+        }
         let arguments: Value = if call.arguments.trim().is_empty() {
             json!({})
         } else {
@@ -795,7 +940,11 @@ impl AgentKernel for OpenAiCompatibleKernel {
             let wire_calls: Vec<(String, String, String)> = out
                 .calls
                 .iter()
-                .map(|c| (c.id.clone(), c.name.clone(), c.arguments.clone()))
+                .map(|c| {
+                    // An over-long call is shown back as `{}`: the model is told why beside it.
+                    let args = if c.too_long { "{}" } else { &c.arguments };
+                    (c.id.clone(), c.name.clone(), args.to_string())
+                })
                 .collect();
             conversation.push(messages::assistant_with_calls(Some(&out.text), &wire_calls));
             for call in &out.calls {
@@ -836,8 +985,16 @@ impl AgentKernel for OpenAiCompatibleKernel {
         let (mut rx, _abort) = self.start_stream(body);
         let mut text = String::new();
         loop {
-            match self.runtime().block_on(rx.recv()) {
-                Some(StreamEvent::Chunk(c)) => {
+            // Dropping `_abort` on the way out closes the model's connection.
+            if summary_cancelled() {
+                return Err(KernelError::Cancelled);
+            }
+            let event = self
+                .runtime()
+                .block_on(async { tokio::time::timeout(POLL, rx.recv()).await });
+            match event {
+                Err(_) => continue,
+                Ok(Some(StreamEvent::Chunk(c))) => {
                     if let Some(t) = c.content {
                         text.push_str(&t);
                         if text.len() > crate::rollout::MAX_SUMMARY_CHARS {
@@ -847,17 +1004,75 @@ impl AgentKernel for OpenAiCompatibleKernel {
                         }
                     }
                 }
-                Some(StreamEvent::Retrying { .. }) => {}
-                Some(StreamEvent::Failed { message, .. }) => {
-                    return Err(KernelError::Failed(message))
+                Ok(Some(StreamEvent::Retrying { .. })) => {}
+                Ok(Some(StreamEvent::Failed { code, message })) => {
+                    return Err(KernelError::Failed(format!("{message} ({code})")))
                 }
-                Some(StreamEvent::Done) => return Ok(Some(text.trim().to_string())),
-                None => {
+                Ok(Some(StreamEvent::Done)) => return Ok(Some(text.trim().to_string())),
+                Ok(None) => {
                     return Err(KernelError::Failed(
-                        "the model stream stopped without an end".into(),
+                        "the model stream stopped without an end (modelStreamCut)".into(),
                     ))
                 }
             }
         }
+    }
+}
+
+thread_local! {
+    /// What `summarize` on this thread asks, every `POLL`, to know whether to give up.
+    static SUMMARY_CANCEL: std::cell::RefCell<Option<Box<dyn Fn() -> bool>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn summary_cancelled() -> bool {
+    SUMMARY_CANCEL.with(|c| c.borrow().as_ref().is_some_and(|f| f()))
+}
+
+/// Runs `f` (a call into `AgentKernel::summarize`) with `cancelled` watched by this kernel's
+/// summary call on the same thread: once it says true the call returns `Cancelled` and the
+/// model's connection is closed. The engine's `thread/compact` passes "the server is shutting
+/// down or the asking connection closed"; the trait's `summarize` has no cancel flag of its own.
+pub(crate) fn with_summary_cancel<R>(
+    cancelled: impl Fn() -> bool + 'static,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Reset(Option<Box<dyn Fn() -> bool>>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            SUMMARY_CANCEL.with(|c| *c.borrow_mut() = previous);
+        }
+    }
+    let previous = SUMMARY_CANCEL.with(|c| c.borrow_mut().replace(Box::new(cancelled)));
+    let _reset = Reset(previous);
+    f()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_text_depth_counts_brackets_outside_strings_only() {
+        for (text, depth) in [
+            ("", 0),
+            ("1", 0),
+            ("{}", 1),
+            (r#"{"a":[1,{"b":[]}]}"#, 4),
+            (r#"{"a":"[[[{{{"}"#, 1),
+            (r#"{"a":"\"[[[","b":[]}"#, 2),
+            (r#"{"a":"\\","b":[[]]}"#, 3),
+            ("]]]{", 1),
+        ] {
+            assert_eq!(json_text_depth(text), depth, "{text}");
+        }
+        let deep = format!(
+            "{}{}",
+            "[".repeat(MAX_ARGUMENT_DEPTH),
+            "]".repeat(MAX_ARGUMENT_DEPTH)
+        );
+        assert_eq!(json_text_depth(&deep), MAX_ARGUMENT_DEPTH);
+        assert_eq!(MAX_ARGUMENT_DEPTH, 62);
     }
 }

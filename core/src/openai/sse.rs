@@ -142,6 +142,23 @@ pub struct ChunkDelta {
     pub usage: Option<Usage>,
 }
 
+impl ChunkDelta {
+    /// Whether the chunk moves the answer on (the idle deadline's notion of progress): text,
+    /// reasoning, a tool-call fragment with something in it, the finish reason or usage. A
+    /// chunk with an empty delta (or only a role) is not.
+    pub fn is_progress(&self) -> bool {
+        self.content.is_some()
+            || self.reasoning.is_some()
+            || self.finish_reason.is_some()
+            || self.usage.is_some()
+            || self.tool_calls.iter().any(|t| {
+                t.id.is_some()
+                    || t.name.is_some()
+                    || t.arguments.as_ref().is_some_and(|a| !a.is_empty())
+            })
+    }
+}
+
 /// Parses one event's data: `Ok(None)` for `[DONE]`.
 pub fn parse_chunk(data: &str) -> Result<Option<ChunkDelta>, String> {
     if data.trim() == "[DONE]" {
@@ -219,7 +236,9 @@ pub fn parse_chunk(data: &str) -> Result<Option<ChunkDelta>, String> {
     Ok(Some(out))
 }
 
-/// Most tool calls one response may carry, and the longest arguments of one.
+/// Most tool calls one response may carry (more fails the stream), and the longest arguments of
+/// one (longer: the call is kept, marked `too_long`, with its arguments dropped, so the kernel
+/// answers it with a tool error and the turn goes on).
 pub const MAX_TOOL_CALLS: usize = 64;
 pub const MAX_ARGUMENT_BYTES: usize = 1 << 20;
 
@@ -228,7 +247,11 @@ pub const MAX_ARGUMENT_BYTES: usize = 1 << 20;
 pub struct AssembledCall {
     pub id: String,
     pub name: String,
+    /// Empty when `too_long`.
     pub arguments: String,
+    /// The arguments passed `MAX_ARGUMENT_BYTES`; what came of them is dropped, and so is the
+    /// rest as it streams.
+    pub too_long: bool,
 }
 
 /// Puts tool calls together by `index` (id, name and argument fragments arrive piecewise).
@@ -270,12 +293,14 @@ impl ToolCallAssembler {
             call.name.push_str(name);
         }
         if let Some(args) = &d.arguments {
-            if call.arguments.len() + args.len() > MAX_ARGUMENT_BYTES {
-                return Err(format!(
-                    "a tool call's arguments are longer than {MAX_ARGUMENT_BYTES} bytes"
-                ));
+            if call.too_long {
+                // Dropped as it streams: memory stays bounded however long it goes on.
+            } else if call.arguments.len() + args.len() > MAX_ARGUMENT_BYTES {
+                call.too_long = true;
+                call.arguments = String::new();
+            } else {
+                call.arguments.push_str(args);
             }
-            call.arguments.push_str(args);
         }
         Ok(())
     }
@@ -336,6 +361,38 @@ mod tests {
     }
 
     #[test]
+    fn only_chunks_that_carry_part_of_the_answer_are_progress() {
+        let chunk = |delta: &str| {
+            parse_chunk(&format!(
+                r#"{{"choices":[{{"delta":{delta},"finish_reason":null}}]}}"#
+            ))
+            .unwrap()
+            .unwrap()
+        };
+        for idle in [
+            "{}",
+            "null",
+            r#"{"role":"assistant"}"#,
+            r#"{"content":""}"#,
+            r#"{"tool_calls":[{"index":0,"function":{"arguments":""}}]}"#,
+        ] {
+            assert!(!chunk(idle).is_progress(), "{idle}");
+        }
+        for busy in [
+            r#"{"content":"a"}"#,
+            r#"{"reasoning":"a"}"#,
+            r#"{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}"#,
+            r#"{"tool_calls":[{"index":0,"id":"c","function":{"name":"t"}}]}"#,
+        ] {
+            assert!(chunk(busy).is_progress(), "{busy}");
+        }
+        let done = parse_chunk(r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#);
+        assert!(done.unwrap().unwrap().is_progress());
+        let usage = parse_chunk(r#"{"choices":[],"usage":{"total_tokens":3}}"#);
+        assert!(usage.unwrap().unwrap().is_progress());
+    }
+
+    #[test]
     fn tool_calls_assemble_by_index() {
         let mut a = ToolCallAssembler::default();
         let frag = |i, id: Option<&str>, name: Option<&str>, args: &str| ToolCallDelta {
@@ -360,5 +417,20 @@ mod tests {
         assert!(a
             .add(&frag(MAX_TOOL_CALLS as u64, None, Some("t"), ""))
             .is_err());
+        // Arguments at the bound are kept; one byte past it marks the call and drops them all.
+        let mut a = ToolCallAssembler::default();
+        let half = "x".repeat(MAX_ARGUMENT_BYTES / 2);
+        a.add(&frag(0, Some("c0"), Some("t"), &half)).unwrap();
+        a.add(&frag(0, None, None, &half)).unwrap();
+        a.add(&frag(1, Some("c1"), Some("t"), &half)).unwrap();
+        a.add(&frag(1, None, None, &half)).unwrap();
+        a.add(&frag(1, None, None, "x")).unwrap();
+        a.add(&frag(1, None, None, &half)).unwrap();
+        let calls = a.finish("x");
+        assert_eq!(
+            (calls[0].arguments.len(), calls[0].too_long),
+            (MAX_ARGUMENT_BYTES, false)
+        );
+        assert_eq!((calls[1].arguments.len(), calls[1].too_long), (0, true));
     }
 }
