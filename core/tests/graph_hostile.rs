@@ -154,3 +154,61 @@ fn an_agent_nodes_tool_calls_need_the_runs_tool_grant() {
     }
     s.server.shutdown();
 }
+
+#[test]
+fn write_scopes_reach_the_executor_and_its_refusals_are_recorded() {
+    let s = open();
+    let tool = |id: &str, path: &str, scope: &[&str]| {
+        json!({"kind": "tool", "id": id, "tool": "write_file", "writeScope": scope,
+               "arguments": {"path": path, "content": "x"}})
+    };
+    // A tool node: its call arrives with the node's (normalised) scope.
+    let def = json!({"graphVersion": 1, "id": "g", "nodes": [tool("w", "docs/a.md", &["./docs/"])]});
+    let summary = run(&s, "tool-node", def, &["tool:*"]);
+    assert_eq!(status(&summary), "succeeded", "{summary:?}");
+    assert_eq!(
+        s.tools.calls(),
+        vec![(
+            "write_file".to_string(),
+            json!({"path": "docs/a.md", "content": "x"}),
+            Some(vec!["docs".to_string()])
+        )]
+    );
+    // An agent node: every call of its turn carries the node's scope.
+    let mut a = agent_calling("a", "write_file", json!({"path": "src/x.rs", "content": "y"}));
+    a["writeScope"] = json!(["src", "db:users"]);
+    let def = json!({"graphVersion": 1, "id": "g", "nodes": [a]});
+    let summary = run(&s, "agent-node", def, &["agent", "tool:*"]);
+    assert_eq!(status(&summary), "succeeded", "{summary:?}");
+    assert_eq!(
+        s.tools.calls()[1].2,
+        Some(vec!["src".to_string(), "db:users".to_string()])
+    );
+    // A node without a scope: the plain execute, as before.
+    let def = json!({"graphVersion": 1, "id": "g", "nodes": [
+        {"kind": "tool", "id": "free", "tool": "write_file", "arguments": {"path": "x", "content": "z"}}]});
+    assert_eq!(status(run(&s, "unscoped", def, &["tool:*"])), "succeeded");
+    assert_eq!(s.tools.calls()[2].2, None);
+    // Inside the scope by name, outside once resolved: the executor refuses, and the refusal is
+    // the effect's recorded outcome (not applied), the node fails toolDenied.
+    let def = json!({"graphVersion": 1, "id": "g", "nodes": [tool("w", "docs/link/a.md", &["docs"])]});
+    let summary = run(&s, "refused", def, &["tool:*"]);
+    assert_eq!(status(&summary), "failed");
+    assert_eq!(summary.error.as_ref().unwrap().code, "toolDenied");
+    let st = s.server.graph().state("refused").unwrap();
+    let effect = st.effects.values().next().expect("the call was an effect");
+    assert_eq!(effect.applied, Some(false));
+    let receipt = serde_json::to_value(st.effect_state(effect, true)).unwrap();
+    assert_eq!(receipt["receipt"]["result"]["status"], "denied", "{receipt}");
+    assert_eq!(receipt["receipt"]["resultStatus"], "denied");
+    assert!(receipt["receipt"]["result"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("outside the write scope"));
+    // The logical check stays the first line: a named path outside never reaches the executor.
+    let n = s.tools.calls().len();
+    let def = json!({"graphVersion": 1, "id": "g", "nodes": [tool("w", "src/a.rs", &["docs"])]});
+    assert_eq!(status(run(&s, "outside", def, &["tool:*"])), "failed");
+    assert_eq!(s.tools.calls().len(), n);
+    s.server.shutdown();
+}

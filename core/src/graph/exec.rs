@@ -122,7 +122,17 @@ pub(crate) fn execute(run: &Arc<Run>, job: &Job) -> Option<Outcome> {
         },
         attempt: &attempt,
     };
-    let turn = node_turn(&inner, run, job, &t.id, options, owner, text, &kernel);
+    let turn = node_turn(
+        &inner,
+        run,
+        job,
+        &t.id,
+        &t.write_scope,
+        options,
+        owner,
+        text,
+        &kernel,
+    );
     if run.enter().stopping {
         return None;
     }
@@ -148,6 +158,7 @@ fn node_turn(
     run: &Run,
     job: &Job,
     node_id: &str,
+    write_scope: &[String],
     agent_options: Value,
     owner: std::sync::Weak<crate::engine::ConnShared>,
     text: String,
@@ -186,6 +197,11 @@ fn node_turn(
         owner,
         summary.last_seq,
     );
+    // Every tool call of the turn (the tool node's one, or the agent's) goes to the executor
+    // with the node's write scope, so it can check the path the tool actually resolves.
+    if !write_scope.is_empty() {
+        let _ = turn.write_scope.set(write_scope.to_vec());
+    }
     let input = vec![UserInput::Text(TextInput { text })];
     let recorded = {
         let guard = crate::engine::lock(&thread.emit_lock);
