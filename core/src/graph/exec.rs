@@ -42,6 +42,8 @@ struct Attempt<'a> {
     lease_ms: i64,
     /// Tokens the run had used when the attempt started, for the run's token budget.
     run_tokens: u64,
+    /// The run's granted capabilities: every tool call needs `tool:<name>` among them.
+    grant: Vec<String>,
     seen: Seen,
 }
 
@@ -49,13 +51,14 @@ struct Attempt<'a> {
 /// stopping: the attempt is fenced by the next open instead).
 pub(crate) fn execute(run: &Arc<Run>, job: &Job) -> Option<Outcome> {
     let inner = run.inner.upgrade()?;
-    let (plan, owner, lease_ms, run_tokens) = {
+    let (plan, owner, lease_ms, run_tokens, grant) = {
         let core = run.enter();
         (
             Arc::clone(core.state.plan()?),
             core.owner.clone(),
             Run::lease_ms(&core),
             core.state.usage.tokens,
+            core.state.start.as_ref()?.grant.capabilities.clone(),
         )
     };
     let t = &plan.nodes[job.tmpl];
@@ -66,6 +69,7 @@ pub(crate) fn execute(run: &Arc<Run>, job: &Job) -> Option<Outcome> {
         plan: &plan,
         lease_ms,
         run_tokens,
+        grant,
         seen: Seen {
             last_message: Mutex::new(None),
             last_tool: Mutex::new(None),
@@ -118,7 +122,17 @@ pub(crate) fn execute(run: &Arc<Run>, job: &Job) -> Option<Outcome> {
         },
         attempt: &attempt,
     };
-    let turn = node_turn(&inner, run, job, &t.id, options, owner, text, &kernel);
+    let turn = node_turn(
+        &inner,
+        run,
+        job,
+        &t.id,
+        &t.write_scope,
+        options,
+        owner,
+        text,
+        &kernel,
+    );
     if run.enter().stopping {
         return None;
     }
@@ -144,6 +158,7 @@ fn node_turn(
     run: &Run,
     job: &Job,
     node_id: &str,
+    write_scope: &[String],
     agent_options: Value,
     owner: std::sync::Weak<crate::engine::ConnShared>,
     text: String,
@@ -182,6 +197,11 @@ fn node_turn(
         owner,
         summary.last_seq,
     );
+    // Every tool call of the turn (the tool node's one, or the agent's) goes to the executor
+    // with the node's write scope, so it can check the path the tool actually resolves.
+    if !write_scope.is_empty() {
+        let _ = turn.write_scope.set(write_scope.to_vec());
+    }
     let input = vec![UserInput::Text(TextInput { text })];
     let recorded = {
         let guard = crate::engine::lock(&thread.emit_lock);
@@ -542,6 +562,23 @@ impl TurnContext for NodeCtx<'_> {
         self.progress()?;
         let a = self.a;
         let t = &a.plan.nodes[a.job.tmpl];
+        // The run's grant covers every call, the ones an agent's model asks for included: a
+        // call it does not grant is refused here, before it is an effect or reaches the gate,
+        // and the kernel (the model) sees the refusal as the call's result.
+        let need = format!("tool:{}", call.tool);
+        if !super::compiler::granted(&a.grant, &need) {
+            let denied = ToolResult::Denied(ToolResultDenied {
+                reason: format!(
+                    "the graph run does not grant {need:?}; the run's grant is {:?}",
+                    a.grant
+                )
+                .chars()
+                .take(1000)
+                .collect(),
+            });
+            *lock(&a.seen.last_tool) = Some(denied.clone());
+            return Ok(denied);
+        }
         if let Some(why) = outside_scope(&t.write_scope, &call) {
             let denied = ToolResult::Denied(ToolResultDenied { reason: why });
             *lock(&a.seen.last_tool) = Some(denied.clone());
