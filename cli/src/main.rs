@@ -413,6 +413,17 @@ pub struct ModelArgs {
     /// Seconds to wait for the model server to connect, answer, or send the next chunk.
     #[arg(long, value_name = "SECS", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_secs: u64,
+    /// Seconds the model may send nothing but keep-alives (SSE comments, empty chunks) before
+    /// the turn fails with modelStalled.
+    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub model_idle_timeout_secs: u64,
+    /// Seconds one model call may take in all, however steadily it streams (modelDeadlineExceeded).
+    #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
+    pub model_call_deadline_secs: u64,
+    /// Send the API key over plain http:// to a host that is not loopback (refused otherwise:
+    /// anyone on the path reads it).
+    #[arg(long)]
+    pub allow_insecure_http: bool,
     /// Read the API key from this file (its first line; the file should be readable only by
     /// you) instead of the environment [env: CC_APP_SERVER_API_KEY_FILE].
     #[arg(long, value_name = "PATH")]
@@ -450,7 +461,12 @@ impl ModelArgs {
         .with_api_key_from_env()
         .with_instructions(self.instructions.clone())
         .with_max_steps(self.max_steps)
-        .with_request_timeout(std::time::Duration::from_secs(self.request_timeout_secs));
+        .with_request_timeout(std::time::Duration::from_secs(self.request_timeout_secs))
+        .with_idle_timeout(std::time::Duration::from_secs(self.model_idle_timeout_secs))
+        .with_call_deadline(std::time::Duration::from_secs(
+            self.model_call_deadline_secs,
+        ))
+        .allow_insecure_http(self.allow_insecure_http);
         cc_app_server::openai::OpenAiCompatibleKernel::new(config).map_err(|e| e.to_string())
     }
 }
