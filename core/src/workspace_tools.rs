@@ -10,9 +10,15 @@
 //! component is met by `O_NOFOLLOW` and resolved again. Residual risks, stated plainly: a hard
 //! link inside the workspace to a file outside it (same file system) is indistinguishable from
 //! a local file; a mount point inside the workspace leads where it is mounted; and `run_command`
-//! is *not* contained — it runs any program the user approves, with the workspace as its cwd.
-//! On non-unix targets resolution falls back to canonicalize + prefix check, which has a window
+//! is *not* path-contained — it runs any program the user approves, with the workspace as its
+//! cwd. Its processes are: on Linux every command runs under a warden (see `warden`) that kills
+//! everything the command started when it exits, at the deadline, on `interrupt`, when the server
+//! dies, or past `max_processes`. On non-unix targets resolution falls back to canonicalize + prefix check, which has a window
 //! between the check and the open; documented in docs/kernels.md.
+
+mod command;
+#[cfg(target_os = "linux")]
+mod warden;
 
 use crate::kernel::{ToolExecutor, ToolSpec};
 use crate::protocol::{ToolCall, ToolResult, ToolResultError, ToolResultOk};
@@ -21,6 +27,12 @@ use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The most `WorkspaceLimits::max_processes` may be.
+#[cfg(target_os = "linux")]
+pub const MAX_PROCESSES_CAP: usize = warden::MAX_PROCESSES_CAP;
+#[cfg(not(target_os = "linux"))]
+pub const MAX_PROCESSES_CAP: usize = 4096;
 
 /// The bounds of the tool set, all enforced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +48,13 @@ pub struct WorkspaceLimits {
     /// `run_command`'s timeout when the call gives none, and the most a call may ask for.
     pub default_timeout: Duration,
     pub max_timeout: Duration,
+    /// Most processes one `run_command` may have at once: the command and everything it
+    /// started, still running or not yet reaped (1 to `MAX_PROCESSES_CAP`). Past it the whole tree
+    /// is killed and the result says `processLimitExceeded`. Linux only, and a sample, not a
+    /// fork-time check: the warden counts the tree every 20 ms (every 2 ms past half the bound),
+    /// so a fork loop passes the bound by what it forks in that time before the tree dies (a
+    /// shell loop of `sleep &` under a bound of 20 reached about 33). Not enforced elsewhere.
+    pub max_processes: usize,
 }
 
 impl Default for WorkspaceLimits {
@@ -47,6 +66,7 @@ impl Default for WorkspaceLimits {
             max_output_bytes: 64 * 1024,
             default_timeout: Duration::from_secs(30),
             max_timeout: Duration::from_secs(600),
+            max_processes: 256,
         }
     }
 }
@@ -75,6 +95,7 @@ pub struct WorkspaceTools {
     #[cfg(unix)]
     root_fd: std::os::fd::OwnedFd,
     limits: WorkspaceLimits,
+    commands: command::Registry,
 }
 
 /// A refusal or failure, shown to the model and the user as the tool's error result.
@@ -106,6 +127,15 @@ impl WorkspaceTools {
     }
 
     pub fn with_limits(root: impl AsRef<Path>, limits: WorkspaceLimits) -> std::io::Result<Self> {
+        if !(1..=MAX_PROCESSES_CAP).contains(&limits.max_processes) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "max_processes is {}; it must be from 1 to {MAX_PROCESSES_CAP}",
+                    limits.max_processes
+                ),
+            ));
+        }
         let root = std::fs::canonicalize(root.as_ref())?;
         if !root.is_dir() {
             return Err(std::io::Error::new(
@@ -118,7 +148,20 @@ impl WorkspaceTools {
             root_fd: unix::open_dir(&root)?,
             root,
             limits,
+            commands: command::Registry::default(),
         })
+    }
+
+    /// Stops every command running for `thread_id` (a turn interrupted): the warden kills each
+    /// command's whole process tree and the call returns with `interrupted: true`. Returns how
+    /// many commands were running.
+    pub fn interrupt(&self, thread_id: &str) -> usize {
+        self.commands.stop(Some(thread_id))
+    }
+
+    /// Stops every running command, whatever its thread (the server shutting down).
+    pub fn interrupt_all(&self) -> usize {
+        self.commands.stop(None)
     }
 
     /// The workspace root (canonical).
@@ -216,7 +259,7 @@ impl WorkspaceTools {
         }))
     }
 
-    fn run_command(&self, call: &ToolCall) -> Result<Value, ToolError> {
+    fn run_command(&self, thread_id: &str, call: &ToolCall) -> Result<Value, ToolError> {
         let argv: Vec<String> = match call.arguments.get("argv").and_then(Value::as_array) {
             Some(a) if !a.is_empty() && a.len() <= 256 => a
                 .iter()
@@ -257,112 +300,63 @@ impl WorkspaceTools {
             }
         }
         cmd.env("TERM", "dumb");
-        #[cfg(unix)]
-        {
-            use std::os::unix::process::CommandExt;
-            cmd.process_group(0);
-        }
         let started = Instant::now();
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {:?}: {e}", argv[0]))?;
         let cap = self.limits.max_output_bytes;
-        let out = capture(child.stdout.take(), cap);
-        let err = capture(child.stderr.take(), cap);
-        let mut timed_out = false;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) if started.elapsed() >= timeout => {
-                    timed_out = true;
-                    kill_tree(&mut child);
-                    break child.wait().ok();
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-                Err(_) => {
-                    kill_tree(&mut child);
-                    break child.wait().ok();
-                }
-            }
-        };
-        // Whatever the command left running in its group goes too, so no pipe stays open.
-        kill_tree(&mut child);
-        let (stdout, stdout_bytes) = out.join().unwrap_or_default();
-        let (stderr, stderr_bytes) = err.join().unwrap_or_default();
-        let exit_code = status.and_then(|s| s.code());
+        let run = command::run(
+            cmd,
+            timeout,
+            cap,
+            self.limits.max_processes,
+            &self.commands,
+            thread_id,
+        )
+        .map_err(|e| format!("cannot start {:?}: {e}", argv[0]))?;
+        let exit_code = run.status.and_then(|s| s.code());
         #[cfg(unix)]
         let signal = {
             use std::os::unix::process::ExitStatusExt;
-            status.and_then(|s| s.signal())
+            run.status.and_then(|s| s.signal())
         };
         #[cfg(not(unix))]
         let signal: Option<i32> = None;
+        let (out, err) = (&run.stdout, &run.stderr);
         Ok(json!({
             "argv": argv,
             "cwd": self.root.to_string_lossy(),
             "exitCode": exit_code,
             "signal": signal,
-            "timedOut": timed_out,
+            "timedOut": run.timed_out,
+            "interrupted": run.interrupted,
+            "processLimitExceeded": run.process_limit,
             "timeoutMs": timeout.as_millis() as u64,
             "durationMs": started.elapsed().as_millis() as u64,
-            "stdout": String::from_utf8_lossy(&stdout),
-            "stderr": String::from_utf8_lossy(&stderr),
-            "stdoutBytes": stdout_bytes,
-            "stderrBytes": stderr_bytes,
-            "stdoutTruncated": stdout_bytes > cap as u64,
-            "stderrTruncated": stderr_bytes > cap as u64,
+            "stdout": String::from_utf8_lossy(&out.kept),
+            "stderr": String::from_utf8_lossy(&err.kept),
+            "stdoutBytes": out.total,
+            "stderrBytes": err.total,
+            "stdoutTruncated": out.total > cap as u64,
+            "stderrTruncated": err.total > cap as u64,
             "outputCapBytes": cap,
+            "maxProcesses": self.limits.max_processes,
         }))
     }
 }
 
-/// Reads a pipe to its end on its own thread, keeping the first `cap` bytes and counting the
-/// rest, so a chatty command never blocks on a full pipe nor fills memory.
-fn capture<R: Read + Send + 'static>(
-    pipe: Option<R>,
-    cap: usize,
-) -> std::thread::JoinHandle<(Vec<u8>, u64)> {
-    std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        let mut total = 0u64;
-        if let Some(mut pipe) = pipe {
-            let mut buf = [0u8; 8192];
-            loop {
-                match pipe.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        total += n as u64;
-                        let room = cap.saturating_sub(kept.len());
-                        kept.extend_from_slice(&buf[..n.min(room)]);
-                    }
-                }
-            }
-        }
-        (kept, total)
-    })
-}
-
-/// Kills the command's whole process group (unix) or the command itself.
-fn kill_tree(child: &mut std::process::Child) {
-    #[cfg(unix)]
-    {
-        // The child leads its own group (process_group(0)), so its pid is the group id.
-        let pgid = child.id() as libc::pid_t;
-        // SAFETY: kill(2) with a negative pid signals that process group; no memory involved.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-        }
+/// Dropping the executor stops whatever it still runs (the server dying does too: each warden
+/// sees its control socket hang up).
+impl Drop for WorkspaceTools {
+    fn drop(&mut self) {
+        self.commands.stop(None);
     }
-    let _ = child.kill();
 }
 
 impl ToolExecutor for WorkspaceTools {
-    fn execute(&self, _thread_id: &str, call: &ToolCall) -> ToolResult {
+    fn execute(&self, thread_id: &str, call: &ToolCall) -> ToolResult {
         let result = match call.tool.as_str() {
             "read_file" => self.read_file(call),
             "write_file" => self.write_file(call),
             "list_directory" => self.list_directory(call),
-            "run_command" => self.run_command(call),
+            "run_command" => self.run_command(thread_id, call),
             other => Err(format!(
                 "unknown tool {other:?}; this workspace offers read_file, write_file, list_directory and run_command"
             )),
