@@ -17,6 +17,8 @@
 //! between the check and the open; documented in docs/kernels.md.
 
 mod command;
+#[cfg(unix)]
+mod resolve;
 #[cfg(target_os = "linux")]
 mod warden;
 
@@ -96,6 +98,43 @@ pub struct WorkspaceTools {
     root_fd: std::os::fd::OwnedFd,
     limits: WorkspaceLimits,
     commands: command::Registry,
+    protected: Vec<ProtectedPath>,
+}
+
+/// A path the server owns (its state directory, its rollout key): refused by every tool.
+#[derive(Debug)]
+struct ProtectedPath {
+    /// Absolute; canonical as far as it exists.
+    path: PathBuf,
+    /// Its root-relative form when it lies under the workspace root.
+    rel: Option<PathBuf>,
+    /// What it was when it was protected (identity, is a directory), if it existed.
+    #[cfg(unix)]
+    first: Option<(resolve::Id, bool)>,
+}
+
+/// `path` made absolute and canonical as far as it exists (the missing rest appended as named).
+fn canonical_as_far_as_exists(path: &Path) -> std::io::Result<PathBuf> {
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(path)
+    };
+    let mut rest = Vec::new();
+    let mut cur = abs.as_path();
+    loop {
+        if let Ok(mut c) = std::fs::canonicalize(cur) {
+            c.extend(rest.iter().rev());
+            return Ok(c);
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                cur = parent;
+            }
+            _ => return Ok(abs),
+        }
+    }
 }
 
 /// A refusal or failure, shown to the model and the user as the tool's error result.
@@ -145,11 +184,70 @@ impl WorkspaceTools {
         }
         Ok(WorkspaceTools {
             #[cfg(unix)]
-            root_fd: unix::open_dir(&root)?,
+            root_fd: resolve::open_dir(&root)?,
             root,
             limits,
             commands: command::Registry::default(),
+            protected: Vec::new(),
         })
+    }
+
+    /// Protects the server's own paths — its state directory, its rollout key file, any other
+    /// file it owns — from every tool, whatever the approval policy: a path that resolves into a
+    /// protected directory or to a protected file is refused, whatever name, symlink or hard
+    /// link leads there (compared by (st_dev, st_ino) along the resolution, so renaming a link
+    /// in mid-call does not help). A path that does not exist yet is refused by name under the
+    /// workspace until it exists, then by identity. Paths outside the workspace may be given:
+    /// they cost one `stat` per call and stop hard links to them. Fails (InvalidInput) when the
+    /// workspace itself lies inside a protected directory, since every path would be refused.
+    pub fn with_protected(mut self, paths: Vec<PathBuf>) -> std::io::Result<Self> {
+        for path in paths {
+            let path = canonical_as_far_as_exists(&path)?;
+            let meta = std::fs::metadata(&path).ok();
+            if meta.as_ref().is_some_and(|m| m.is_dir()) && self.contains_root(&path) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "the workspace {} lies inside the protected directory {}; choose a workspace outside the server's state directory",
+                        self.root.display(),
+                        path.display()
+                    ),
+                ));
+            }
+            self.protected.push(ProtectedPath {
+                rel: path.strip_prefix(&self.root).ok().map(Path::to_path_buf),
+                #[cfg(unix)]
+                first: meta.map(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    (
+                        resolve::Id {
+                            dev: m.dev(),
+                            ino: m.ino(),
+                        },
+                        m.is_dir(),
+                    )
+                }),
+                path,
+            });
+        }
+        Ok(self)
+    }
+
+    /// Whether the directory `dir` is the root or one of its ancestors (by identity on unix).
+    fn contains_root(&self, dir: &Path) -> bool {
+        if self.root.starts_with(dir) {
+            return true;
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            if let Ok(d) = std::fs::metadata(dir) {
+                return self.root.ancestors().any(|a| {
+                    std::fs::metadata(a).is_ok_and(|m| m.dev() == d.dev() && m.ino() == d.ino())
+                });
+            }
+        }
+        false
     }
 
     /// Stops every command running for `thread_id` (a turn interrupted): the warden kills each
@@ -198,7 +296,7 @@ impl WorkspaceTools {
     fn read_file(&self, call: &ToolCall) -> Result<Value, ToolError> {
         let path = str_arg(call, "path")?;
         let rel = self.relative(path)?;
-        let file = self.open_file(&rel, false)?.0;
+        let file = self.open_read(&rel)?;
         let cap = self.limits.max_read_bytes;
         let mut bytes = Vec::new();
         file.take(cap as u64 + 1)
@@ -225,10 +323,7 @@ impl WorkspaceTools {
             ));
         }
         let rel = self.relative(path)?;
-        let (mut file, created) = self.open_file(&rel, true)?;
-        file.write_all(content.as_bytes())
-            .and_then(|_| file.sync_all())
-            .map_err(|e| format!("cannot write {path:?}: {e}"))?;
+        let created = self.write_whole(&rel, content.as_bytes())?;
         Ok(json!({
             "path": path,
             "kind": if created { "add" } else { "update" },
@@ -399,311 +494,102 @@ impl ToolExecutor for WorkspaceTools {
 
 #[cfg(unix)]
 impl WorkspaceTools {
-    /// Opens a file beneath the root: for reading, or for writing (created with its parent
-    /// directories if missing; the bool says whether it was created).
-    fn open_file(&self, rel: &Path, write: bool) -> Result<(std::fs::File, bool), ToolError> {
-        let shown = rel.display().to_string();
-        match unix::resolve(
-            &self.root,
-            &self.root_fd,
-            rel,
-            if write {
-                unix::Final::Write
-            } else {
-                unix::Final::Read
-            },
-        )? {
-            unix::Opened::File(f, created) => Ok((f, created)),
-            unix::Opened::Dir(_) => Err(format!("{shown:?} is a directory, not a file")),
-        }
-    }
-
-    fn list(&self, rel: &Path) -> Result<Vec<(String, &'static str, u64)>, ToolError> {
-        match unix::resolve(&self.root, &self.root_fd, rel, unix::Final::Dir)? {
-            unix::Opened::Dir(fd) => unix::list(fd),
-            unix::Opened::File(..) => Err(format!("{:?} is not a directory", rel.display())),
-        }
-    }
-}
-
-#[cfg(unix)]
-mod unix {
-    use super::ToolError;
-    use std::collections::VecDeque;
-    use std::ffi::{CString, OsStr, OsString};
-    use std::io;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-    use std::os::unix::ffi::{OsStrExt, OsStringExt};
-    use std::path::{Component, Path};
-
-    /// Most symlinks one resolution follows (Linux's own limit).
-    const MAX_HOPS: usize = 40;
-
-    pub(super) enum Final {
-        Read,
-        Write,
-        Dir,
-    }
-
-    pub(super) enum Opened {
-        File(std::fs::File, bool),
-        Dir(OwnedFd),
-    }
-
-    fn cstr(name: &OsStr) -> io::Result<CString> {
-        CString::new(name.as_bytes()).map_err(|_| io::ErrorKind::InvalidInput.into())
-    }
-
-    fn openat(dir: RawFd, name: &OsStr, flags: libc::c_int) -> io::Result<OwnedFd> {
-        let c = cstr(name)?;
-        // SAFETY: a valid NUL-terminated name and a directory fd we own; the result is checked.
-        let fd = unsafe { libc::openat(dir, c.as_ptr(), flags | libc::O_CLOEXEC, 0o644) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just returned by openat and is owned by nobody else.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
-
-    fn readlinkat(dir: RawFd, name: &OsStr) -> io::Result<OsString> {
-        let c = cstr(name)?;
-        let mut buf = vec![0u8; 4096];
-        // SAFETY: `buf` is writable for its length; the length returned is checked.
-        let n = unsafe { libc::readlinkat(dir, c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        buf.truncate(n as usize);
-        Ok(OsString::from_vec(buf))
-    }
-
-    fn mkdirat(dir: RawFd, name: &OsStr) -> io::Result<()> {
-        let c = cstr(name)?;
-        // SAFETY: as for openat.
-        if unsafe { libc::mkdirat(dir, c.as_ptr(), 0o755) } < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::AlreadyExists {
-                return Err(e);
+    /// The protected paths as this call sees them: the identity each had when protected and
+    /// the one it has now (a path replaced since is protected as both), and by name those under
+    /// the root that do not exist now.
+    fn protect(&self) -> resolve::Protect {
+        use std::os::unix::fs::MetadataExt;
+        let mut p = resolve::Protect::default();
+        for e in &self.protected {
+            let mut add = |id: resolve::Id, dir: bool| {
+                if dir {
+                    p.dirs.push(id);
+                } else {
+                    p.files.push(id);
+                }
+            };
+            if let Some((id, dir)) = e.first {
+                add(id, dir);
+            }
+            match std::fs::metadata(&e.path) {
+                Ok(m) => add(
+                    resolve::Id {
+                        dev: m.dev(),
+                        ino: m.ino(),
+                    },
+                    m.is_dir(),
+                ),
+                Err(_) => {
+                    if let Some(rel) = &e.rel {
+                        p.missing
+                            .push(rel.iter().map(|c| c.to_os_string()).collect());
+                    }
+                }
             }
         }
-        Ok(())
+        p
     }
 
-    pub(super) fn open_dir(path: &Path) -> io::Result<OwnedFd> {
-        let c = cstr(path.as_os_str())?;
-        // SAFETY: as for openat.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
+    fn resolve(&self, rel: &Path, mode: resolve::Mode) -> Result<resolve::Walk, ToolError> {
+        let protect = self.protect();
+        let rules = resolve::Rules {
+            root: &self.root,
+            root_fd: &self.root_fd,
+            protect: &protect,
         };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: just opened, owned here.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        resolve::resolve(&rules, rel, mode)
     }
 
-    fn dup(fd: &OwnedFd) -> io::Result<OwnedFd> {
-        fd.try_clone()
-    }
-
-    fn is_regular(fd: RawFd) -> io::Result<bool> {
-        // SAFETY: `st` is fully written by fstat on success.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(fd, &mut st) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok((st.st_mode & libc::S_IFMT) == libc::S_IFREG)
-    }
-
-    fn components(p: &Path) -> VecDeque<OsString> {
-        p.components()
-            .filter_map(|c| match c {
-                Component::Normal(n) => Some(n.to_os_string()),
-                Component::ParentDir => Some(OsString::from("..")),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn escape(shown: &Path) -> ToolError {
-        format!(
-            "{:?} leads outside the workspace; only paths inside it are allowed",
-            shown.display()
-        )
-    }
-
-    /// Resolves `rel` beneath `root_fd` component by component (see the module docs).
-    pub(super) fn resolve(
-        root: &Path,
-        root_fd: &OwnedFd,
-        rel: &Path,
-        last: Final,
-    ) -> Result<Opened, ToolError> {
-        let io = |e: io::Error| format!("{:?}: {e}", rel.display());
-        let mut queue = components(rel);
-        let mut stack: Vec<OwnedFd> = vec![dup(root_fd).map_err(io)?];
-        let mut hops = 0;
-        while let Some(name) = queue.pop_front() {
-            if name == ".." {
-                if stack.len() == 1 {
-                    return Err(escape(rel));
-                }
-                stack.pop();
-                continue;
-            }
-            let top = stack
-                .last()
-                .expect("the root stays on the stack")
-                .as_raw_fd();
-            let is_last = queue.is_empty();
-            let opened = if !is_last || matches!(last, Final::Dir) {
-                openat(
-                    top,
-                    &name,
-                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-                )
-                .map(Opened::Dir)
-            } else {
-                open_final(top, &name, matches!(last, Final::Write))
-            };
-            let err = match opened {
-                Ok(Opened::Dir(fd)) if !is_last || matches!(last, Final::Dir) => {
-                    stack.push(fd);
-                    continue;
-                }
-                Ok(other) => return Ok(other),
-                Err(e) => e,
-            };
-            let code = err.raw_os_error().unwrap_or(0);
-            // ELOOP/ENOTDIR/EMLINK (FreeBSD) are what O_NOFOLLOW says about a symlink.
-            if matches!(code, libc::ELOOP | libc::ENOTDIR | libc::EMLINK) {
-                if let Ok(target) = readlinkat(top, &name) {
-                    hops += 1;
-                    if hops > MAX_HOPS {
-                        return Err(format!("{:?}: too many symlinks", rel.display()));
-                    }
-                    let target = Path::new(&target);
-                    let rest = if target.is_absolute() {
-                        let inside = target.strip_prefix(root).map_err(|_| escape(rel))?;
-                        stack.truncate(1);
-                        components(inside)
-                    } else {
-                        components(target)
-                    };
-                    for c in rest.into_iter().rev() {
-                        queue.push_front(c);
-                    }
-                    continue;
-                }
-            }
-            if code == libc::ENOENT && matches!(last, Final::Write) && !is_last {
-                mkdirat(top, &name).map_err(io)?;
-                queue.push_front(name);
-                continue;
-            }
-            return Err(io(err));
-        }
-        // The path named a directory (".", "a/..", or ended at one).
-        match last {
-            Final::Dir => Ok(Opened::Dir(stack.pop().expect("non-empty"))),
+    /// Opens a regular file beneath the root for reading.
+    fn open_read(&self, rel: &Path) -> Result<std::fs::File, ToolError> {
+        match self.resolve(rel, resolve::Mode::Read)?.found {
+            resolve::Found::File(f) => Ok(f),
             _ => Err(format!("{:?} is a directory, not a file", rel.display())),
         }
     }
 
-    fn open_final(dir: RawFd, name: &OsStr, write: bool) -> io::Result<Opened> {
-        let nofollow = libc::O_NOFOLLOW | libc::O_NONBLOCK;
-        let (fd, created) = if write {
-            match openat(
-                dir,
-                name,
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | nofollow,
-            ) {
-                Ok(fd) => (fd, true),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    // Exists (O_EXCL never follows a symlink): open without creating; a symlink
-                    // now fails with ELOOP and is resolved by the caller.
-                    let fd = openat(dir, name, libc::O_WRONLY | nofollow)?;
-                    if !is_regular(fd.as_raw_fd())? {
-                        return Err(io::Error::other("not a regular file"));
-                    }
-                    // SAFETY: truncating our own open descriptor.
-                    if unsafe { libc::ftruncate(fd.as_raw_fd(), 0) } < 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    (fd, false)
-                }
-                Err(e) => return Err(e),
-            }
-        } else {
-            let fd = openat(dir, name, libc::O_RDONLY | nofollow)?;
-            if !is_regular(fd.as_raw_fd())? {
-                // A directory is told apart from a FIFO/device by the caller's message.
-                return match openat(dir, name, libc::O_RDONLY | libc::O_DIRECTORY | nofollow) {
-                    Ok(d) => Ok(Opened::Dir(d)),
-                    Err(_) => Err(io::Error::other("not a regular file")),
-                };
-            }
-            (fd, false)
+    /// Writes `content` as the whole of the file at `rel` (created with its parent directories
+    /// if missing); whether it was created.
+    fn write_whole(&self, rel: &Path, content: &[u8]) -> Result<bool, ToolError> {
+        use std::os::fd::AsRawFd;
+        let walk = self.resolve(rel, resolve::Mode::Write)?;
+        let resolve::Found::Entry { name, existing } = &walk.found else {
+            return Err(format!("{:?} is a directory, not a file", rel.display()));
         };
-        // Regular files ignore O_NONBLOCK; it only kept a FIFO from blocking the open.
-        Ok(Opened::File(std::fs::File::from(fd), created))
-    }
-
-    /// The entries of an open directory: (name, type, size).
-    pub(super) fn list(fd: OwnedFd) -> Result<Vec<(String, &'static str, u64)>, ToolError> {
-        let raw = fd.as_raw_fd();
-        // A second descriptor for fstatat: fdopendir takes ownership of the first.
-        let statfd = dup(&fd).map_err(|e| e.to_string())?;
-        std::mem::forget(fd);
-        // SAFETY: `raw` is an open directory descriptor whose ownership passes to the DIR.
-        let dir = unsafe { libc::fdopendir(raw) };
-        if dir.is_null() {
-            // SAFETY: fdopendir failed, so `raw` is still ours to close.
-            unsafe { libc::close(raw) };
-            return Err(io::Error::last_os_error().to_string());
-        }
-        let mut out = Vec::new();
-        loop {
-            // SAFETY: `dir` is a valid DIR*; readdir returns null at the end.
-            let ent = unsafe { libc::readdir(dir) };
-            if ent.is_null() {
-                break;
-            }
-            // SAFETY: d_name is NUL-terminated within the dirent.
-            let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) };
-            let bytes = name.to_bytes();
-            if bytes == b"." || bytes == b".." {
-                continue;
-            }
-            // SAFETY: as for fstat; AT_SYMLINK_NOFOLLOW describes the entry itself.
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            let ok = unsafe {
-                libc::fstatat(
-                    statfd.as_raw_fd(),
-                    name.as_ptr(),
-                    &mut st,
-                    libc::AT_SYMLINK_NOFOLLOW,
-                )
-            } == 0;
-            let kind = match st.st_mode & libc::S_IFMT {
-                _ if !ok => "unknown",
-                libc::S_IFREG => "file",
-                libc::S_IFDIR => "directory",
-                libc::S_IFLNK => "symlink",
-                _ => "other",
-            };
-            out.push((
-                String::from_utf8_lossy(bytes).into_owned(),
-                kind,
-                if ok { st.st_size as u64 } else { 0 },
+        let dir = walk.chain.last().expect("the root stays on the chain");
+        let io = |e: std::io::Error| format!("cannot write {:?}: {e}", rel.display());
+        let fd = resolve::openat(
+            dir.fd.as_raw_fd(),
+            name,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0o644,
+        )
+        .map_err(io)?;
+        let st = resolve::fstat(fd.as_raw_fd()).map_err(io)?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG
+            || existing.is_some_and(|e| resolve::Id::of(&e) != resolve::Id::of(&st))
+            || self.protect().files.contains(&resolve::Id::of(&st))
+        {
+            return Err(format!(
+                "{:?} changed while it was being written; nothing was written",
+                rel.display()
             ));
         }
-        // SAFETY: closes the DIR and the descriptor it owns.
-        unsafe { libc::closedir(dir) };
-        Ok(out)
+        // SAFETY: truncating our own open descriptor.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), 0) } < 0 {
+            return Err(io(std::io::Error::last_os_error()));
+        }
+        let mut file = std::fs::File::from(fd);
+        file.write_all(content)
+            .and_then(|_| file.sync_all())
+            .map_err(io)?;
+        Ok(existing.is_none())
+    }
+
+    fn list(&self, rel: &Path) -> Result<Vec<(String, &'static str, u64)>, ToolError> {
+        let mut walk = self.resolve(rel, resolve::Mode::List)?;
+        let dir = walk.chain.pop().expect("the root stays on the chain");
+        resolve::list(dir.fd)
     }
 }
 
@@ -737,24 +623,37 @@ impl WorkspaceTools {
         if !check.starts_with(&self.root) {
             return Err(format!("{:?} leads outside the workspace", rel.display()));
         }
+        // Protected paths by canonical name only (no identities here: a hard link is not seen).
+        for p in &self.protected {
+            if check.starts_with(&p.path) {
+                return Err(format!(
+                    "{:?} is inside the server's state directory (or another path the server owns); refused",
+                    rel.display()
+                ));
+            }
+        }
         Ok(check)
     }
 
-    fn open_file(&self, rel: &Path, write: bool) -> Result<(std::fs::File, bool), ToolError> {
-        let path = self.contained(rel, write)?;
+    fn open_read(&self, rel: &Path) -> Result<std::fs::File, ToolError> {
+        let path = self.contained(rel, false)?;
         if path.is_dir() {
             return Err(format!("{:?} is a directory, not a file", rel.display()));
         }
-        if write {
-            let created = !path.exists();
-            std::fs::File::create(&path)
-                .map(|f| (f, created))
-                .map_err(|e| e.to_string())
-        } else {
-            std::fs::File::open(&path)
-                .map(|f| (f, false))
-                .map_err(|e| e.to_string())
+        std::fs::File::open(&path).map_err(|e| e.to_string())
+    }
+
+    fn write_whole(&self, rel: &Path, content: &[u8]) -> Result<bool, ToolError> {
+        let path = self.contained(rel, true)?;
+        if path.is_dir() {
+            return Err(format!("{:?} is a directory, not a file", rel.display()));
         }
+        let created = !path.exists();
+        let mut file = std::fs::File::create(&path).map_err(|e| e.to_string())?;
+        file.write_all(content)
+            .and_then(|_| file.sync_all())
+            .map_err(|e| format!("cannot write {:?}: {e}", rel.display()))?;
+        Ok(created)
     }
 
     fn list(&self, rel: &Path) -> Result<Vec<(String, &'static str, u64)>, ToolError> {
