@@ -549,40 +549,54 @@ impl WorkspaceTools {
     }
 
     /// Writes `content` as the whole of the file at `rel` (created with its parent directories
-    /// if missing); whether it was created.
+    /// if missing); whether it was created. Atomic: the bytes go to a new temporary file in the
+    /// target's (resolved, descriptor-held) directory, are fsynced, and the temporary is renamed
+    /// over the target, then the directory is fsynced; on any failure the temporary is removed
+    /// and the target is as it was. The target's permission bits (and owner, where allowed) are
+    /// kept.
     fn write_whole(&self, rel: &Path, content: &[u8]) -> Result<bool, ToolError> {
         use std::os::fd::AsRawFd;
         let walk = self.resolve(rel, resolve::Mode::Write)?;
         let resolve::Found::Entry { name, existing } = &walk.found else {
             return Err(format!("{:?} is a directory, not a file", rel.display()));
         };
-        let dir = walk.chain.last().expect("the root stays on the chain");
-        let io = |e: std::io::Error| format!("cannot write {:?}: {e}", rel.display());
-        let fd = resolve::openat(
-            dir.fd.as_raw_fd(),
-            name,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-            0o644,
-        )
-        .map_err(io)?;
-        let st = resolve::fstat(fd.as_raw_fd()).map_err(io)?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG
-            || existing.is_some_and(|e| resolve::Id::of(&e) != resolve::Id::of(&st))
-            || self.protect().files.contains(&resolve::Id::of(&st))
-        {
+        let dir = walk
+            .chain
+            .last()
+            .expect("the root stays on the chain")
+            .fd
+            .as_raw_fd();
+        let shown = rel.display();
+        #[allow(clippy::unnecessary_cast)] // st_mode is u16 on macOS
+        let mode = existing.map_or(0o644, |st| st.st_mode as u32 & 0o7777);
+        let (tmp, fd) = resolve::create_temporary(dir, mode)
+            .map_err(|e| format!("cannot write {shown:?}: cannot create a temporary file: {e}"))?;
+        let mut file = std::fs::File::from(fd);
+        let written = (|| {
+            if let Some(st) = existing {
+                // Owner first: chown clears set-id bits, which the chmod then restores. Only root
+                // may give a file away; for anyone else the new file is theirs, as any editor's.
+                // SAFETY: fchown/fchmod on a descriptor we own.
+                unsafe {
+                    libc::fchown(file.as_raw_fd(), st.st_uid, st.st_gid);
+                    if libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+            }
+            file.write_all(content)?;
+            file.sync_all()?;
+            resolve::renameat(dir, &tmp, name)
+        })();
+        if let Err(e) = written {
+            resolve::unlinkat(dir, &tmp);
             return Err(format!(
-                "{:?} changed while it was being written; nothing was written",
-                rel.display()
+                "cannot write {shown:?}: {e}; the file is unchanged"
             ));
         }
-        // SAFETY: truncating our own open descriptor.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), 0) } < 0 {
-            return Err(io(std::io::Error::last_os_error()));
-        }
-        let mut file = std::fs::File::from(fd);
-        file.write_all(content)
-            .and_then(|_| file.sync_all())
-            .map_err(io)?;
+        resolve::fsync(dir).map_err(|e| {
+            format!("{shown:?} was replaced, but its directory could not be synced ({e}): the change may not survive a crash")
+        })?;
         Ok(existing.is_none())
     }
 

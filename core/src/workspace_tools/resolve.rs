@@ -195,6 +195,53 @@ pub(super) fn fstatat(dir: RawFd, name: &OsStr) -> io::Result<libc::stat> {
     Ok(st)
 }
 
+/// A new, empty temporary file in `dir` (O_CREAT|O_EXCL|O_NOFOLLOW, so nothing existing is
+/// reused or followed), with `mode` (less the umask): its name and descriptor.
+pub(super) fn create_temporary(dir: RawFd, mode: u32) -> io::Result<(OsString, OwnedFd)> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut last = io::Error::from(io::ErrorKind::AlreadyExists);
+    for _ in 0..100 {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = OsString::from(format!(".cc-tmp-{}-{n}", std::process::id()));
+        match openat(
+            dir,
+            &name,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+            mode,
+        ) {
+            Ok(fd) => return Ok((name, fd)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+pub(super) fn renameat(dir: RawFd, from: &OsStr, to: &OsStr) -> io::Result<()> {
+    let (from, to) = (cstr(from)?, cstr(to)?);
+    // SAFETY: two valid names relative to a directory fd we own.
+    if unsafe { libc::renameat(dir, from.as_ptr(), dir, to.as_ptr()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Removes `name` from `dir`, quietly (cleanup after a failure).
+pub(super) fn unlinkat(dir: RawFd, name: &OsStr) {
+    if let Ok(c) = cstr(name) {
+        // SAFETY: a valid name relative to a directory fd we own.
+        unsafe { libc::unlinkat(dir, c.as_ptr(), 0) };
+    }
+}
+
+pub(super) fn fsync(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fsync on a descriptor we own.
+    if unsafe { libc::fsync(fd) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn kind(st: &libc::stat) -> libc::mode_t {
     st.st_mode & libc::S_IFMT
 }
