@@ -312,7 +312,8 @@ impl WorkspaceTools {
         }))
     }
 
-    fn write_file(&self, call: &ToolCall) -> Result<Value, ToolError> {
+    /// `write_file`; with a write scope (a graph node's), the resolved target must lie inside it.
+    fn write_file(&self, call: &ToolCall, scope: Option<&[String]>) -> Result<Value, ToolError> {
         let path = str_arg(call, "path")?;
         let content = str_arg(call, "content")?;
         if content.len() > self.limits.max_write_bytes {
@@ -323,9 +324,10 @@ impl WorkspaceTools {
             ));
         }
         let rel = self.relative(path)?;
-        let created = self.write_whole(&rel, content.as_bytes())?;
+        let (created, resolved) = self.write_whole(&rel, content.as_bytes(), scope)?;
         Ok(json!({
             "path": path,
+            "resolvedPath": resolved.to_string_lossy(),
             "kind": if created { "add" } else { "update" },
             "bytes": content.len(),
         }))
@@ -449,7 +451,7 @@ impl ToolExecutor for WorkspaceTools {
     fn execute(&self, thread_id: &str, call: &ToolCall) -> ToolResult {
         let result = match call.tool.as_str() {
             "read_file" => self.read_file(call),
-            "write_file" => self.write_file(call),
+            "write_file" => self.write_file(call, None),
             "list_directory" => self.list_directory(call),
             "run_command" => self.run_command(thread_id, call),
             other => Err(format!(
@@ -457,6 +459,30 @@ impl ToolExecutor for WorkspaceTools {
             )),
         };
         match result {
+            Ok(output) => ToolResult::Ok(ToolResultOk { output }),
+            Err(message) => error(message),
+        }
+    }
+
+    /// Scoped: `write_file` may write only where `write_scope` allows, judged on the path it
+    /// resolves (symlinks followed, `..` applied) in the same walk that writes it. Entries are
+    /// workspace-relative: a directory covers what is below it, a file exactly that file, a path
+    /// not there yet what will be at or under it, `*` everything; an empty scope is no scope, as
+    /// the graph treats it. Reading and listing are not scoped; `run_command` cannot be (it runs
+    /// what the approval gate let through).
+    fn execute_scoped(
+        &self,
+        thread_id: &str,
+        call: &ToolCall,
+        write_scope: &[String],
+    ) -> ToolResult {
+        if write_scope.is_empty()
+            || write_scope.iter().any(|s| s == "*")
+            || call.tool != "write_file"
+        {
+            return self.execute(thread_id, call);
+        }
+        match self.write_file(call, Some(write_scope)) {
             Ok(output) => ToolResult::Ok(ToolResultOk { output }),
             Err(message) => error(message),
         }
@@ -531,12 +557,47 @@ impl WorkspaceTools {
     }
 
     fn resolve(&self, rel: &Path, mode: resolve::Mode) -> Result<resolve::Walk, ToolError> {
+        self.resolve_scoped(rel, mode, None)
+    }
+
+    fn resolve_scoped(
+        &self,
+        rel: &Path,
+        mode: resolve::Mode,
+        scope: Option<&[String]>,
+    ) -> Result<resolve::Walk, ToolError> {
         let protect = self.protect();
-        let rules = resolve::Rules {
+        let mut rules = resolve::Rules {
             root: &self.root,
             root_fd: &self.root_fd,
             protect: &protect,
+            scope: None,
         };
+        let Some(declared) = scope else {
+            return resolve::resolve(&rules, rel, mode);
+        };
+        // The scope's entries as they resolve now, by the same rules as the write.
+        let entries = declared
+            .iter()
+            .map(|entry| {
+                if entry == "*" {
+                    return resolve::ScopeEntry::All;
+                }
+                let mut e = entry.as_str();
+                while let Some(rest) = e.strip_prefix("./") {
+                    e = rest;
+                }
+                match self.relative(e) {
+                    Ok(p) if !e.is_empty() => resolve::scope_entry(&rules, &p),
+                    _ => resolve::ScopeEntry::Nothing,
+                }
+            })
+            .collect();
+        let scope = resolve::Scope {
+            entries,
+            declared: declared.to_vec(),
+        };
+        rules.scope = Some(&scope);
         resolve::resolve(&rules, rel, mode)
     }
 
@@ -554,9 +615,14 @@ impl WorkspaceTools {
     /// over the target, then the directory is fsynced; on any failure the temporary is removed
     /// and the target is as it was. The target's permission bits (and owner, where allowed) are
     /// kept.
-    fn write_whole(&self, rel: &Path, content: &[u8]) -> Result<bool, ToolError> {
+    fn write_whole(
+        &self,
+        rel: &Path,
+        content: &[u8],
+        scope: Option<&[String]>,
+    ) -> Result<(bool, PathBuf), ToolError> {
         use std::os::fd::AsRawFd;
-        let walk = self.resolve(rel, resolve::Mode::Write)?;
+        let walk = self.resolve_scoped(rel, resolve::Mode::Write, scope)?;
         let resolve::Found::Entry { name, existing } = &walk.found else {
             return Err(format!("{:?} is a directory, not a file", rel.display()));
         };
@@ -597,7 +663,7 @@ impl WorkspaceTools {
         resolve::fsync(dir).map_err(|e| {
             format!("{shown:?} was replaced, but its directory could not be synced ({e}): the change may not survive a crash")
         })?;
-        Ok(existing.is_none())
+        Ok((existing.is_none(), walk.resolved()))
     }
 
     fn list(&self, rel: &Path) -> Result<Vec<(String, &'static str, u64)>, ToolError> {
@@ -657,17 +723,37 @@ impl WorkspaceTools {
         std::fs::File::open(&path).map_err(|e| e.to_string())
     }
 
-    fn write_whole(&self, rel: &Path, content: &[u8]) -> Result<bool, ToolError> {
+    fn write_whole(
+        &self,
+        rel: &Path,
+        content: &[u8],
+        scope: Option<&[String]>,
+    ) -> Result<(bool, PathBuf), ToolError> {
         let path = self.contained(rel, true)?;
         if path.is_dir() {
             return Err(format!("{:?} is a directory, not a file", rel.display()));
+        }
+        let resolved = path.strip_prefix(&self.root).unwrap_or(&path).to_path_buf();
+        if let Some(declared) = scope {
+            // By canonical names (no identities here).
+            let inside = declared.iter().any(|e| {
+                canonical_as_far_as_exists(&self.root.join(e.trim_start_matches("./")))
+                    .is_ok_and(|c| c.starts_with(&self.root) && path.starts_with(&c))
+            });
+            if !inside {
+                return Err(format!(
+                    "write_file {:?} resolves to {:?}, outside the node's write scope {declared:?}; refused",
+                    rel.display(),
+                    resolved.display()
+                ));
+            }
         }
         let created = !path.exists();
         let mut file = std::fs::File::create(&path).map_err(|e| e.to_string())?;
         file.write_all(content)
             .and_then(|_| file.sync_all())
             .map_err(|e| format!("cannot write {:?}: {e}", rel.display()))?;
-        Ok(created)
+        Ok((created, resolved))
     }
 
     fn list(&self, rel: &Path) -> Result<Vec<(String, &'static str, u64)>, ToolError> {

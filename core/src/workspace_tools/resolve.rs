@@ -9,7 +9,7 @@ use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 
 /// Most symlinks one resolution follows (Linux's own limit).
 const MAX_HOPS: usize = 40;
@@ -96,7 +96,6 @@ fn refused_dir(shown: &Path) -> ToolError {
 #[derive(Debug)]
 pub(super) struct Dir {
     pub fd: OwnedFd,
-    #[allow(dead_code)] // compared with write scopes (next change)
     pub id: Id,
     pub name: OsString,
 }
@@ -109,6 +108,8 @@ pub(super) enum Mode {
     List,
     /// A file to write: parents are created; the final name need not exist.
     Write,
+    /// What a write scope entry names now: nothing is created or opened for reading.
+    Probe,
 }
 
 #[derive(Debug)]
@@ -123,6 +124,102 @@ pub(super) enum Found {
         name: OsString,
         existing: Option<libc::stat>,
     },
+    /// `Probe`: the chain's last directory exists, these components below it do not.
+    Missing(Vec<OsString>),
+}
+
+impl Walk {
+    /// The names from the root down to the target (symlinks followed): what it resolved to.
+    fn names<'a>(chain: &'a [Dir], name: Option<&'a OsStr>) -> impl Iterator<Item = &'a OsStr> {
+        chain[1..].iter().map(|d| d.name.as_os_str()).chain(name)
+    }
+
+    /// The target's workspace-relative path, as resolved.
+    pub(super) fn resolved(&self) -> PathBuf {
+        let name = match &self.found {
+            Found::Entry { name, .. } => Some(name.as_os_str()),
+            _ => None,
+        };
+        Walk::names(&self.chain, name).collect()
+    }
+}
+
+/// One entry of a write scope, as it resolves at the time of the call.
+#[derive(Debug)]
+pub(super) enum ScopeEntry {
+    /// `*`: the whole workspace.
+    All,
+    /// A directory: what lies in it, at any depth.
+    Dir(Id),
+    /// A regular file: exactly that file (that name in that directory).
+    File { parent: Id, name: OsString },
+    /// A path not there yet: its deepest existing directory and the names below it; what will
+    /// be at or under that path.
+    Missing { ancestor: Id, rest: Vec<OsString> },
+    /// Outside the workspace, protected, or through a file: covers nothing.
+    Nothing,
+}
+
+/// A graph node's write scope, resolved: writes outside it are refused.
+#[derive(Debug)]
+pub(super) struct Scope {
+    pub entries: Vec<ScopeEntry>,
+    /// The scope as declared, for messages.
+    pub declared: Vec<String>,
+}
+
+impl Scope {
+    /// Where the chain, then `more`, lies below `ancestor` (on the chain): the names after it.
+    fn below<'a>(
+        chain: &'a [Dir],
+        more: impl Iterator<Item = &'a OsStr>,
+        ancestor: Id,
+    ) -> Option<Vec<&'a OsStr>> {
+        let at = chain.iter().rposition(|d| d.id == ancestor)?;
+        Some(
+            chain[at + 1..]
+                .iter()
+                .map(|d| d.name.as_os_str())
+                .chain(more)
+                .collect(),
+        )
+    }
+
+    /// Whether writing the file `names.last()` after creating the directories before it (all
+    /// new: nothing below a missing directory exists) in the chain's last directory is inside
+    /// the scope.
+    fn allows_new<'a>(&self, chain: &'a [Dir], names: &[&'a OsStr]) -> bool {
+        self.entries.iter().any(|e| match e {
+            ScopeEntry::All => true,
+            ScopeEntry::Dir(id) => chain.iter().any(|d| d.id == *id),
+            ScopeEntry::File { parent, name } => {
+                names.len() == 1
+                    && chain.last().is_some_and(|d| d.id == *parent)
+                    && names[0] == name.as_os_str()
+            }
+            ScopeEntry::Missing { ancestor, rest } => {
+                Scope::below(chain, names.iter().copied(), *ancestor).is_some_and(|below| {
+                    below.len() >= rest.len() && below.iter().zip(rest).all(|(a, b)| *a == b)
+                })
+            }
+            ScopeEntry::Nothing => false,
+        })
+    }
+
+    /// Whether writing `name` in the chain's last directory is inside the scope.
+    fn allows(&self, chain: &[Dir], name: &OsStr) -> bool {
+        self.allows_new(chain, &[name])
+    }
+
+    fn refusal(&self, rel: &Path, chain: &[Dir], name: &OsStr) -> ToolError {
+        let resolved: PathBuf = Walk::names(chain, Some(name)).collect();
+        format!(
+            "write_file {:?} resolves to {:?}, outside the node's write scope {:?}; refused",
+            rel.display(),
+            resolved.display(),
+            self.declared
+        )
+    }
 }
 
 /// A resolution: the real directories walked from the root to the target, and the target.
@@ -279,11 +376,38 @@ fn escape(shown: &Path) -> ToolError {
     )
 }
 
-/// What a resolution needs: the root (path and descriptor) and the protected paths.
+/// What a resolution needs: the root (path and descriptor), the protected paths, and for a
+/// scoped write its write scope.
 pub(super) struct Rules<'a> {
     pub root: &'a Path,
     pub root_fd: &'a OwnedFd,
     pub protect: &'a Protect,
+    pub scope: Option<&'a Scope>,
+}
+
+/// What the write scope entry `entry` (workspace-relative) names now.
+pub(super) fn scope_entry(rules: &Rules, entry: &Path) -> ScopeEntry {
+    match resolve(rules, entry, Mode::Probe) {
+        Ok(Walk {
+            chain,
+            found: Found::Dir,
+        }) => ScopeEntry::Dir(chain.last().expect("the root stays on the chain").id),
+        Ok(Walk {
+            chain,
+            found: Found::Entry { name, .. },
+        }) => ScopeEntry::File {
+            parent: chain.last().expect("the root stays on the chain").id,
+            name,
+        },
+        Ok(Walk {
+            chain,
+            found: Found::Missing(rest),
+        }) if !rest.iter().any(|c| c == "..") => ScopeEntry::Missing {
+            ancestor: chain.last().expect("the root stays on the chain").id,
+            rest,
+        },
+        _ => ScopeEntry::Nothing,
+    }
 }
 
 fn is_symlink_error(e: &io::Error) -> bool {
@@ -363,8 +487,27 @@ pub(super) fn resolve(rules: &Rules, rel: &Path, mode: Mode) -> Result<Walk, Too
                 Err(e) if is_symlink_error(&e) && follow(top, &name, &mut chain, &mut queue)? => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound && mode == Mode::Write => {
                     rules.protect.check_names(&chain, Some(&name), rel)?;
+                    if let Some(scope) = rules.scope {
+                        // Nothing below a missing directory exists, so the rest of the path is
+                        // what will be created: judged before anything is (a `..` in it is
+                        // refused rather than followed back into what exists).
+                        let new: Vec<&OsStr> = std::iter::once(name.as_os_str())
+                            .chain(queue.iter().map(OsString::as_os_str))
+                            .collect();
+                        if new.iter().any(|c| *c == "..") || !scope.allows_new(&chain, &new) {
+                            let path: PathBuf = new.iter().collect();
+                            return Err(scope.refusal(rel, &chain, path.as_os_str()));
+                        }
+                    }
                     mkdirat(top, &name).map_err(io)?;
                     queue.push_front(name);
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound && mode == Mode::Probe => {
+                    queue.push_front(name);
+                    return Ok(Walk {
+                        chain,
+                        found: Found::Missing(queue.into_iter().collect()),
+                    });
                 }
                 Err(e) => return Err(io(e)),
             }
@@ -404,7 +547,7 @@ pub(super) fn resolve(rules: &Rules, rel: &Path, mode: Mode) -> Result<Walk, Too
                 Err(e) => return Err(io(e)),
             }
         }
-        // Write: what the final name is now, without following it.
+        // Write (and Probe): what the final name is now, without following it.
         match fstatat(top, &name) {
             Ok(st) if kind(&st) == libc::S_IFLNK => {
                 if !follow(top, &name, &mut chain, &mut queue)? {
@@ -414,6 +557,11 @@ pub(super) fn resolve(rules: &Rules, rel: &Path, mode: Mode) -> Result<Walk, Too
             Ok(st) if kind(&st) == libc::S_IFREG => {
                 rules.protect.check_file(Id::of(&st), rel)?;
                 rules.protect.check_names(&chain, Some(&name), rel)?;
+                if let Some(scope) = rules.scope {
+                    if !scope.allows(&chain, &name) {
+                        return Err(scope.refusal(rel, &chain, &name));
+                    }
+                }
                 return Ok(Walk {
                     chain,
                     found: Found::Entry {
@@ -422,12 +570,36 @@ pub(super) fn resolve(rules: &Rules, rel: &Path, mode: Mode) -> Result<Walk, Too
                     },
                 });
             }
+            Ok(st) if kind(&st) == libc::S_IFDIR && mode == Mode::Probe => {
+                // Named a directory: entered (and checked) as any directory is.
+                let fd = openat(
+                    top,
+                    &name,
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+                    0,
+                )
+                .map_err(io)?;
+                let id = Id::of(&fstat(fd.as_raw_fd()).map_err(io)?);
+                rules.protect.check_dir(id, rel)?;
+                chain.push(Dir { fd, id, name });
+            }
             Ok(st) if kind(&st) == libc::S_IFDIR => {
                 return Err(format!("{:?} is a directory, not a file", rel.display()))
             }
             Ok(_) => return Err(io(io::Error::other("not a regular file"))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && mode == Mode::Probe => {
+                return Ok(Walk {
+                    chain,
+                    found: Found::Missing(vec![name]),
+                });
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 rules.protect.check_names(&chain, Some(&name), rel)?;
+                if let Some(scope) = rules.scope {
+                    if !scope.allows(&chain, &name) {
+                        return Err(scope.refusal(rel, &chain, &name));
+                    }
+                }
                 return Ok(Walk {
                     chain,
                     found: Found::Entry {
@@ -441,7 +613,7 @@ pub(super) fn resolve(rules: &Rules, rel: &Path, mode: Mode) -> Result<Walk, Too
     }
     // The path named a directory (".", "a/..", or ended at one).
     match mode {
-        Mode::List => {
+        Mode::List | Mode::Probe => {
             rules.protect.check_names(&chain, None, rel)?;
             Ok(Walk {
                 chain,
