@@ -7,14 +7,18 @@
 //! with `readlinkat` and its target resolved the same way (absolute targets must lie under the
 //! root), with at most 40 hops. Because each step is relative to a descriptor already inside,
 //! renaming or swapping a directory for a symlink mid-resolution cannot lead outside: a swapped
-//! component is met by `O_NOFOLLOW` and resolved again. Residual risks, stated plainly: a hard
-//! link inside the workspace to a file outside it (same file system) is indistinguishable from
-//! a local file; a mount point inside the workspace leads where it is mounted; and `run_command`
-//! is *not* path-contained — it runs any program the user approves, with the workspace as its
-//! cwd. Its processes are: on Linux every command runs under a warden (see `warden`) that kills
-//! everything the command started when it exits, at the deadline, on `interrupt`, when the server
-//! dies, or past `max_processes`. On non-unix targets resolution falls back to canonicalize + prefix check, which has a window
-//! between the check and the open; documented in docs/kernels.md.
+//! component is met by `O_NOFOLLOW` and resolved again. The walk notes the (st_dev, st_ino) of
+//! every directory it passes and of the file it ends at: protected paths (`with_protected`) and
+//! write scopes (`execute_scoped`) are judged on those, not on names. `write_file` replaces a
+//! file atomically (temporary in the same directory, fsync, rename, fsync of the directory).
+//! Residual risks, stated plainly: a hard link inside the workspace to a file outside it (same
+//! file system) is indistinguishable from a local file unless that file is protected; a mount
+//! point inside the workspace leads where it is mounted; and `run_command` is *not*
+//! path-contained — it runs any program the user approves, with the workspace as its cwd. Its
+//! processes are: on Linux every command runs under a warden (see `warden`) that kills everything
+//! the command started when it exits, at the deadline, on `interrupt`, when the server dies, or
+//! past `max_processes`. On non-unix targets resolution falls back to canonicalize + prefix
+//! check, which has a window between the check and the open; documented in docs/kernels.md.
 
 mod command;
 #[cfg(unix)]

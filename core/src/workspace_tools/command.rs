@@ -160,13 +160,13 @@ pub(super) fn run(
     registry: &Registry,
     thread_id: &str,
 ) -> std::io::Result<Outcome> {
-    use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
     let _ = max_processes;
     // The warden leads its own group, away from the server's (and the terminal's) signals.
     cmd.process_group(0);
     #[cfg(target_os = "linux")]
     let ctl = {
+        use std::os::fd::AsRawFd;
         let (server_end, warden_end) = control_socket()?;
         let fd = warden_end.as_raw_fd();
         // SAFETY: the server's pid, read before the fork.
