@@ -109,12 +109,16 @@ pub(super) unsafe fn enter(ctl: RawFd, server: libc::pid_t, max: usize) -> io::R
 
 unsafe fn run(ctl: RawFd, server: libc::pid_t, main: libc::pid_t, max: usize) -> ! {
     close_all_but(ctl);
+    let mut unblock: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut unblock);
     for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
         libc::sigemptyset(&mut sa.sa_mask);
         libc::sigaction(sig, &sa, std::ptr::null_mut());
+        libc::sigaddset(&mut unblock, sig);
     }
+    libc::sigprocmask(libc::SIG_UNBLOCK, &unblock, std::ptr::null_mut());
     libc::prctl(
         libc::PR_SET_PDEATHSIG,
         libc::SIGTERM as libc::c_ulong,
