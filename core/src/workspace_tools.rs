@@ -7,12 +7,24 @@
 //! with `readlinkat` and its target resolved the same way (absolute targets must lie under the
 //! root), with at most 40 hops. Because each step is relative to a descriptor already inside,
 //! renaming or swapping a directory for a symlink mid-resolution cannot lead outside: a swapped
-//! component is met by `O_NOFOLLOW` and resolved again. Residual risks, stated plainly: a hard
-//! link inside the workspace to a file outside it (same file system) is indistinguishable from
-//! a local file; a mount point inside the workspace leads where it is mounted; and `run_command`
-//! is *not* contained — it runs any program the user approves, with the workspace as its cwd.
-//! On non-unix targets resolution falls back to canonicalize + prefix check, which has a window
-//! between the check and the open; documented in docs/kernels.md.
+//! component is met by `O_NOFOLLOW` and resolved again. The walk notes the (st_dev, st_ino) of
+//! every directory it passes and of the file it ends at: protected paths (`with_protected`) and
+//! write scopes (`execute_scoped`) are judged on those, not on names. `write_file` replaces a
+//! file atomically (temporary in the same directory, fsync, rename, fsync of the directory).
+//! Residual risks, stated plainly: a hard link inside the workspace to a file outside it (same
+//! file system) is indistinguishable from a local file unless that file is protected; a mount
+//! point inside the workspace leads where it is mounted; and `run_command` is *not*
+//! path-contained — it runs any program the user approves, with the workspace as its cwd. Its
+//! processes are: on Linux every command runs under a warden (see `warden`) that kills everything
+//! the command started when it exits, at the deadline, on `interrupt`, when the server dies, or
+//! past `max_processes`. On non-unix targets resolution falls back to canonicalize + prefix
+//! check, which has a window between the check and the open; documented in docs/kernels.md.
+
+mod command;
+#[cfg(unix)]
+mod resolve;
+#[cfg(target_os = "linux")]
+mod warden;
 
 use crate::kernel::{ToolExecutor, ToolSpec};
 use crate::protocol::{ToolCall, ToolResult, ToolResultError, ToolResultOk};
@@ -21,6 +33,12 @@ use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The most `WorkspaceLimits::max_processes` may be.
+#[cfg(target_os = "linux")]
+pub const MAX_PROCESSES_CAP: usize = warden::MAX_PROCESSES_CAP;
+#[cfg(not(target_os = "linux"))]
+pub const MAX_PROCESSES_CAP: usize = 4096;
 
 /// The bounds of the tool set, all enforced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +54,13 @@ pub struct WorkspaceLimits {
     /// `run_command`'s timeout when the call gives none, and the most a call may ask for.
     pub default_timeout: Duration,
     pub max_timeout: Duration,
+    /// Most processes one `run_command` may have at once: the command and everything it
+    /// started, still running or not yet reaped (1 to `MAX_PROCESSES_CAP`). Past it the whole tree
+    /// is killed and the result says `processLimitExceeded`. Linux only, and a sample, not a
+    /// fork-time check: the warden counts the tree every 20 ms (every 2 ms past half the bound),
+    /// so a fork loop passes the bound by what it forks in that time before the tree dies (a
+    /// shell loop of `sleep &` under a bound of 20 reached about 33). Not enforced elsewhere.
+    pub max_processes: usize,
 }
 
 impl Default for WorkspaceLimits {
@@ -47,6 +72,7 @@ impl Default for WorkspaceLimits {
             max_output_bytes: 64 * 1024,
             default_timeout: Duration::from_secs(30),
             max_timeout: Duration::from_secs(600),
+            max_processes: 256,
         }
     }
 }
@@ -75,6 +101,44 @@ pub struct WorkspaceTools {
     #[cfg(unix)]
     root_fd: std::os::fd::OwnedFd,
     limits: WorkspaceLimits,
+    commands: command::Registry,
+    protected: Vec<ProtectedPath>,
+}
+
+/// A path the server owns (its state directory, its rollout key): refused by every tool.
+#[derive(Debug)]
+struct ProtectedPath {
+    /// Absolute; canonical as far as it exists.
+    path: PathBuf,
+    /// Its root-relative form when it lies under the workspace root.
+    rel: Option<PathBuf>,
+    /// What it was when it was protected (identity, is a directory), if it existed.
+    #[cfg(unix)]
+    first: Option<(resolve::Id, bool)>,
+}
+
+/// `path` made absolute and canonical as far as it exists (the missing rest appended as named).
+fn canonical_as_far_as_exists(path: &Path) -> std::io::Result<PathBuf> {
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(path)
+    };
+    let mut rest = Vec::new();
+    let mut cur = abs.as_path();
+    loop {
+        if let Ok(mut c) = std::fs::canonicalize(cur) {
+            c.extend(rest.iter().rev());
+            return Ok(c);
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                cur = parent;
+            }
+            _ => return Ok(abs),
+        }
+    }
 }
 
 /// A refusal or failure, shown to the model and the user as the tool's error result.
@@ -106,6 +170,15 @@ impl WorkspaceTools {
     }
 
     pub fn with_limits(root: impl AsRef<Path>, limits: WorkspaceLimits) -> std::io::Result<Self> {
+        if !(1..=MAX_PROCESSES_CAP).contains(&limits.max_processes) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "max_processes is {}; it must be from 1 to {MAX_PROCESSES_CAP}",
+                    limits.max_processes
+                ),
+            ));
+        }
         let root = std::fs::canonicalize(root.as_ref())?;
         if !root.is_dir() {
             return Err(std::io::Error::new(
@@ -115,10 +188,82 @@ impl WorkspaceTools {
         }
         Ok(WorkspaceTools {
             #[cfg(unix)]
-            root_fd: unix::open_dir(&root)?,
+            root_fd: resolve::open_dir(&root)?,
             root,
             limits,
+            commands: command::Registry::default(),
+            protected: Vec::new(),
         })
+    }
+
+    /// Protects the server's own paths — its state directory, its rollout key file, any other
+    /// file it owns — from every tool, whatever the approval policy: a path that resolves into a
+    /// protected directory or to a protected file is refused, whatever name, symlink or hard
+    /// link leads there (compared by (st_dev, st_ino) along the resolution, so renaming a link
+    /// in mid-call does not help). A path that does not exist yet is refused by name under the
+    /// workspace until it exists, then by identity. Paths outside the workspace may be given:
+    /// they cost one `stat` per call and stop hard links to them. Fails (InvalidInput) when the
+    /// workspace itself lies inside a protected directory, since every path would be refused.
+    pub fn with_protected(mut self, paths: Vec<PathBuf>) -> std::io::Result<Self> {
+        for path in paths {
+            let path = canonical_as_far_as_exists(&path)?;
+            let meta = std::fs::metadata(&path).ok();
+            if meta.as_ref().is_some_and(|m| m.is_dir()) && self.contains_root(&path) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "the workspace {} lies inside the protected directory {}; choose a workspace outside the server's state directory",
+                        self.root.display(),
+                        path.display()
+                    ),
+                ));
+            }
+            self.protected.push(ProtectedPath {
+                rel: path.strip_prefix(&self.root).ok().map(Path::to_path_buf),
+                #[cfg(unix)]
+                first: meta.map(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    (
+                        resolve::Id {
+                            dev: m.dev(),
+                            ino: m.ino(),
+                        },
+                        m.is_dir(),
+                    )
+                }),
+                path,
+            });
+        }
+        Ok(self)
+    }
+
+    /// Whether the directory `dir` is the root or one of its ancestors (by identity on unix).
+    fn contains_root(&self, dir: &Path) -> bool {
+        if self.root.starts_with(dir) {
+            return true;
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            if let Ok(d) = std::fs::metadata(dir) {
+                return self.root.ancestors().any(|a| {
+                    std::fs::metadata(a).is_ok_and(|m| m.dev() == d.dev() && m.ino() == d.ino())
+                });
+            }
+        }
+        false
+    }
+
+    /// Stops every command running for `thread_id` (a turn interrupted): the warden kills each
+    /// command's whole process tree and the call returns with `interrupted: true`. Returns how
+    /// many commands were running.
+    pub fn interrupt(&self, thread_id: &str) -> usize {
+        self.commands.stop(Some(thread_id))
+    }
+
+    /// Stops every running command, whatever its thread (the server shutting down).
+    pub fn interrupt_all(&self) -> usize {
+        self.commands.stop(None)
     }
 
     /// The workspace root (canonical).
@@ -155,7 +300,7 @@ impl WorkspaceTools {
     fn read_file(&self, call: &ToolCall) -> Result<Value, ToolError> {
         let path = str_arg(call, "path")?;
         let rel = self.relative(path)?;
-        let file = self.open_file(&rel, false)?.0;
+        let file = self.open_read(&rel)?;
         let cap = self.limits.max_read_bytes;
         let mut bytes = Vec::new();
         file.take(cap as u64 + 1)
@@ -171,7 +316,8 @@ impl WorkspaceTools {
         }))
     }
 
-    fn write_file(&self, call: &ToolCall) -> Result<Value, ToolError> {
+    /// `write_file`; with a write scope (a graph node's), the resolved target must lie inside it.
+    fn write_file(&self, call: &ToolCall, scope: Option<&[String]>) -> Result<Value, ToolError> {
         let path = str_arg(call, "path")?;
         let content = str_arg(call, "content")?;
         if content.len() > self.limits.max_write_bytes {
@@ -182,12 +328,10 @@ impl WorkspaceTools {
             ));
         }
         let rel = self.relative(path)?;
-        let (mut file, created) = self.open_file(&rel, true)?;
-        file.write_all(content.as_bytes())
-            .and_then(|_| file.sync_all())
-            .map_err(|e| format!("cannot write {path:?}: {e}"))?;
+        let (created, resolved) = self.write_whole(&rel, content.as_bytes(), scope)?;
         Ok(json!({
             "path": path,
+            "resolvedPath": resolved.to_string_lossy(),
             "kind": if created { "add" } else { "update" },
             "bytes": content.len(),
         }))
@@ -216,7 +360,7 @@ impl WorkspaceTools {
         }))
     }
 
-    fn run_command(&self, call: &ToolCall) -> Result<Value, ToolError> {
+    fn run_command(&self, thread_id: &str, call: &ToolCall) -> Result<Value, ToolError> {
         let argv: Vec<String> = match call.arguments.get("argv").and_then(Value::as_array) {
             Some(a) if !a.is_empty() && a.len() <= 256 => a
                 .iter()
@@ -257,117 +401,92 @@ impl WorkspaceTools {
             }
         }
         cmd.env("TERM", "dumb");
-        #[cfg(unix)]
-        {
-            use std::os::unix::process::CommandExt;
-            cmd.process_group(0);
-        }
         let started = Instant::now();
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {:?}: {e}", argv[0]))?;
         let cap = self.limits.max_output_bytes;
-        let out = capture(child.stdout.take(), cap);
-        let err = capture(child.stderr.take(), cap);
-        let mut timed_out = false;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) if started.elapsed() >= timeout => {
-                    timed_out = true;
-                    kill_tree(&mut child);
-                    break child.wait().ok();
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-                Err(_) => {
-                    kill_tree(&mut child);
-                    break child.wait().ok();
-                }
-            }
-        };
-        // Whatever the command left running in its group goes too, so no pipe stays open.
-        kill_tree(&mut child);
-        let (stdout, stdout_bytes) = out.join().unwrap_or_default();
-        let (stderr, stderr_bytes) = err.join().unwrap_or_default();
-        let exit_code = status.and_then(|s| s.code());
+        let run = command::run(
+            cmd,
+            timeout,
+            cap,
+            self.limits.max_processes,
+            &self.commands,
+            thread_id,
+        )
+        .map_err(|e| format!("cannot start {:?}: {e}", argv[0]))?;
+        let exit_code = run.status.and_then(|s| s.code());
         #[cfg(unix)]
         let signal = {
             use std::os::unix::process::ExitStatusExt;
-            status.and_then(|s| s.signal())
+            run.status.and_then(|s| s.signal())
         };
         #[cfg(not(unix))]
         let signal: Option<i32> = None;
+        let (out, err) = (&run.stdout, &run.stderr);
         Ok(json!({
             "argv": argv,
             "cwd": self.root.to_string_lossy(),
             "exitCode": exit_code,
             "signal": signal,
-            "timedOut": timed_out,
+            "timedOut": run.timed_out,
+            "interrupted": run.interrupted,
+            "processLimitExceeded": run.process_limit,
             "timeoutMs": timeout.as_millis() as u64,
             "durationMs": started.elapsed().as_millis() as u64,
-            "stdout": String::from_utf8_lossy(&stdout),
-            "stderr": String::from_utf8_lossy(&stderr),
-            "stdoutBytes": stdout_bytes,
-            "stderrBytes": stderr_bytes,
-            "stdoutTruncated": stdout_bytes > cap as u64,
-            "stderrTruncated": stderr_bytes > cap as u64,
+            "stdout": String::from_utf8_lossy(&out.kept),
+            "stderr": String::from_utf8_lossy(&err.kept),
+            "stdoutBytes": out.total,
+            "stderrBytes": err.total,
+            "stdoutTruncated": out.total > cap as u64,
+            "stderrTruncated": err.total > cap as u64,
             "outputCapBytes": cap,
+            "maxProcesses": self.limits.max_processes,
         }))
     }
 }
 
-/// Reads a pipe to its end on its own thread, keeping the first `cap` bytes and counting the
-/// rest, so a chatty command never blocks on a full pipe nor fills memory.
-fn capture<R: Read + Send + 'static>(
-    pipe: Option<R>,
-    cap: usize,
-) -> std::thread::JoinHandle<(Vec<u8>, u64)> {
-    std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        let mut total = 0u64;
-        if let Some(mut pipe) = pipe {
-            let mut buf = [0u8; 8192];
-            loop {
-                match pipe.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        total += n as u64;
-                        let room = cap.saturating_sub(kept.len());
-                        kept.extend_from_slice(&buf[..n.min(room)]);
-                    }
-                }
-            }
-        }
-        (kept, total)
-    })
-}
-
-/// Kills the command's whole process group (unix) or the command itself.
-fn kill_tree(child: &mut std::process::Child) {
-    #[cfg(unix)]
-    {
-        // The child leads its own group (process_group(0)), so its pid is the group id.
-        let pgid = child.id() as libc::pid_t;
-        // SAFETY: kill(2) with a negative pid signals that process group; no memory involved.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-        }
+/// Dropping the executor stops whatever it still runs (the server dying does too: each warden
+/// sees its control socket hang up).
+impl Drop for WorkspaceTools {
+    fn drop(&mut self) {
+        self.commands.stop(None);
     }
-    let _ = child.kill();
 }
 
 impl ToolExecutor for WorkspaceTools {
-    fn execute(&self, _thread_id: &str, call: &ToolCall) -> ToolResult {
+    fn execute(&self, thread_id: &str, call: &ToolCall) -> ToolResult {
         let result = match call.tool.as_str() {
             "read_file" => self.read_file(call),
-            "write_file" => self.write_file(call),
+            "write_file" => self.write_file(call, None),
             "list_directory" => self.list_directory(call),
-            "run_command" => self.run_command(call),
+            "run_command" => self.run_command(thread_id, call),
             other => Err(format!(
                 "unknown tool {other:?}; this workspace offers read_file, write_file, list_directory and run_command"
             )),
         };
         match result {
+            Ok(output) => ToolResult::Ok(ToolResultOk { output }),
+            Err(message) => error(message),
+        }
+    }
+
+    /// Scoped: `write_file` may write only where `write_scope` allows, judged on the path it
+    /// resolves (symlinks followed, `..` applied) in the same walk that writes it. Entries are
+    /// workspace-relative: a directory covers what is below it, a file exactly that file, a path
+    /// not there yet what will be at or under it, `*` everything; an empty scope is no scope, as
+    /// the graph treats it. Reading and listing are not scoped; `run_command` cannot be (it runs
+    /// what the approval gate let through).
+    fn execute_scoped(
+        &self,
+        thread_id: &str,
+        call: &ToolCall,
+        write_scope: &[String],
+    ) -> ToolResult {
+        if write_scope.is_empty()
+            || write_scope.iter().any(|s| s == "*")
+            || call.tool != "write_file"
+        {
+            return self.execute(thread_id, call);
+        }
+        match self.write_file(call, Some(write_scope)) {
             Ok(output) => ToolResult::Ok(ToolResultOk { output }),
             Err(message) => error(message),
         }
@@ -405,311 +524,156 @@ impl ToolExecutor for WorkspaceTools {
 
 #[cfg(unix)]
 impl WorkspaceTools {
-    /// Opens a file beneath the root: for reading, or for writing (created with its parent
-    /// directories if missing; the bool says whether it was created).
-    fn open_file(&self, rel: &Path, write: bool) -> Result<(std::fs::File, bool), ToolError> {
-        let shown = rel.display().to_string();
-        match unix::resolve(
-            &self.root,
-            &self.root_fd,
-            rel,
-            if write {
-                unix::Final::Write
-            } else {
-                unix::Final::Read
-            },
-        )? {
-            unix::Opened::File(f, created) => Ok((f, created)),
-            unix::Opened::Dir(_) => Err(format!("{shown:?} is a directory, not a file")),
-        }
-    }
-
-    fn list(&self, rel: &Path) -> Result<Vec<(String, &'static str, u64)>, ToolError> {
-        match unix::resolve(&self.root, &self.root_fd, rel, unix::Final::Dir)? {
-            unix::Opened::Dir(fd) => unix::list(fd),
-            unix::Opened::File(..) => Err(format!("{:?} is not a directory", rel.display())),
-        }
-    }
-}
-
-#[cfg(unix)]
-mod unix {
-    use super::ToolError;
-    use std::collections::VecDeque;
-    use std::ffi::{CString, OsStr, OsString};
-    use std::io;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-    use std::os::unix::ffi::{OsStrExt, OsStringExt};
-    use std::path::{Component, Path};
-
-    /// Most symlinks one resolution follows (Linux's own limit).
-    const MAX_HOPS: usize = 40;
-
-    pub(super) enum Final {
-        Read,
-        Write,
-        Dir,
-    }
-
-    pub(super) enum Opened {
-        File(std::fs::File, bool),
-        Dir(OwnedFd),
-    }
-
-    fn cstr(name: &OsStr) -> io::Result<CString> {
-        CString::new(name.as_bytes()).map_err(|_| io::ErrorKind::InvalidInput.into())
-    }
-
-    fn openat(dir: RawFd, name: &OsStr, flags: libc::c_int) -> io::Result<OwnedFd> {
-        let c = cstr(name)?;
-        // SAFETY: a valid NUL-terminated name and a directory fd we own; the result is checked.
-        let fd = unsafe { libc::openat(dir, c.as_ptr(), flags | libc::O_CLOEXEC, 0o644) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just returned by openat and is owned by nobody else.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
-
-    fn readlinkat(dir: RawFd, name: &OsStr) -> io::Result<OsString> {
-        let c = cstr(name)?;
-        let mut buf = vec![0u8; 4096];
-        // SAFETY: `buf` is writable for its length; the length returned is checked.
-        let n = unsafe { libc::readlinkat(dir, c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        buf.truncate(n as usize);
-        Ok(OsString::from_vec(buf))
-    }
-
-    fn mkdirat(dir: RawFd, name: &OsStr) -> io::Result<()> {
-        let c = cstr(name)?;
-        // SAFETY: as for openat.
-        if unsafe { libc::mkdirat(dir, c.as_ptr(), 0o755) } < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::AlreadyExists {
-                return Err(e);
+    /// The protected paths as this call sees them: the identity each had when protected and
+    /// the one it has now (a path replaced since is protected as both), and by name those under
+    /// the root that do not exist now.
+    fn protect(&self) -> resolve::Protect {
+        use std::os::unix::fs::MetadataExt;
+        let mut p = resolve::Protect::default();
+        for e in &self.protected {
+            let mut add = |id: resolve::Id, dir: bool| {
+                if dir {
+                    p.dirs.push(id);
+                } else {
+                    p.files.push(id);
+                }
+            };
+            if let Some((id, dir)) = e.first {
+                add(id, dir);
+            }
+            match std::fs::metadata(&e.path) {
+                Ok(m) => add(
+                    resolve::Id {
+                        dev: m.dev(),
+                        ino: m.ino(),
+                    },
+                    m.is_dir(),
+                ),
+                Err(_) => {
+                    if let Some(rel) = &e.rel {
+                        p.missing
+                            .push(rel.iter().map(|c| c.to_os_string()).collect());
+                    }
+                }
             }
         }
-        Ok(())
+        p
     }
 
-    pub(super) fn open_dir(path: &Path) -> io::Result<OwnedFd> {
-        let c = cstr(path.as_os_str())?;
-        // SAFETY: as for openat.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: just opened, owned here.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    fn resolve(&self, rel: &Path, mode: resolve::Mode) -> Result<resolve::Walk, ToolError> {
+        self.resolve_scoped(rel, mode, None)
     }
 
-    fn dup(fd: &OwnedFd) -> io::Result<OwnedFd> {
-        fd.try_clone()
-    }
-
-    fn is_regular(fd: RawFd) -> io::Result<bool> {
-        // SAFETY: `st` is fully written by fstat on success.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(fd, &mut st) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok((st.st_mode & libc::S_IFMT) == libc::S_IFREG)
-    }
-
-    fn components(p: &Path) -> VecDeque<OsString> {
-        p.components()
-            .filter_map(|c| match c {
-                Component::Normal(n) => Some(n.to_os_string()),
-                Component::ParentDir => Some(OsString::from("..")),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn escape(shown: &Path) -> ToolError {
-        format!(
-            "{:?} leads outside the workspace; only paths inside it are allowed",
-            shown.display()
-        )
-    }
-
-    /// Resolves `rel` beneath `root_fd` component by component (see the module docs).
-    pub(super) fn resolve(
-        root: &Path,
-        root_fd: &OwnedFd,
+    fn resolve_scoped(
+        &self,
         rel: &Path,
-        last: Final,
-    ) -> Result<Opened, ToolError> {
-        let io = |e: io::Error| format!("{:?}: {e}", rel.display());
-        let mut queue = components(rel);
-        let mut stack: Vec<OwnedFd> = vec![dup(root_fd).map_err(io)?];
-        let mut hops = 0;
-        while let Some(name) = queue.pop_front() {
-            if name == ".." {
-                if stack.len() == 1 {
-                    return Err(escape(rel));
+        mode: resolve::Mode,
+        scope: Option<&[String]>,
+    ) -> Result<resolve::Walk, ToolError> {
+        let protect = self.protect();
+        let mut rules = resolve::Rules {
+            root: &self.root,
+            root_fd: &self.root_fd,
+            protect: &protect,
+            scope: None,
+        };
+        let Some(declared) = scope else {
+            return resolve::resolve(&rules, rel, mode);
+        };
+        // The scope's entries as they resolve now, by the same rules as the write.
+        let entries = declared
+            .iter()
+            .map(|entry| {
+                if entry == "*" {
+                    return resolve::ScopeEntry::All;
                 }
-                stack.pop();
-                continue;
-            }
-            let top = stack
-                .last()
-                .expect("the root stays on the stack")
-                .as_raw_fd();
-            let is_last = queue.is_empty();
-            let opened = if !is_last || matches!(last, Final::Dir) {
-                openat(
-                    top,
-                    &name,
-                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-                )
-                .map(Opened::Dir)
-            } else {
-                open_final(top, &name, matches!(last, Final::Write))
-            };
-            let err = match opened {
-                Ok(Opened::Dir(fd)) if !is_last || matches!(last, Final::Dir) => {
-                    stack.push(fd);
-                    continue;
+                let mut e = entry.as_str();
+                while let Some(rest) = e.strip_prefix("./") {
+                    e = rest;
                 }
-                Ok(other) => return Ok(other),
-                Err(e) => e,
-            };
-            let code = err.raw_os_error().unwrap_or(0);
-            // ELOOP/ENOTDIR/EMLINK (FreeBSD) are what O_NOFOLLOW says about a symlink.
-            if matches!(code, libc::ELOOP | libc::ENOTDIR | libc::EMLINK) {
-                if let Ok(target) = readlinkat(top, &name) {
-                    hops += 1;
-                    if hops > MAX_HOPS {
-                        return Err(format!("{:?}: too many symlinks", rel.display()));
-                    }
-                    let target = Path::new(&target);
-                    let rest = if target.is_absolute() {
-                        let inside = target.strip_prefix(root).map_err(|_| escape(rel))?;
-                        stack.truncate(1);
-                        components(inside)
-                    } else {
-                        components(target)
-                    };
-                    for c in rest.into_iter().rev() {
-                        queue.push_front(c);
-                    }
-                    continue;
+                match self.relative(e) {
+                    Ok(p) if !e.is_empty() => resolve::scope_entry(&rules, &p),
+                    _ => resolve::ScopeEntry::Nothing,
                 }
-            }
-            if code == libc::ENOENT && matches!(last, Final::Write) && !is_last {
-                mkdirat(top, &name).map_err(io)?;
-                queue.push_front(name);
-                continue;
-            }
-            return Err(io(err));
-        }
-        // The path named a directory (".", "a/..", or ended at one).
-        match last {
-            Final::Dir => Ok(Opened::Dir(stack.pop().expect("non-empty"))),
+            })
+            .collect();
+        let scope = resolve::Scope {
+            entries,
+            declared: declared.to_vec(),
+        };
+        rules.scope = Some(&scope);
+        resolve::resolve(&rules, rel, mode)
+    }
+
+    /// Opens a regular file beneath the root for reading.
+    fn open_read(&self, rel: &Path) -> Result<std::fs::File, ToolError> {
+        match self.resolve(rel, resolve::Mode::Read)?.found {
+            resolve::Found::File(f) => Ok(f),
             _ => Err(format!("{:?} is a directory, not a file", rel.display())),
         }
     }
 
-    fn open_final(dir: RawFd, name: &OsStr, write: bool) -> io::Result<Opened> {
-        let nofollow = libc::O_NOFOLLOW | libc::O_NONBLOCK;
-        let (fd, created) = if write {
-            match openat(
-                dir,
-                name,
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | nofollow,
-            ) {
-                Ok(fd) => (fd, true),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    // Exists (O_EXCL never follows a symlink): open without creating; a symlink
-                    // now fails with ELOOP and is resolved by the caller.
-                    let fd = openat(dir, name, libc::O_WRONLY | nofollow)?;
-                    if !is_regular(fd.as_raw_fd())? {
-                        return Err(io::Error::other("not a regular file"));
-                    }
-                    // SAFETY: truncating our own open descriptor.
-                    if unsafe { libc::ftruncate(fd.as_raw_fd(), 0) } < 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    (fd, false)
-                }
-                Err(e) => return Err(e),
-            }
-        } else {
-            let fd = openat(dir, name, libc::O_RDONLY | nofollow)?;
-            if !is_regular(fd.as_raw_fd())? {
-                // A directory is told apart from a FIFO/device by the caller's message.
-                return match openat(dir, name, libc::O_RDONLY | libc::O_DIRECTORY | nofollow) {
-                    Ok(d) => Ok(Opened::Dir(d)),
-                    Err(_) => Err(io::Error::other("not a regular file")),
-                };
-            }
-            (fd, false)
+    /// Writes `content` as the whole of the file at `rel` (created with its parent directories
+    /// if missing); whether it was created. Atomic: the bytes go to a new temporary file in the
+    /// target's (resolved, descriptor-held) directory, are fsynced, and the temporary is renamed
+    /// over the target, then the directory is fsynced; on any failure the temporary is removed
+    /// and the target is as it was. The target's permission bits (and owner, where allowed) are
+    /// kept.
+    fn write_whole(
+        &self,
+        rel: &Path,
+        content: &[u8],
+        scope: Option<&[String]>,
+    ) -> Result<(bool, PathBuf), ToolError> {
+        use std::os::fd::AsRawFd;
+        let walk = self.resolve_scoped(rel, resolve::Mode::Write, scope)?;
+        let resolve::Found::Entry { name, existing } = &walk.found else {
+            return Err(format!("{:?} is a directory, not a file", rel.display()));
         };
-        // Regular files ignore O_NONBLOCK; it only kept a FIFO from blocking the open.
-        Ok(Opened::File(std::fs::File::from(fd), created))
-    }
-
-    /// The entries of an open directory: (name, type, size).
-    pub(super) fn list(fd: OwnedFd) -> Result<Vec<(String, &'static str, u64)>, ToolError> {
-        let raw = fd.as_raw_fd();
-        // A second descriptor for fstatat: fdopendir takes ownership of the first.
-        let statfd = dup(&fd).map_err(|e| e.to_string())?;
-        std::mem::forget(fd);
-        // SAFETY: `raw` is an open directory descriptor whose ownership passes to the DIR.
-        let dir = unsafe { libc::fdopendir(raw) };
-        if dir.is_null() {
-            // SAFETY: fdopendir failed, so `raw` is still ours to close.
-            unsafe { libc::close(raw) };
-            return Err(io::Error::last_os_error().to_string());
-        }
-        let mut out = Vec::new();
-        loop {
-            // SAFETY: `dir` is a valid DIR*; readdir returns null at the end.
-            let ent = unsafe { libc::readdir(dir) };
-            if ent.is_null() {
-                break;
+        let dir = walk
+            .chain
+            .last()
+            .expect("the root stays on the chain")
+            .fd
+            .as_raw_fd();
+        let shown = rel.display();
+        #[allow(clippy::unnecessary_cast)] // st_mode is u16 on macOS
+        let mode = existing.map_or(0o644, |st| st.st_mode as u32 & 0o7777);
+        let (tmp, fd) = resolve::create_temporary(dir, mode)
+            .map_err(|e| format!("cannot write {shown:?}: cannot create a temporary file: {e}"))?;
+        let mut file = std::fs::File::from(fd);
+        let written = (|| {
+            if let Some(st) = existing {
+                // Owner first: chown clears set-id bits, which the chmod then restores. Only root
+                // may give a file away; for anyone else the new file is theirs, as any editor's.
+                // SAFETY: fchown/fchmod on a descriptor we own.
+                unsafe {
+                    libc::fchown(file.as_raw_fd(), st.st_uid, st.st_gid);
+                    if libc::fchmod(file.as_raw_fd(), mode as libc::mode_t) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
             }
-            // SAFETY: d_name is NUL-terminated within the dirent.
-            let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) };
-            let bytes = name.to_bytes();
-            if bytes == b"." || bytes == b".." {
-                continue;
-            }
-            // SAFETY: as for fstat; AT_SYMLINK_NOFOLLOW describes the entry itself.
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            let ok = unsafe {
-                libc::fstatat(
-                    statfd.as_raw_fd(),
-                    name.as_ptr(),
-                    &mut st,
-                    libc::AT_SYMLINK_NOFOLLOW,
-                )
-            } == 0;
-            let kind = match st.st_mode & libc::S_IFMT {
-                _ if !ok => "unknown",
-                libc::S_IFREG => "file",
-                libc::S_IFDIR => "directory",
-                libc::S_IFLNK => "symlink",
-                _ => "other",
-            };
-            out.push((
-                String::from_utf8_lossy(bytes).into_owned(),
-                kind,
-                if ok { st.st_size as u64 } else { 0 },
+            file.write_all(content)?;
+            file.sync_all()?;
+            resolve::renameat(dir, &tmp, name)
+        })();
+        if let Err(e) = written {
+            resolve::unlinkat(dir, &tmp);
+            return Err(format!(
+                "cannot write {shown:?}: {e}; the file is unchanged"
             ));
         }
-        // SAFETY: closes the DIR and the descriptor it owns.
-        unsafe { libc::closedir(dir) };
-        Ok(out)
+        resolve::fsync(dir).map_err(|e| {
+            format!("{shown:?} was replaced, but its directory could not be synced ({e}): the change may not survive a crash")
+        })?;
+        Ok((existing.is_none(), walk.resolved()))
+    }
+
+    fn list(&self, rel: &Path) -> Result<Vec<(String, &'static str, u64)>, ToolError> {
+        let mut walk = self.resolve(rel, resolve::Mode::List)?;
+        let dir = walk.chain.pop().expect("the root stays on the chain");
+        resolve::list(dir.fd)
     }
 }
 
@@ -743,24 +707,57 @@ impl WorkspaceTools {
         if !check.starts_with(&self.root) {
             return Err(format!("{:?} leads outside the workspace", rel.display()));
         }
+        // Protected paths by canonical name only (no identities here: a hard link is not seen).
+        for p in &self.protected {
+            if check.starts_with(&p.path) {
+                return Err(format!(
+                    "{:?} is inside the server's state directory (or another path the server owns); refused",
+                    rel.display()
+                ));
+            }
+        }
         Ok(check)
     }
 
-    fn open_file(&self, rel: &Path, write: bool) -> Result<(std::fs::File, bool), ToolError> {
-        let path = self.contained(rel, write)?;
+    fn open_read(&self, rel: &Path) -> Result<std::fs::File, ToolError> {
+        let path = self.contained(rel, false)?;
         if path.is_dir() {
             return Err(format!("{:?} is a directory, not a file", rel.display()));
         }
-        if write {
-            let created = !path.exists();
-            std::fs::File::create(&path)
-                .map(|f| (f, created))
-                .map_err(|e| e.to_string())
-        } else {
-            std::fs::File::open(&path)
-                .map(|f| (f, false))
-                .map_err(|e| e.to_string())
+        std::fs::File::open(&path).map_err(|e| e.to_string())
+    }
+
+    fn write_whole(
+        &self,
+        rel: &Path,
+        content: &[u8],
+        scope: Option<&[String]>,
+    ) -> Result<(bool, PathBuf), ToolError> {
+        let path = self.contained(rel, true)?;
+        if path.is_dir() {
+            return Err(format!("{:?} is a directory, not a file", rel.display()));
         }
+        let resolved = path.strip_prefix(&self.root).unwrap_or(&path).to_path_buf();
+        if let Some(declared) = scope {
+            // By canonical names (no identities here).
+            let inside = declared.iter().any(|e| {
+                canonical_as_far_as_exists(&self.root.join(e.trim_start_matches("./")))
+                    .is_ok_and(|c| c.starts_with(&self.root) && path.starts_with(&c))
+            });
+            if !inside {
+                return Err(format!(
+                    "write_file {:?} resolves to {:?}, outside the node's write scope {declared:?}; refused",
+                    rel.display(),
+                    resolved.display()
+                ));
+            }
+        }
+        let created = !path.exists();
+        let mut file = std::fs::File::create(&path).map_err(|e| e.to_string())?;
+        file.write_all(content)
+            .and_then(|_| file.sync_all())
+            .map_err(|e| format!("cannot write {:?}: {e}", rel.display()))?;
+        Ok((created, resolved))
     }
 
     fn list(&self, rel: &Path) -> Result<Vec<(String, &'static str, u64)>, ToolError> {

@@ -65,6 +65,7 @@ fn small(ws: &Path) -> WorkspaceTools {
             max_output_bytes: 100,
             default_timeout: Duration::from_secs(10),
             max_timeout: Duration::from_secs(20),
+            max_processes: 256,
         },
     )
     .unwrap()
