@@ -8,7 +8,6 @@ use cc_app_server::approval::ApprovalPolicy;
 use cc_app_server::engine::{AppServer, Connection, ServerConfig};
 use cc_app_server::rollout::StoreKind;
 use cc_app_server::scripted::ScriptedKernel;
-use cc_app_server::workspace_tools::WorkspaceTools;
 use clap::Args;
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
@@ -269,8 +268,11 @@ fn chat(args: ChatArgs) -> Result<(), String> {
         Some(w) => w.clone(),
         None => std::env::current_dir().map_err(|e| format!("{e}; pass --workspace"))?,
     };
-    let tools = WorkspaceTools::new(&workspace)
-        .map_err(|e| format!("workspace {}: {e}", workspace.display()))?;
+    let tools = crate::workspace_tools(
+        &workspace,
+        &args.state.state_dir,
+        &[args.model.key_file_path()],
+    )?;
     let mut config = ServerConfig::new(&args.state.state_dir);
     config.store = match args.state.store.unwrap_or(StoreArg::Jsonl) {
         StoreArg::Jsonl => StoreKind::Jsonl,

@@ -431,14 +431,19 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
+    /// The API key file named by `--api-key-file` or CC_APP_SERVER_API_KEY_FILE, if any.
+    pub fn key_file_path(&self) -> Option<PathBuf> {
+        self.api_key_file.clone().or_else(|| {
+            std::env::var_os("CC_APP_SERVER_API_KEY_FILE")
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from)
+        })
+    }
+
     /// The API key from `--api-key-file` (or CC_APP_SERVER_API_KEY_FILE), if one is named.
     fn key_from_file(&self) -> Result<Option<String>, String> {
-        let path = match &self.api_key_file {
-            Some(p) => p.clone(),
-            None => match std::env::var_os("CC_APP_SERVER_API_KEY_FILE") {
-                Some(p) if !p.is_empty() => PathBuf::from(p),
-                _ => return Ok(None),
-            },
+        let Some(path) = self.key_file_path() else {
+            return Ok(None);
         };
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read the API key file {}: {e}", path.display()))?;
@@ -469,6 +474,21 @@ impl ModelArgs {
         .allow_insecure_http(self.allow_insecure_http);
         cc_app_server::openai::OpenAiCompatibleKernel::new(config).map_err(|e| e.to_string())
     }
+}
+
+/// The workspace tools over `workspace`, refusing the server's own files whatever the approval
+/// policy: the state directory, the key files, the server's binary (docs/security.md).
+pub fn workspace_tools(
+    workspace: &std::path::Path,
+    state_dir: &std::path::Path,
+    key_files: &[Option<PathBuf>],
+) -> Result<cc_app_server::workspace_tools::WorkspaceTools, String> {
+    let mut protected = vec![state_dir.to_path_buf()];
+    protected.extend(key_files.iter().flatten().cloned());
+    protected.extend(std::env::current_exe().ok());
+    cc_app_server::workspace_tools::WorkspaceTools::new(workspace)
+        .and_then(|t| t.with_protected(protected))
+        .map_err(|e| format!("workspace {}: {e}", workspace.display()))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -40,6 +40,11 @@ impl KeyArgs {
             .map(RolloutKey::from_file)
             .transpose()
     }
+
+    /// The key file named, if any (the workspace tools refuse it).
+    pub fn key_file(&self) -> Option<&std::path::Path> {
+        self.key_file.as_deref()
+    }
 }
 
 #[derive(Args, Debug)]

@@ -146,10 +146,14 @@ pub(crate) fn config(args: &ServeArgs) -> Result<ServerConfig, String> {
         KernelArg::Scripted => ToolsArg::Echo,
     });
     if tools == ToolsArg::Workspace {
-        config.tools = Arc::new(
-            cc_app_server::workspace_tools::WorkspaceTools::new(&config.workspace)
-                .map_err(|e| format!("workspace {}: {e}", config.workspace))?,
-        );
+        config.tools = Arc::new(crate::workspace_tools(
+            std::path::Path::new(&config.workspace),
+            &args.state.state_dir,
+            &[
+                args.key.key_file().map(std::path::Path::to_path_buf),
+                args.model.key_file_path(),
+            ],
+        )?);
     }
     Ok(config)
 }

@@ -366,3 +366,183 @@ fn the_api_key_is_read_from_a_key_file_before_the_environment() {
         assert!(stderr.contains(name), "{name}: {stderr}");
     }
 }
+
+/// The state directory and the rollout key inside the workspace (`./.cc-state`, a common
+/// layout): the model's read_file of the key and write_file over the live rollout are refused
+/// as tool errors under the auto policy, the key never reaches the model or the rollout, and the
+/// thread still verifies.
+#[test]
+fn the_state_dir_and_key_inside_the_workspace_are_out_of_the_tools_reach() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    let state = ws.join(".cc-state");
+    std::fs::create_dir_all(&ws).unwrap();
+    let key = ws.join("rollout.key");
+    let secret = "ab".repeat(32);
+    std::fs::write(&key, &secret).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let model = MockModel::start(vec![
+        tool_calls(&[
+            ("c1", "read_file", r#"{"path":"rollout.key"}"#),
+            (
+                "c2",
+                "write_file",
+                r#"{"path":".cc-state/threads/t1.jsonl","content":"gone"}"#,
+            ),
+            (
+                "c3",
+                "read_file",
+                r#"{"path":"./.cc-state/../rollout.key"}"#,
+            ),
+        ]),
+        answer(&["ok"]),
+    ]);
+    let mut p = Proc::serve(
+        &state,
+        &[
+            "--kernel",
+            "openai",
+            "--base-url",
+            &model.base_url,
+            "--model",
+            "m",
+            "--approval-policy",
+            "auto",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--key-file",
+            key.to_str().unwrap(),
+        ],
+    );
+    let r = p.req(
+        "initialize",
+        common::initialize_params(&["thread_turn_item", "structured_approval"]),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    let r = p.req("thread/start", json!({"threadId": "t1"}));
+    assert!(r.get("result").is_some(), "{r}");
+    let before = std::fs::read(state.join("threads/t1.jsonl")).unwrap();
+    let (done, _) = turn(&mut p, "steal the key");
+    assert_eq!(done["turn"]["status"], "completed", "{done}");
+    let results: Vec<&Value> = p
+        .seen
+        .iter()
+        .filter(|m| m["method"] == "tool/result")
+        .collect();
+    assert_eq!(results.len(), 3, "{results:?}");
+    for r in &results {
+        assert_eq!(
+            r["params"]["result"]["status"], "error",
+            "a protected path was served: {r}"
+        );
+    }
+    p.close_stdin();
+    assert!(p.wait_exit(Duration::from_secs(10)).success());
+    // Nothing of the key went to the model or into the log; the log only grew.
+    for seen in model.requests() {
+        assert!(!seen.body.to_string().contains(&secret));
+    }
+    let after = std::fs::read(state.join("threads/t1.jsonl")).unwrap();
+    assert!(after.starts_with(&before), "the live rollout was rewritten");
+    assert!(!String::from_utf8_lossy(&after).contains(&secret));
+    let out = std::process::Command::new(common::BIN)
+        .args(["rollout", "verify", "--state-dir"])
+        .arg(&state)
+        .arg("--key-file")
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// Waits until `path` exists (a command's marker file).
+fn wait_for(path: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn dead(pid_file: &Path) -> bool {
+    let pid: i32 = std::fs::read_to_string(pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        // SAFETY: signal 0 only checks whether the process exists.
+        if unsafe { libc::kill(pid, 0) } != 0 {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// turn/interrupt during a command that left its session is answered (not -32010 at the settle
+/// deadline), the escaped process dies, and so does the whole tree when stdin closes mid-command:
+/// the server exits at its drain deadline (1 s here) instead of waiting for the command.
+#[test]
+fn interrupt_and_shutdown_stop_a_command_that_left_its_session() {
+    let script = "setsid sleep 120 & echo $! > bg.pid; sleep 120";
+    let args = json!({"argv": ["sh", "-c", script], "timeout_ms": 100_000}).to_string();
+    let model = MockModel::start(vec![tool_calls(&[("c1", "run_command", &args)])]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = serve(&model, dir.path(), &["--drain-timeout-ms", "1000"]);
+    let r = p.req(
+        "turn/start",
+        json!({"threadId": "t1", "input": [{"type": "text", "text": "run it"}]}),
+    );
+    let turn_id = r["result"]["turn"]["id"].as_str().unwrap().to_string();
+    wait_for(&dir.path().join("ws/bg.pid"));
+    let asked = Instant::now();
+    let r = p.req(
+        "turn/interrupt",
+        json!({"threadId": "t1", "turnId": turn_id}),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert!(
+        dead(&dir.path().join("ws/bg.pid")),
+        "the setsid'd sleep survived"
+    );
+
+    // Again, and this time the host goes away mid-command.
+    std::fs::remove_file(dir.path().join("ws/bg.pid")).unwrap();
+    model.push(tool_calls(&[("c2", "run_command", &args)]));
+    let r = p.req(
+        "turn/start",
+        json!({"threadId": "t1", "input": [{"type": "text", "text": "again"}]}),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    wait_for(&dir.path().join("ws/bg.pid"));
+    let closed = Instant::now();
+    p.close_stdin();
+    assert!(p.wait_exit(Duration::from_secs(15)).success());
+    assert!(
+        closed.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        closed.elapsed()
+    );
+    assert!(
+        dead(&dir.path().join("ws/bg.pid")),
+        "the command outlived the server"
+    );
+}

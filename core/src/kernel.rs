@@ -111,6 +111,13 @@ pub trait ToolExecutor: Send + Sync {
         self.execute(thread_id, call)
     }
 
+    /// The turn on `thread_id` was interrupted (or the server is stopping): stop what runs for
+    /// it now — a command, say — instead of at its own deadline. The call that was running
+    /// still returns its result. Nothing to stop by default.
+    fn interrupt(&self, thread_id: &str) {
+        let _ = thread_id;
+    }
+
     /// The tools this executor runs, for kernels that tell a model about them (none by default).
     fn tool_specs(&self) -> Vec<ToolSpec> {
         Vec::new()

@@ -452,6 +452,10 @@ impl Drop for WorkspaceTools {
 }
 
 impl ToolExecutor for WorkspaceTools {
+    fn interrupt(&self, thread_id: &str) {
+        WorkspaceTools::interrupt(self, thread_id);
+    }
+
     fn execute(&self, thread_id: &str, call: &ToolCall) -> ToolResult {
         let result = match call.tool.as_str() {
             "read_file" => self.read_file(call),

@@ -231,7 +231,9 @@ impl ServerOptions {
             config.kernel = openai_kernel(o)?;
         }
         if let Some(dir) = &self.workspace_tools_dir {
+            // The store's own directory is never a tool's to read or write, wherever it lies.
             let tools = cc_app_server::workspace_tools::WorkspaceTools::new(dir)
+                .and_then(|t| t.with_protected(vec![config.state_dir.clone()]))
                 .map_err(|e| invalid(format!("workspace_tools_dir {dir:?}: {e}")))?;
             config.tools = Arc::new(tools);
         }

@@ -987,6 +987,7 @@ fn turn_interrupt(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: RawId, params:
         return reply(inner, conn, &id, result);
     };
     turn.cancel();
+    inner.config.tools.interrupt(&thread.id);
     if let Some(job) = inner.pool.remove_queued(&turn.id) {
         // It never reached a runner: closed here, as interrupted.
         turn::close_unstarted(job, Unstarted::Interrupted);

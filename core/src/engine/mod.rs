@@ -487,6 +487,7 @@ impl AppServer {
             .collect();
         for t in &live {
             t.cancel();
+            self.inner.config.tools.interrupt(&t.thread_id);
         }
         let (queued, runners) = self.inner.pool.shutdown();
         for job in queued {
