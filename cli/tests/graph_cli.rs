@@ -461,3 +461,57 @@ fn a_run_left_in_reconcile_stops_with_exit_3_and_is_resolved_from_the_command_li
     assert_eq!(rc, 2, "{err}");
     assert!(err.contains("no effect of run r1"), "{err}");
 }
+
+/// A write scope cannot be left through a symlink (issue 22 item 6), end to end: `graph run`
+/// with the real workspace tools, a tool node scoped to `docs` writing `docs/link/main.rs` where
+/// `docs/link -> ../src`. The node fails with the executor's refusal, `src/main.rs` keeps its
+/// bytes, and a write that stays inside the scope goes through and names its resolved path.
+#[test]
+fn a_write_scope_is_not_left_through_a_symlink() {
+    let dir = state_dir();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(ws.join("docs")).unwrap();
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::write(ws.join("src/main.rs"), "fn main() {}\n").unwrap();
+    std::os::unix::fs::symlink("../src", ws.join("docs/link")).unwrap();
+    let def = |path: &str| {
+        json!({"graphVersion": 1, "id": "scoped", "nodes": [
+            {"kind": "tool", "id": "w", "tool": "write_file", "writeScope": ["docs"],
+             "arguments": {"path": path, "content": "pwned"}}]})
+    };
+    let state = dir.path().join("state");
+    let go = |name: &str, path: &str, run_id: &str| {
+        let def = file(dir.path(), name, &def(path));
+        run(&[
+            "graph",
+            "run",
+            &def,
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--tools",
+            "workspace",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--approval-policy",
+            "auto",
+            "--grant",
+            "tool:write_file",
+            "--run-id",
+            run_id,
+        ])
+    };
+    let (rc, out, err) = go("escape.json", "docs/link/main.rs", "escape");
+    assert_ne!(rc, 0, "{out}\n{err}");
+    assert!(out.contains("failed"), "{out}\n{err}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("src/main.rs")).unwrap(),
+        "fn main() {}\n",
+        "the write left its scope through the link"
+    );
+    let (rc, out, err) = go("inside.json", "docs/notes.md", "inside");
+    assert_eq!(rc, 0, "{out}\n{err}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("docs/notes.md")).unwrap(),
+        "pwned"
+    );
+}
