@@ -442,11 +442,19 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
             }
         }
         (graph, true) if graph.starts_with("graph/") => {
-            crate::graph::wire::handle(inner, conn, graph, &params).map_err(|e| RpcError {
-                code: e.code,
-                message: e.message,
-                data: e.data,
-            })
+            // A large compile is answered from a thread of its own (possibly after later
+            // requests of this connection); everything else in order, from here.
+            let (inner2, conn2, id2): (_, _, RawId) =
+                (Arc::clone(inner), Arc::clone(conn), id.into());
+            let answer = move |r: Result<Value, crate::graph::wire::WireError>| {
+                let r = r.map_err(|e| RpcError {
+                    code: e.code,
+                    message: e.message,
+                    data: e.data,
+                });
+                reply(&inner2, &conn2, &id2, r)
+            };
+            return crate::graph::wire::serve(inner, conn, graph, params, Box::new(answer));
         }
         (other, true) => Err(RpcError::new(
             -32601,

@@ -68,7 +68,7 @@ pub fn granted(grant: &[String], need: &str) -> bool {
 /// rule; all errors found are returned, in definition order.
 pub fn compile(definition: &Value, grant: &GraphRunGrant) -> Result<Plan, Vec<CompileError>> {
     if let Err(e) = cc_agent_protocol::validate_protocol_definition("GraphDefinition", definition) {
-        return Err(e
+        let mut errors: Vec<CompileError> = e
             .issues
             .iter()
             .take(MAX_ERRORS)
@@ -77,7 +77,9 @@ pub fn compile(definition: &Value, grant: &GraphRunGrant) -> Result<Plan, Vec<Co
                 pointer: i.pointer.clone(),
                 message: cap(&i.message),
             })
-            .collect());
+            .collect();
+        left_out(&mut errors, e.issues.len().saturating_sub(MAX_ERRORS));
+        return Err(errors);
     }
     if !within_depth(definition, MAX_DEFINITION_DEPTH) {
         return Err(vec![CompileError {
@@ -86,7 +88,7 @@ pub fn compile(definition: &Value, grant: &GraphRunGrant) -> Result<Plan, Vec<Co
             message: format!("the definition nests more than {MAX_DEFINITION_DEPTH} levels of arrays and objects; flatten its values"),
         }]);
     }
-    let def: GraphDefinition = serde_json::from_value(definition.clone()).map_err(|e| {
+    let def = <GraphDefinition as serde::Deserialize>::deserialize(definition).map_err(|e| {
         vec![CompileError {
             code: Code::SchemaInvalid,
             pointer: String::new(),
@@ -102,6 +104,8 @@ pub fn compile(definition: &Value, grant: &GraphRunGrant) -> Result<Plan, Vec<Co
         grant: grant.capabilities.clone(),
         run_budgets: grant_budgets.or(def_budgets),
         too_large: false,
+        dropped: 0,
+        effective: Vec::new(),
     };
     for (name, mine, run) in def_budgets.pairs(&grant_budgets) {
         if let (Some(mine), Some(run)) = (mine, run) {
@@ -126,7 +130,9 @@ pub fn compile(definition: &Value, grant: &GraphRunGrant) -> Result<Plan, Vec<Co
         0,
     );
     if !c.errors.is_empty() {
-        return Err(c.errors);
+        let mut errors = c.errors;
+        left_out(&mut errors, c.dropped);
+        return Err(errors);
     }
     Ok(Plan {
         digest: crate::approval::digest_json(definition),
@@ -136,6 +142,19 @@ pub fn compile(definition: &Value, grant: &GraphRunGrant) -> Result<Plan, Vec<Co
         scopes: c.scopes,
         budgets: c.run_budgets,
     })
+}
+
+/// Says on the last reported error how many more were found and left out.
+fn left_out(errors: &mut [CompileError], dropped: usize) {
+    if dropped == 0 {
+        return;
+    }
+    if let Some(last) = errors.last_mut() {
+        let note =
+            format!(" [{dropped} more error(s) found and not reported: at most {MAX_ERRORS} are]");
+        let keep: String = last.message.chars().take(1024 - note.len()).collect();
+        last.message = keep + &note;
+    }
 }
 
 fn cap(message: &str) -> String {
@@ -154,6 +173,10 @@ struct Compiler {
     grant: Vec<String>,
     run_budgets: Budgets,
     too_large: bool,
+    /// Errors found beyond `MAX_ERRORS` (counted, not reported).
+    dropped: usize,
+    /// `effective_scope` per node, once computed.
+    effective: Vec<Option<std::rc::Rc<Vec<String>>>>,
 }
 
 /// The parts every node kind shares, read off the generated types.
@@ -270,6 +293,8 @@ impl Compiler {
                 pointer,
                 message: cap(&message),
             });
+        } else {
+            self.dropped += 1;
         }
     }
 
@@ -786,78 +811,300 @@ impl Compiler {
         }
     }
 
-    /// Everything a node (and, for a container, its whole body) may change.
-    fn effective_scope(&self, n: usize) -> Vec<String> {
+    /// Everything a node (and, for a container, its whole body) may change: normalised
+    /// entries, sorted, without repeats. Computed once per node (a container's from its body's
+    /// members, which are compiled before it).
+    fn effective_scope(&mut self, n: usize) -> std::rc::Rc<Vec<String>> {
+        if let Some(Some(s)) = self.effective.get(n) {
+            return std::rc::Rc::clone(s);
+        }
         let mut out = self.nodes[n].write_scope.clone();
         if let Some(body) = self.nodes[n].spec.body() {
             if body != usize::MAX {
-                for &m in &self.scopes[body].nodes {
-                    out.extend(self.effective_scope(m));
+                let members = self.scopes[body].nodes.clone();
+                for m in members {
+                    out.extend(self.effective_scope(m).iter().cloned());
                 }
             }
         }
+        out.sort_unstable();
+        out.dedup();
+        let out = std::rc::Rc::new(out);
+        if self.effective.len() <= n {
+            self.effective.resize(n + 1, None);
+        }
+        self.effective[n] = Some(std::rc::Rc::clone(&out));
         out
     }
 
     /// Nodes of one body that can run at the same time (neither waits on the other) must not
     /// have overlapping write scopes. Iterations of a loop run one after another.
+    ///
+    /// Near-linear: "waits on" is a bitset per node over the body's scoped nodes, built in one
+    /// pass over the topological order each way (so a chain costs edges × scoped / 64 words,
+    /// not a search per pair); overlap is a walk of a path trie of the entries, where an entry
+    /// overlaps exactly the entries on its path from the root (equal or a `/`-prefix; `*` sits
+    /// at the root) and the entries below it — so every overlapping pair is seen from the side
+    /// of its deeper entry, with one word-wise AND per entry against the union of the owners on
+    /// its path. Each node is reported at most once (at the later node of the first clash
+    /// found), so the errors are at most the scoped nodes, whatever the number of pairs.
     fn write_scopes(&mut self, scope: usize, order: &[usize]) {
-        let scoped: Vec<(usize, Vec<String>)> = order
+        let scoped: Vec<(usize, std::rc::Rc<Vec<String>>)> = order
             .iter()
             .map(|&n| (n, self.effective_scope(n)))
             .filter(|(_, s)| !s.is_empty())
             .collect();
-        if scoped.len() < 2 {
+        let k = scoped.len();
+        if k < 2 {
             return;
         }
-        let mut succ: HashMap<usize, Vec<usize>> = HashMap::new();
+        // Positions in the topological order, and the scoped index of each member.
+        let pos: HashMap<usize, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        let mut sidx = vec![usize::MAX; order.len()];
+        for (s, (n, _)) in scoped.iter().enumerate() {
+            sidx[pos[n]] = s;
+        }
+        let mut succ: Vec<Vec<usize>> = vec![Vec::new(); order.len()];
         for e in &self.scopes[scope].edges {
             if let (End::Node(a, _), End::Node(b, _)) = (e.from, e.to) {
-                succ.entry(a).or_default().push(b);
+                if let (Some(&a), Some(&b)) = (pos.get(&a), pos.get(&b)) {
+                    succ[a].push(b);
+                }
             }
         }
-        let reach = |from: usize| -> HashSet<usize> {
-            let mut seen = HashSet::new();
-            let mut stack = vec![from];
-            while let Some(n) = stack.pop() {
-                for &m in succ.get(&n).map(Vec::as_slice).unwrap_or(&[]) {
-                    if seen.insert(m) {
-                        stack.push(m);
+        // comparable[s]: the scoped nodes s waits on, or that wait on s, and s itself.
+        let w = k.div_ceil(64);
+        let mut desc = Bitsets::new(order.len(), w);
+        for i in (0..order.len()).rev() {
+            for &j in &succ[i] {
+                desc.or_row(i, j);
+                if sidx[j] != usize::MAX {
+                    desc.set(i, sidx[j]);
+                }
+            }
+        }
+        let mut comparable = Bitsets::new(k, w);
+        for (i, &s) in sidx.iter().enumerate() {
+            if s != usize::MAX {
+                comparable.copy_row_from(s, &desc, i);
+                comparable.set(s, s);
+            }
+        }
+        drop(desc);
+        let mut anc = Bitsets::new(order.len(), w);
+        for i in 0..order.len() {
+            if sidx[i] != usize::MAX {
+                comparable.or_row_from(sidx[i], &anc, i);
+            }
+            for &j in &succ[i] {
+                anc.or_row(j, i);
+                if sidx[i] != usize::MAX {
+                    anc.set(j, sidx[i]);
+                }
+            }
+        }
+        drop(anc);
+        // The trie: node 0 is the root (where `*` lives); children by segment.
+        let mut trie = Trie::default();
+        for (s, (_, entries)) in scoped.iter().enumerate() {
+            for (j, entry) in entries.iter().enumerate() {
+                let t = trie.insert(entry);
+                trie.owners[t].push((s as u32, j as u32));
+            }
+        }
+        // Depth-first, children in segment order (so the verdict and the messages are the same
+        // on every run); `path` is the union of the owners from the root to the current node.
+        let mut done = vec![false; k];
+        let mut clashes: Vec<(usize, usize, u32)> = Vec::new();
+        let mut path: Vec<Vec<u64>> = vec![vec![0u64; w]];
+        let mut stack: Vec<(u32, bool)> = vec![(0, false)];
+        while let Some((t, visited)) = stack.pop() {
+            let t = t as usize;
+            if visited {
+                if !trie.owners[t].is_empty() {
+                    path.pop();
+                }
+                continue;
+            }
+            stack.push((t as u32, true));
+            if !trie.owners[t].is_empty() {
+                let mut here = path[path.len() - 1].clone();
+                for &(s, _) in &trie.owners[t] {
+                    here[s as usize / 64] |= 1 << (s % 64);
+                }
+                for &(s, j) in &trie.owners[t] {
+                    let s = s as usize;
+                    if done[s] {
+                        continue;
+                    }
+                    let row = comparable.row(s);
+                    if let Some(y) = first_outside(&here, row) {
+                        done[s] = true;
+                        clashes.push((s, y, j));
                     }
                 }
+                path.push(here);
             }
-            seen
-        };
-        let reaches: Vec<HashSet<usize>> = scoped.iter().map(|(n, _)| reach(*n)).collect();
-        for i in 0..scoped.len() {
-            for j in i + 1..scoped.len() {
-                let (a, b) = (scoped[i].0, scoped[j].0);
-                if reaches[i].contains(&b) || reaches[j].contains(&a) {
-                    continue;
-                }
-                let clash = scoped[i].1.iter().find_map(|x| {
-                    scoped[j]
-                        .1
-                        .iter()
-                        .find(|y| overlaps(x, y))
-                        .map(|y| (x.clone(), y.clone()))
-                });
-                if let Some((x, y)) = clash {
-                    let p = self.nodes[b].pointer.clone();
-                    let at = if self.nodes[b].write_scope.is_empty() {
-                        p
-                    } else {
-                        format!("{p}/writeScope")
-                    };
-                    let (an, bn) = (self.nodes[a].id.clone(), self.nodes[b].id.clone());
-                    self.error(
-                        Code::WriteScopeOverlap,
-                        at,
-                        format!("nodes {an:?} ({x:?}) and {bn:?} ({y:?}) can run at the same time and may change the same thing; order them with an edge or narrow their write scopes"),
-                    );
-                }
+            let mut children = std::mem::take(&mut trie.children[t]);
+            children.sort_unstable_by(|a, b| b.0.cmp(a.0));
+            for (_, c) in &children {
+                stack.push((*c, false));
             }
         }
+        // One error per node, at the later node of its clash, in topological order.
+        let mut reported = vec![false; k];
+        let mut errors: Vec<(usize, usize, usize, u32)> = Vec::new();
+        for (x, y, j) in clashes {
+            let (early, late) = if x < y { (x, y) } else { (y, x) };
+            if !reported[late] {
+                reported[late] = true;
+                errors.push((late, early, x, j));
+            }
+        }
+        errors.sort_unstable();
+        let room = MAX_ERRORS.saturating_sub(self.errors.len());
+        if errors.len() > room {
+            self.dropped += errors.len() - room;
+            errors.truncate(room);
+        }
+        for (late, early, x, j) in errors {
+            let entry_x = scoped[x].1[j as usize].as_str();
+            let other = if x == late { early } else { late };
+            let entry_o = scoped[other]
+                .1
+                .iter()
+                .find(|e| overlaps(e, entry_x))
+                .map_or("*", String::as_str);
+            let (ea, eb) = if x == early {
+                (entry_x, entry_o)
+            } else {
+                (entry_o, entry_x)
+            };
+            let (a, b) = (scoped[early].0, scoped[late].0);
+            let p = self.nodes[b].pointer.clone();
+            let at = if self.nodes[b].write_scope.is_empty() {
+                p
+            } else {
+                format!("{p}/writeScope")
+            };
+            let (an, bn) = (self.nodes[a].id.clone(), self.nodes[b].id.clone());
+            self.error(
+                Code::WriteScopeOverlap,
+                at,
+                format!("nodes {an:?} ({ea:?}) and {bn:?} ({eb:?}) can run at the same time and may change the same thing; order them with an edge or narrow their write scopes"),
+            );
+        }
+    }
+}
+
+/// Rows of bits, one row per node, `w` words each, in one allocation.
+struct Bitsets {
+    w: usize,
+    bits: Vec<u64>,
+}
+
+impl Bitsets {
+    fn new(rows: usize, w: usize) -> Self {
+        Bitsets {
+            w,
+            bits: vec![0; rows * w],
+        }
+    }
+
+    fn row(&self, r: usize) -> &[u64] {
+        &self.bits[r * self.w..(r + 1) * self.w]
+    }
+
+    fn set(&mut self, r: usize, bit: usize) {
+        self.bits[r * self.w + bit / 64] |= 1 << (bit % 64);
+    }
+
+    /// row `r` |= row `from` (of the same set).
+    fn or_row(&mut self, r: usize, from: usize) {
+        if r == from {
+            return;
+        }
+        let w = self.w;
+        let (dst, src) = if r < from {
+            let (a, b) = self.bits.split_at_mut(from * w);
+            (&mut a[r * w..(r + 1) * w], &b[..w])
+        } else {
+            let (a, b) = self.bits.split_at_mut(r * w);
+            (&mut b[..w], &a[from * w..(from + 1) * w])
+        };
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d |= *s;
+        }
+    }
+
+    fn copy_row_from(&mut self, r: usize, other: &Bitsets, from: usize) {
+        let w = self.w;
+        self.bits[r * w..(r + 1) * w].copy_from_slice(other.row(from));
+    }
+
+    fn or_row_from(&mut self, r: usize, other: &Bitsets, from: usize) {
+        let w = self.w;
+        for (d, s) in self.bits[r * w..(r + 1) * w]
+            .iter_mut()
+            .zip(other.row(from))
+        {
+            *d |= *s;
+        }
+    }
+}
+
+/// The lowest bit set in `set` and not in `exclude`.
+fn first_outside(set: &[u64], exclude: &[u64]) -> Option<usize> {
+    set.iter().zip(exclude).enumerate().find_map(|(i, (s, e))| {
+        let left = s & !e;
+        (left != 0).then(|| i * 64 + left.trailing_zeros() as usize)
+    })
+}
+
+/// A trie of write-scope entries by path segment; `*` is the root itself, an absolute path's
+/// first segment is `/`.
+struct Trie<'a> {
+    edges: HashMap<(u32, &'a str), u32>,
+    children: Vec<Vec<(&'a str, u32)>>,
+    /// (scoped node, index of its entry) per trie node.
+    owners: Vec<Vec<(u32, u32)>>,
+}
+
+impl Default for Trie<'_> {
+    fn default() -> Self {
+        Trie {
+            edges: HashMap::new(),
+            children: vec![Vec::new()],
+            owners: vec![Vec::new()],
+        }
+    }
+}
+
+impl<'a> Trie<'a> {
+    fn insert(&mut self, entry: &'a str) -> usize {
+        if entry == "*" {
+            return 0;
+        }
+        let (first, rest) = match entry.strip_prefix('/') {
+            Some(rest) => (Some("/"), rest),
+            None => (None, entry),
+        };
+        let rest = (!rest.is_empty()).then_some(rest);
+        let segments = first
+            .into_iter()
+            .chain(rest.into_iter().flat_map(|r| r.split('/')));
+        let mut t = 0u32;
+        for seg in segments {
+            let next = self.children.len() as u32;
+            let c = *self.edges.entry((t, seg)).or_insert(next);
+            if c == next {
+                self.children.push(Vec::new());
+                self.owners.push(Vec::new());
+                self.children[t as usize].push((seg, c));
+            }
+            t = c;
+        }
+        t as usize
     }
 }
 

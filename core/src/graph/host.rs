@@ -24,6 +24,20 @@ use std::time::{Duration, Instant};
 
 /// Runs that may be live (not terminal) at once; one more start is -32001.
 pub const MAX_LIVE_RUNS: usize = 64;
+/// Large compiles (graph/validate, graph/run/start of more than `LARGE_COMPILE_ELEMENTS` nodes
+/// and edges) running at once on their own threads; one more is -32001 (server busy).
+pub const MAX_CONCURRENT_COMPILES: usize = 2;
+
+/// One of the server's large-compile slots, given back when dropped.
+pub struct CompileSlot {
+    taken: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Drop for CompileSlot {
+    fn drop(&mut self) {
+        self.taken.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 /// Finished runs kept reduced in memory for reads; older ones are replayed from their logs.
 const KEEP_FINISHED: usize = 64;
 
@@ -136,6 +150,8 @@ pub struct GraphHost {
     stopping: AtomicBool,
     /// Serialises run creation (id and key checks, then the log).
     starting: Mutex<()>,
+    /// Large compiles running now (`MAX_CONCURRENT_COMPILES`).
+    compiles: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl GraphHost {
@@ -165,7 +181,20 @@ impl GraphHost {
             threads: Arc::new(Threads::default()),
             stopping: AtomicBool::new(false),
             starting: Mutex::new(()),
+            compiles: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         })
+    }
+
+    /// Takes a large-compile slot; None when `MAX_CONCURRENT_COMPILES` are taken.
+    pub(crate) fn compile_slot(&self) -> Option<CompileSlot> {
+        self.compiles
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < MAX_CONCURRENT_COMPILES).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| CompileSlot {
+                taken: Arc::clone(&self.compiles),
+            })
     }
 
     /// The run store, if any run was ever started here.
@@ -205,6 +234,9 @@ impl GraphHost {
         if self.stopping.swap(true, Ordering::SeqCst) {
             return;
         }
+        // A start in progress (a compile thread's, say) either finishes registering its run
+        // before this takes the lock — and is stopped below — or sees `stopping` after it.
+        drop(lock(&self.starting));
         let runs: Vec<Arc<Run>> = lock(&self.runs).values().cloned().collect();
         for run in runs {
             let mut core = run.enter();
@@ -434,6 +466,9 @@ pub(crate) fn start(
         "options": options,
     }));
     let _starting = lock(&host.starting);
+    if host.stopping.load(Ordering::SeqCst) {
+        return Err(GraphError::Closed);
+    }
     let runs_store = host.store()?;
     let same = |id: &str, digest: &str| -> Result<(Arc<Run>, GraphRunSummary), GraphError> {
         if digest == params_digest {
@@ -569,6 +604,14 @@ impl GraphHandle {
         grant: &GraphRunGrant,
     ) -> Result<Plan, Vec<CompileError>> {
         compile(definition, grant)
+    }
+
+    /// Takes one of the server's large-compile slots (what graph/validate and graph/run/start
+    /// of a large definition hold while they compile), so a host compiling large definitions
+    /// itself shares the same bound; None while `MAX_CONCURRENT_COMPILES` are taken. The slot
+    /// is given back when dropped.
+    pub fn compile_slot(&self) -> Option<CompileSlot> {
+        self.inner.graph.compile_slot()
     }
 
     /// Starts a run; returns once its start is durable.

@@ -24,8 +24,12 @@ pub mod store;
 pub(crate) mod wire;
 
 pub use clock::{ManualClock, RunClock};
-pub use compiler::{compile, granted, CompileError};
+pub use compiler::{compile, granted, CompileError, MAX_ERRORS};
 pub use effects::{current_effect, EffectContext, EffectReconciler, Reconciliation};
-pub use host::{grant, GraphError, GraphHandle, GraphHost, RunStats, StartRequest};
+pub use host::{
+    grant, CompileSlot, GraphError, GraphHandle, GraphHost, RunStats, StartRequest,
+    MAX_CONCURRENT_COMPILES,
+};
 pub use plan::Plan;
 pub use state::RunState;
+pub use wire::LARGE_COMPILE_ELEMENTS;

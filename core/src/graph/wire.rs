@@ -4,13 +4,14 @@
 
 use super::compiler::compile;
 use super::host::{self, GraphError, StartRequest};
+use super::runtime::lock;
 use crate::engine::{ConnShared, Inner};
 use crate::protocol::{
     GraphRunCancelResult, GraphRunGrant, GraphRunOptions, GraphRunReadResult, GraphRunStartResult,
     GraphValidateResult,
 };
 use serde_json::{json, Map, Value};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The feature every graph method needs.
 pub const TYPED_GRAPH: &str = "typed_graph";
@@ -18,6 +19,82 @@ pub const TYPED_GRAPH: &str = "typed_graph";
 pub const CAUSAL_MESSAGES: &str = "causal_messages";
 /// Effects and their receipts in graph/run/read.
 pub const EFFECT_RECEIPTS: &str = "graph_effect_receipts";
+
+/// A definition with more nodes and edges than this (across its bodies) is compiled, for
+/// graph/validate and graph/run/start, on a thread of its own rather than on the connection's,
+/// so one connection's other requests are never held behind it. Its answer may then arrive
+/// after the answers to requests sent after it (JSON-RPC matches answers by id).
+pub const LARGE_COMPILE_ELEMENTS: usize = 1_000;
+
+/// How the engine answers a request: once, from whichever thread.
+pub(crate) type Answer = Box<dyn FnOnce(Result<Value, WireError>) + Send>;
+
+/// Nodes and edges of a definition across its bodies, counted without decoding it; stops
+/// counting at `limit`.
+fn elements(definition: &Value, limit: usize) -> usize {
+    let mut count = 0;
+    let mut bodies = vec![definition];
+    while let Some(body) = bodies.pop() {
+        let nodes = body.get("nodes").and_then(Value::as_array);
+        let edges = body.get("edges").and_then(Value::as_array);
+        count += nodes.map_or(0, Vec::len) + edges.map_or(0, Vec::len);
+        if count > limit {
+            return count;
+        }
+        bodies.extend(nodes.into_iter().flatten().filter_map(|n| n.get("body")));
+    }
+    count
+}
+
+/// Serves one graph/* request: inline, or — a large graph/validate or graph/run/start — on a
+/// thread of its own holding one of the server's compile slots (none free: -32001 at once).
+pub(crate) fn serve(
+    inner: &Arc<Inner>,
+    conn: &Arc<ConnShared>,
+    method: &str,
+    params: Value,
+    answer: Answer,
+) {
+    let compiles = matches!(method, "graph/validate" | "graph/run/start");
+    let large = compiles
+        && conn.has_feature(TYPED_GRAPH)
+        && params
+            .get("definition")
+            .is_some_and(|d| elements(d, LARGE_COMPILE_ELEMENTS) > LARGE_COMPILE_ELEMENTS);
+    if !large {
+        return answer(handle(inner, conn, method, &params));
+    }
+    let Some(slot) = inner.graph.compile_slot() else {
+        return answer(Err(WireError {
+            code: -32001,
+            message: format!(
+                "server busy: {} large graph compiles are running, the most this server runs at once; retry when one has answered",
+                super::host::MAX_CONCURRENT_COMPILES
+            ),
+            data: Some(json!({"retry_after_ms": 500})),
+        }));
+    };
+    let (inner2, conn2, method2) = (Arc::clone(inner), Arc::clone(conn), method.to_string());
+    // The answer is moved into the thread; if no thread can be started it comes back here.
+    let pending = Arc::new(Mutex::new(Some(answer)));
+    let mine = Arc::clone(&pending);
+    let started = inner.graph.threads.spawn("cc-graph-compile", move || {
+        let result = handle(&inner2, &conn2, &method2, &params);
+        drop(slot);
+        if let Some(answer) = lock(&mine).take() {
+            answer(result);
+        }
+    });
+    if !started {
+        if let Some(answer) = lock(&pending).take() {
+            answer(Err(WireError {
+                code: -32603,
+                message: "internal error: could not start a thread for the compile".into(),
+                data: None,
+            }));
+        }
+    }
+}
 
 /// A JSON-RPC error for the engine to send.
 pub(crate) struct WireError {
@@ -30,6 +107,8 @@ impl From<GraphError> for WireError {
     fn from(e: GraphError) -> Self {
         let data = match &e {
             GraphError::Invalid(c) => Some(json!({"pointer": c.pointer, "reason": c.code_name()})),
+            // -32001 always says when to retry (the schema's OverloadedError).
+            GraphError::Overloaded => Some(json!({"retry_after_ms": 1000})),
             _ => None,
         };
         let message = match &e {
