@@ -31,8 +31,12 @@ become durable; a tool call needing approval is shown with its binding and asked
 ([y] once, anything else declines; end of input declines). Ctrl-C cancels the run: every \
 attempt in flight is fenced before the run ends as cancelled.\n\n\
 The run is kept in <state-dir>/graph-runs; a run the server stopped (or crashed) in is resumed \
-by running the same file again with the same --run-id. Exit 0 when the run succeeded, 1 when it \
-failed or was cancelled, 2 when the file does not compile."
+by running the same file again with the same --run-id. A tool call the dead process had \
+intended but whose outcome nothing recorded waits for a decision (`reconcile`): the run stops \
+with a message naming the node and the effect (exit 3); check whether the call happened and \
+run again with --resolve NODE=applied[:JSON] or --resolve NODE=not-applied. Exit 0 when the \
+run succeeded, 1 when it failed or was cancelled, 2 when the file does not compile or an \
+argument is wrong, 3 when the run waits for a --resolve decision."
     )]
     Run(Box<RunArgs>),
     /// A run as its log reduces to: nodes, messages, effects and receipts. Message values and
@@ -118,6 +122,56 @@ pub struct RunArgs {
     /// How long an attempt may go without progress before its node is assigned again.
     #[arg(long, value_name = "MS", default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
     pub lease_ms: u64,
+    /// Decide an effect waiting in reconcile (a tool call a stopped process intended, with no
+    /// recorded outcome): NODE=applied[:JSON] — it happened, JSON being the tool's output
+    /// [default: null], which the node then gets without the call running again — or
+    /// NODE=not-applied — it did not, and the node may make the call again. NODE is the node's
+    /// key as printed (`t`, `loop.2/t`) or the effect's idempotency key (`fx-…`). Repeatable.
+    #[arg(long = "resolve", value_name = "NODE=applied[:JSON]|not-applied")]
+    pub resolve: Vec<String>,
+}
+
+/// Exit code of `graph run` when the run waits for a `--resolve` decision.
+pub const EXIT_RECONCILE: u8 = 3;
+
+/// One `--resolve` argument.
+#[derive(Debug, Clone, PartialEq)]
+struct Resolution {
+    target: String,
+    /// Some(output): it happened with this output; None: it did not.
+    applied: Option<Value>,
+}
+
+fn parse_resolutions(args: &[String]) -> Result<Vec<Resolution>, String> {
+    args.iter()
+        .map(|a| {
+            let bad = || {
+                format!(
+                    "--resolve {a:?}: expected NODE=applied, NODE=applied:JSON or NODE=not-applied"
+                )
+            };
+            let (target, decision) = a.split_once('=').ok_or_else(bad)?;
+            if target.is_empty() {
+                return Err(bad());
+            }
+            let applied = match decision {
+                "not-applied" => None,
+                "applied" => Some(Value::Null),
+                d => match d.strip_prefix("applied:") {
+                    Some(json) => Some(serde_json::from_str(json).map_err(|e| {
+                        format!(
+                            "--resolve {a:?}: the tool output after \"applied:\" is not JSON ({e})"
+                        )
+                    })?),
+                    None => return Err(bad()),
+                },
+            };
+            Ok(Resolution {
+                target: target.to_string(),
+                applied,
+            })
+        })
+        .collect()
 }
 
 #[derive(Args, Debug)]
@@ -340,6 +394,10 @@ pub fn run(args: Box<RunArgs>) -> u8 {
         Ok(i) => i,
         Err(e) => return fail(e, 2),
     };
+    let resolutions = match parse_resolutions(&args.resolve) {
+        Ok(r) => r,
+        Err(e) => return fail(e, 2),
+    };
     let grant = args.grant.grant();
     if let Err(errors) = compile(&definition, &grant) {
         for e in &errors {
@@ -365,9 +423,88 @@ pub fn run(args: Box<RunArgs>) -> u8 {
         Ok(s) => s,
         Err(e) => return fail(format!("cannot start on {state_dir}: {e}"), 1),
     };
-    let code = drive(&server, &args, definition, inputs, grant);
+    let code = drive(&server, &args, definition, inputs, grant, &resolutions);
     server.shutdown();
     code
+}
+
+/// Applies the `--resolve` decisions to the run's effects waiting for one.
+fn resolve(server: &AppServer, run: &str, resolutions: &[Resolution]) -> Result<(), String> {
+    use cc_app_server::graph::state::EffectStatus;
+    use cc_app_server::protocol::{ToolResult, ToolResultOk};
+    let graph = server.graph();
+    for r in resolutions {
+        let st = graph.state(run).map_err(|e| e.to_string())?;
+        let waiting: Vec<&str> = st
+            .effect_order
+            .iter()
+            .filter_map(|k| st.effects.get(k))
+            .filter(|e| e.key == r.target || e.node == r.target)
+            .filter(|e| matches!(e.status, EffectStatus::Reconcile | EffectStatus::Intended))
+            .map(|e| e.key.as_str())
+            .collect();
+        let key = match waiting.as_slice() {
+            [key] => key.to_string(),
+            [] => {
+                return Err(format!(
+                    "--resolve {}: no effect of run {run} with that node or key waits for a decision",
+                    r.target
+                ))
+            }
+            keys => {
+                return Err(format!(
+                    "--resolve {}: {} effects of that node wait for a decision ({}); name each by its key",
+                    r.target,
+                    keys.len(),
+                    keys.join(", ")
+                ))
+            }
+        };
+        let result = r
+            .applied
+            .clone()
+            .map(|output| ToolResult::Ok(ToolResultOk { output }));
+        let what = if result.is_some() {
+            "applied"
+        } else {
+            "not applied"
+        };
+        graph
+            .resolve_effect(run, &key, result)
+            .map_err(|e| format!("--resolve {}: {e}", r.target))?;
+        println!("effect {key} resolved: {what}");
+    }
+    Ok(())
+}
+
+/// The effects that stop the run: in reconcile (nothing could tell whether they happened), while
+/// nothing else runs or is ready and no other effect is still being reconciled.
+fn waiting_for_decision(server: &AppServer, run: &str) -> Option<(u64, Vec<String>)> {
+    use cc_app_server::graph::state::EffectStatus;
+    let st = server.graph().state(run).ok()?;
+    let counts = st.counts();
+    if counts.running > 0 || counts.ready > 0 || st.status.is_terminal() {
+        return None;
+    }
+    let effects: Vec<_> = st
+        .effect_order
+        .iter()
+        .filter_map(|k| st.effects.get(k))
+        .collect();
+    if effects.iter().any(|e| e.status == EffectStatus::Intended) {
+        return None;
+    }
+    let waiting: Vec<String> = effects
+        .iter()
+        .filter(|e| e.status == EffectStatus::Reconcile)
+        .map(|e| {
+            format!(
+                "node {} effect {} (tool {}, attempt {})",
+                e.node, e.key, e.call.tool, e.attempt
+            )
+        })
+        .collect();
+    (!waiting.is_empty()).then_some((st.last_seq, waiting))
 }
 
 fn drive(
@@ -376,6 +513,7 @@ fn drive(
     definition: Value,
     inputs: Map<String, Value>,
     grant: GraphRunGrant,
+    resolutions: &[Resolution],
 ) -> u8 {
     // SAFETY: installs an async-signal-safe handler that only stores to an atomic.
     unsafe {
@@ -456,7 +594,14 @@ fn drive(
         .as_str()
         .unwrap_or("running")
         .to_string();
+    if let Err(e) = resolve(server, &run, resolutions) {
+        return fail(e, 2);
+    }
     let mut cancelled = false;
+    // A run that can go on only once the host decides an effect stops here (exit 3), once it
+    // has stayed so, with nothing recorded, for a second.
+    let mut waiting_since: Option<(u64, Instant)> = None;
+    let mut last_check = Instant::now();
     while status == "running" {
         if INTERRUPTED.load(Ordering::SeqCst) && !cancelled {
             cancelled = true;
@@ -475,6 +620,28 @@ fn drive(
         if let Some(m) = s.recv(Duration::from_millis(100)) {
             if let Some(st) = s.show(&m, &run) {
                 status = st;
+            }
+        }
+        if status == "running" && !cancelled && last_check.elapsed() >= Duration::from_millis(250) {
+            last_check = Instant::now();
+            match (waiting_for_decision(server, &run), waiting_since) {
+                (None, _) => waiting_since = None,
+                (Some((seq, _)), Some((since_seq, _))) if seq != since_seq => {
+                    waiting_since = Some((seq, Instant::now()))
+                }
+                (Some((seq, _)), None) => waiting_since = Some((seq, Instant::now())),
+                (Some((_, effects)), Some((_, since))) => {
+                    if since.elapsed() >= Duration::from_secs(1) {
+                        let first = effects[0].split(' ').nth(1).unwrap_or("NODE").to_string();
+                        return fail(
+                            format!(
+                                "run {run} cannot go on: it waits for a decision on {} — a tool call a stopped process intended, whose outcome nothing recorded. Check whether it happened, then run again with --resolve {first}=applied[:JSON] (it did; JSON is the tool's output) or --resolve {first}=not-applied (it did not; the node may make the call again)",
+                                effects.join("; ")
+                            ),
+                            EXIT_RECONCILE,
+                        );
+                    }
+                }
             }
         }
     }

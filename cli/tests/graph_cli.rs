@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 fn port(name: &str, ty: &str) -> Value {
     json!({"name": name, "type": ty})
@@ -266,4 +267,197 @@ fn run_refuses_what_cannot_run_and_inspect_what_is_not_there() {
     ]);
     assert_eq!(rc, 2);
     assert!(err.contains("no graph runs"), "{err}");
+}
+
+/// Runs the binary with no input; kills it (and fails the test) if it has not ended in
+/// `limit` — a run waiting forever is the bug this guards against.
+fn run_bounded(args: &[&str], limit: Duration) -> (i32, String, String) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "`{}` did not end within {limit:?}:\n{}\n{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A real run killed (SIGKILL) while its one tool call waits for approval: the call's effect is
+/// intended durably, and nothing ever recorded whether it happened.
+fn killed_at_the_approval(def: &str, state: &str, run: &str) {
+    let mut child = Command::new(BIN)
+        .args(["graph", "run", def, "--state-dir", state, "--run-id", run])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains("approve? [y]") {
+        let n = std::io::Read::read(&mut out, &mut byte).unwrap();
+        assert!(
+            n > 0,
+            "the run ended before asking: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.push(byte[0]);
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn a_run_left_in_reconcile_stops_with_exit_3_and_is_resolved_from_the_command_line() {
+    let dir = state_dir();
+    let g = json!({"graphVersion": 1, "id": "rc", "outputs": [port("r", "json")],
+        "nodes": [{"kind": "tool", "id": "t", "tool": "publish", "arguments": {"what": "notes"},
+                   "outputs": [port("r", "json")]}],
+        "edges": [{"from": {"node": "t", "port": "r"}, "to": {"port": "r"}}]});
+    let def = file(dir.path(), "g.json", &g);
+    let state = dir.path().join("state");
+    let s = state.to_str().unwrap();
+    let limit = Duration::from_secs(90);
+    // Applied: the host says the call happened, with this output; the node gets it without
+    // the call running (or being asked about) again.
+    killed_at_the_approval(&def, s, "r1");
+    let (rc, out, err) = run_bounded(
+        &["graph", "run", &def, "--state-dir", s, "--run-id", "r1"],
+        limit,
+    );
+    assert_eq!(rc, 3, "{out}\n{err}");
+    assert!(err.contains("node t effect fx-"), "{err}");
+    assert!(err.contains("(tool publish, attempt 1)"), "{err}");
+    assert!(
+        err.contains("--resolve t=applied[:JSON]") && err.contains("--resolve t=not-applied"),
+        "{err}"
+    );
+    // Still waiting, still exit 3, nothing decided behind the host's back.
+    let (rc, _, _) = run_bounded(
+        &["graph", "run", &def, "--state-dir", s, "--run-id", "r1"],
+        limit,
+    );
+    assert_eq!(rc, 3);
+    let (rc, out, err) = run_bounded(
+        &[
+            "graph",
+            "run",
+            &def,
+            "--state-dir",
+            s,
+            "--run-id",
+            "r1",
+            "--resolve",
+            r#"t=applied:{"published":true}"#,
+        ],
+        limit,
+    );
+    assert_eq!(rc, 0, "{out}\n{err}");
+    assert!(out.contains("resolved: applied"), "{out}");
+    assert!(!out.contains("approval needed"), "{out}");
+    assert!(out.contains("\"published\": true"), "{out}");
+    let (rc, out, _) = run(&["graph", "inspect", "r1", "--state-dir", s, "--json"]);
+    assert_eq!(rc, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["effects"][0]["receipt"]["source"], "host", "{v}");
+    assert_eq!(v["effects"][0]["applied"], true);
+    // Not applied: the node makes the call again (here approved by the policy).
+    killed_at_the_approval(&def, s, "r2");
+    let (rc, out, err) = run_bounded(
+        &[
+            "graph",
+            "run",
+            &def,
+            "--state-dir",
+            s,
+            "--run-id",
+            "r2",
+            "--resolve",
+            "t=not-applied",
+            "--approval-policy",
+            "auto",
+        ],
+        limit,
+    );
+    assert_eq!(rc, 0, "{out}\n{err}");
+    assert!(out.contains("resolved: not applied"), "{out}");
+    assert!(
+        out.contains("\"what\": \"notes\""),
+        "the echo tool ran: {out}"
+    );
+    let (_, out, _) = run(&["graph", "inspect", "r2", "--state-dir", s, "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let effects = v["effects"].as_array().unwrap();
+    assert_eq!(
+        effects.len(),
+        1,
+        "the key ran once more, under the same key: {v}"
+    );
+    assert_eq!(effects[0]["receipt"]["source"], "executed");
+    // Wrong decisions are refused (exit 2), deciding nothing.
+    killed_at_the_approval(&def, s, "r3");
+    for (arg, says) in [
+        ("t=maybe", "expected NODE=applied"),
+        ("t=applied:{nope", "is not JSON"),
+        ("nobody=not-applied", "no effect of run r3"),
+    ] {
+        let (rc, _, err) = run_bounded(
+            &[
+                "graph",
+                "run",
+                &def,
+                "--state-dir",
+                s,
+                "--run-id",
+                "r3",
+                "--resolve",
+                arg,
+            ],
+            limit,
+        );
+        assert_eq!(rc, 2, "{arg}: {err}");
+        assert!(err.contains(says), "{arg}: {err}");
+    }
+    let (rc, _, err) = run_bounded(
+        &["graph", "run", &def, "--state-dir", s, "--run-id", "r3"],
+        limit,
+    );
+    assert_eq!(rc, 3, "{err}");
+    // A decision for an effect that is not waiting: refused too.
+    let (rc, _, err) = run_bounded(
+        &[
+            "graph",
+            "run",
+            &def,
+            "--state-dir",
+            s,
+            "--run-id",
+            "r1",
+            "--resolve",
+            "t=not-applied",
+        ],
+        limit,
+    );
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("no effect of run r1"), "{err}");
 }
