@@ -13,15 +13,18 @@ use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// One call as the executor saw it: tool, arguments, write scope (`None`: plain `execute`).
+type Seen = (String, Value, Option<Vec<String>>);
+
 /// Records every call with the write scope it arrived with (`None`: plain `execute`), and
 /// refuses, as a symlink-resolving executor would, a path with a `link` segment.
 #[derive(Default)]
 struct Recording {
-    calls: Mutex<Vec<(String, Value, Option<Vec<String>>)>>,
+    calls: Mutex<Vec<Seen>>,
 }
 
 impl Recording {
-    fn calls(&self) -> Vec<(String, Value, Option<Vec<String>>)> {
+    fn calls(&self) -> Vec<Seen> {
         self.calls.lock().unwrap().clone()
     }
 
@@ -371,11 +374,10 @@ fn brute_force_clashes(nodes: &[(Vec<String>, Vec<usize>)]) -> usize {
     let mut reach = vec![vec![false; n]; n];
     for i in (0..n).rev() {
         for &j in &nodes[i].1 {
+            let below = reach[j].clone();
             reach[i][j] = true;
-            for k in 0..n {
-                if reach[j][k] {
-                    reach[i][k] = true;
-                }
+            for (r, b) in reach[i].iter_mut().zip(below) {
+                *r |= b;
             }
         }
     }

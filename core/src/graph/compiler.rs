@@ -884,10 +884,10 @@ impl Compiler {
             }
         }
         let mut comparable = Bitsets::new(k, w);
-        for i in 0..order.len() {
-            if sidx[i] != usize::MAX {
-                comparable.copy_row_from(sidx[i], &desc, i);
-                comparable.set(sidx[i], sidx[i]);
+        for (i, &s) in sidx.iter().enumerate() {
+            if s != usize::MAX {
+                comparable.copy_row_from(s, &desc, i);
+                comparable.set(s, s);
             }
         }
         drop(desc);
