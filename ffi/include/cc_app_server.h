@@ -162,7 +162,8 @@ cc_result cc_schema_digest(char *buf,
 // "denyAll"), `workspace`, `script` (a scripted-kernel script object), `approvalTimeoutMs`,
 // `settleDeadlineMs`, `maxLineBytes`, `inboundMessages`, `outboundMessages`, `openai` (an object:
 // `baseUrl`, `model`, `apiKey`, `instructions`, `temperature`, `maxOutputTokens`, `maxSteps`,
-// `requestTimeoutMs` — turns run on that model), `workspaceToolsDir` (approved tools run with the
+// `requestTimeoutMs`, `idleTimeoutMs`, `callDeadlineMs`, `allowInsecureHttp` — turns run on that
+// model), `workspaceToolsDir` (approved tools run with the
 // workspace tool set confined to that directory), `outboundStallMs`, `rolloutKeyHex` (64 hex
 // digits: keyed tamper evidence, never written anywhere), `acceptUnanchored` (true/false)). `kernel` (NULL:
 // the built-in scripted kernel) is copied. On success `*out_server` owns a new handle; free it

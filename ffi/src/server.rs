@@ -119,6 +119,16 @@ pub struct OpenAiOptions {
     /// Connect + first byte, and the longest silence mid-stream (default 120 s).
     #[uniffi(default = None)]
     pub request_timeout_ms: Option<i64>,
+    /// How long the model may send nothing but keep-alives before the turn fails
+    /// `modelStalled` (default 60 s).
+    #[uniffi(default = None)]
+    pub idle_timeout_ms: Option<i64>,
+    /// How long one model call may take in all (default 600 s; `modelDeadlineExceeded`).
+    #[uniffi(default = None)]
+    pub call_deadline_ms: Option<i64>,
+    /// Send the API key over plain http:// to a host that is not loopback (refused unless true).
+    #[uniffi(default = None)]
+    pub allow_insecure_http: Option<bool>,
 }
 
 /// The rollout key and the unanchored policy, for a server's store or one opened on its own.
@@ -165,17 +175,23 @@ fn openai_kernel(
             .ok_or_else(|| invalid(format!("openai.max_steps must be at least 1 (got {n})")))?;
         config = config.with_max_steps(n);
     }
-    if let Some(ms) = o.request_timeout_ms {
-        let ms = u64::try_from(ms)
+    let positive_ms = |name: &str, ms: i64| {
+        u64::try_from(ms)
             .ok()
             .filter(|ms| *ms >= 1)
-            .ok_or_else(|| {
-                invalid(format!(
-                    "openai.request_timeout_ms must be at least 1 (got {ms})"
-                ))
-            })?;
-        config = config.with_request_timeout(Duration::from_millis(ms));
+            .map(Duration::from_millis)
+            .ok_or_else(|| invalid(format!("openai.{name} must be at least 1 (got {ms})")))
+    };
+    if let Some(ms) = o.request_timeout_ms {
+        config = config.with_request_timeout(positive_ms("request_timeout_ms", ms)?);
     }
+    if let Some(ms) = o.idle_timeout_ms {
+        config = config.with_idle_timeout(positive_ms("idle_timeout_ms", ms)?);
+    }
+    if let Some(ms) = o.call_deadline_ms {
+        config = config.with_call_deadline(positive_ms("call_deadline_ms", ms)?);
+    }
+    config = config.allow_insecure_http(o.allow_insecure_http.unwrap_or(false));
     // The error's text names the setting, never the key.
     let kernel =
         OpenAiCompatibleKernel::new(config).map_err(|e| invalid(format!("openai: {e}")))?;

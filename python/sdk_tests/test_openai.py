@@ -92,3 +92,17 @@ def test_bad_model_settings_are_value_errors(state_dir: str, tmp_path: Path) -> 
         cc.AppServer.open(state_dir, openai=cc.OpenAI(base_url="ftp://nowhere", model="m"))
     with pytest.raises(ValueError, match="workspace_tools_dir"):
         cc.AppServer.open(state_dir, workspace_tools=tmp_path / "missing")
+
+
+def test_a_key_over_plain_http_off_loopback_needs_an_explicit_opt_in(state_dir: str) -> None:
+    lan = cc.OpenAI(base_url="http://10.9.8.7/v1", model="m", api_key="sk-secret")
+    with pytest.raises(ValueError, match="plain http to 10.9.8.7") as refused:
+        cc.AppServer.open(state_dir, openai=lan)
+    assert "sk-secret" not in str(refused.value)
+    with pytest.raises(ValueError, match="idle_timeout"):
+        cc.AppServer.open(state_dir, openai=cc.OpenAI(base_url="http://127.0.0.1:1/v1",
+                                                      model="m", idle_timeout=0))
+    opted_in = cc.OpenAI(base_url="http://10.9.8.7/v1", model="m", api_key="sk-secret",
+                         allow_insecure_http=True, idle_timeout=5, call_deadline=60)
+    with cc.AppServer.open(state_dir, openai=opted_in) as server:
+        assert server is not None

@@ -585,7 +585,8 @@ fn options_from_json(text: &str) -> Outcome<ServerOptions> {
 }
 
 /// The `openai` config object: `baseUrl` and `model` (required), `apiKey`, `instructions`,
-/// `temperature`, `maxOutputTokens`, `maxSteps`, `requestTimeoutMs`.
+/// `temperature`, `maxOutputTokens`, `maxSteps`, `requestTimeoutMs`, `idleTimeoutMs`,
+/// `callDeadlineMs`, `allowInsecureHttp`.
 fn openai_from_json(v: &Value) -> Outcome<crate::server::OpenAiOptions> {
     let bad = |t: String| fail(CC_ERR_INVALID_ARGUMENT, t);
     let Value::Object(map) = v else {
@@ -626,6 +627,13 @@ fn openai_from_json(v: &Value) -> Outcome<crate::server::OpenAiOptions> {
                 )
             }
             "requestTimeoutMs" => o.request_timeout_ms = Some(int()?),
+            "idleTimeoutMs" => o.idle_timeout_ms = Some(int()?),
+            "callDeadlineMs" => o.call_deadline_ms = Some(int()?),
+            "allowInsecureHttp" => {
+                o.allow_insecure_http = Some(v.as_bool().ok_or_else(|| {
+                    bad("config.openai.allowInsecureHttp must be true or false".to_string())
+                })?)
+            }
             other => return Err(bad(format!("unknown config key openai.{other:?}"))),
         }
     }
@@ -637,7 +645,8 @@ fn openai_from_json(v: &Value) -> Outcome<crate::server::OpenAiOptions> {
 /// "denyAll"), `workspace`, `script` (a scripted-kernel script object), `approvalTimeoutMs`,
 /// `settleDeadlineMs`, `maxLineBytes`, `inboundMessages`, `outboundMessages`, `openai` (an object:
 /// `baseUrl`, `model`, `apiKey`, `instructions`, `temperature`, `maxOutputTokens`, `maxSteps`,
-/// `requestTimeoutMs` — turns run on that model), `workspaceToolsDir` (approved tools run with the
+/// `requestTimeoutMs`, `idleTimeoutMs`, `callDeadlineMs`, `allowInsecureHttp` — turns run on that
+/// model), `workspaceToolsDir` (approved tools run with the
 /// workspace tool set confined to that directory), `outboundStallMs`, `rolloutKeyHex` (64 hex
 /// digits: keyed tamper evidence, never written anywhere), `acceptUnanchored` (true/false)). `kernel` (NULL:
 /// the built-in scripted kernel) is copied. On success `*out_server` owns a new handle; free it

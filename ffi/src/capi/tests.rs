@@ -664,6 +664,22 @@ fn config_selects_the_openai_kernel_and_the_workspace_tools() {
             json!({"openai": {"baseUrl": "http://localhost:1/v1", "model": "m", "bogus": 1}}),
             "openai.\"bogus\"",
         ),
+        (
+            json!({"openai": {"baseUrl": "http://10.9.8.7/v1", "model": "m", "apiKey": "sk-secret"}}),
+            "refusing to send the API key over plain http to 10.9.8.7",
+        ),
+        (
+            json!({"openai": {"baseUrl": "http://localhost:1/v1", "model": "m", "idleTimeoutMs": 0}}),
+            "idle_timeout_ms",
+        ),
+        (
+            json!({"openai": {"baseUrl": "http://localhost:1/v1", "model": "m", "callDeadlineMs": -1}}),
+            "call_deadline_ms",
+        ),
+        (
+            json!({"openai": {"baseUrl": "http://localhost:1/v1", "model": "m", "allowInsecureHttp": "yes"}}),
+            "allowInsecureHttp",
+        ),
         (json!({"openai": "gpt"}), "must be a JSON object"),
         (
             json!({"workspaceToolsDir": dir.path().join("missing").to_str().unwrap()}),
@@ -693,6 +709,14 @@ fn config_selects_the_openai_kernel_and_the_workspace_tools() {
         assert!(!text.contains("sk-secret"), "{text}");
         assert!(s.is_null());
     }
+    // The host may opt in to plain http off loopback, and set the model deadlines.
+    let server = open(
+        &dir.path().join("opted-in"),
+        json!({"openai": {"baseUrl": "http://10.9.8.7/v1", "model": "m", "apiKey": "sk-secret",
+                          "allowInsecureHttp": true, "idleTimeoutMs": 1, "callDeadlineMs": 1000}}),
+        None,
+    );
+    unsafe { cc_server_free(server) };
 }
 
 /// The history a host kernel saw on its last turn.

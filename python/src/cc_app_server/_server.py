@@ -27,7 +27,10 @@ class OpenAI:
     """Run turns on an OpenAI-compatible model (OpenAI, Ollama, vLLM, llama.cpp, LM Studio…) with
     the engine's streaming kernel (docs/kernels.md). `api_key` absent: `CC_APP_SERVER_API_KEY`,
     else `OPENAI_API_KEY`, else none (what local servers want); it is never recorded or logged.
-    A thread's `agent_options` `model` / `instructions` override these for that thread."""
+    A thread's `agent_options` `model` / `instructions` override these for that thread.
+    `idle_timeout` (seconds, default 60) ends a turn whose model sends nothing but keep-alives
+    (`modelStalled`); `call_deadline` (default 600) bounds one model call (`modelDeadlineExceeded`).
+    A key goes over plain `http://` only to a loopback host unless `allow_insecure_http`."""
 
     base_url: str
     model: str
@@ -37,13 +40,19 @@ class OpenAI:
     max_output_tokens: int | None = None
     max_steps: int | None = None
     request_timeout: float | None = None
+    idle_timeout: float | None = None
+    call_deadline: float | None = None
+    allow_insecure_http: bool = False
 
     def _native(self) -> Any:
         return ffi.OpenAiOptions(
             base_url=self.base_url, model=self.model, api_key=self.api_key,
             instructions=self.instructions, temperature=self.temperature,
             max_output_tokens=self.max_output_tokens, max_steps=self.max_steps,
-            request_timeout_ms=_ms("request_timeout", self.request_timeout))
+            request_timeout_ms=_ms("request_timeout", self.request_timeout),
+            idle_timeout_ms=_ms("idle_timeout", self.idle_timeout),
+            call_deadline_ms=_ms("call_deadline", self.call_deadline),
+            allow_insecure_http=self.allow_insecure_http)
 
 
 @dataclass(frozen=True)
