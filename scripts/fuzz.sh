@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 SECONDS_EACH=${1:?usage: scripts/fuzz.sh SECONDS [TARGET...]}
 shift
-ALL_TARGETS=(framing validate dispatch store_open capi)
+ALL_TARGETS=(framing validate dispatch store_open capi graph_compile sse)
 TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=("${ALL_TARGETS[@]}")
 NICE=${CC_FUZZ_NICE:-15}
@@ -53,6 +53,18 @@ seed() {
       done
       ;;
     store_open) python3 fuzz/seed_store.py "$dir" ;;
+    graph_compile)
+      find schema/fixtures -path '*/definitions/graph-definition-*.json' -print0 | while IFS= read -r -d '' f; do
+        cp "$f" "$dir/$(basename "$f" .json)-$(basename "$(dirname "$f")")"
+      done
+      ;;
+    sse)
+      # Header: chunk-count byte, a 2-byte line bound (little-endian), the chunk lengths; then a
+      # stream (fuzz/fuzz_targets/sse.rs): a chat-completions answer, a tool call, keep-alives.
+      printf '\003\000\002\005\001\007data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n' >"$dir/answer"
+      printf '\002\000\001\003\011: keep-alive\n\n: keep-alive\r\n\r\nevent: x\ndata: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c1","function":{"name":"run_command","arguments":"{\\"argv\\":[]}"}}]}}]}\n\n' >"$dir/tool-call"
+      printf '\001\040\000\001data: %s\n\n' "$(head -c 200 /dev/zero | tr '\0' x)" >"$dir/long-line"
+      ;;
   esac
 }
 
@@ -62,6 +74,8 @@ declare -A ARGS=(
   [dispatch]="-max_len=4096 -dict=fuzz/dict/wire.dict"
   [store_open]="-max_len=65536"
   [capi]="-max_len=4096 -dict=fuzz/dict/wire.dict"
+  [graph_compile]="-max_len=65536 -dict=fuzz/dict/graph.dict"
+  [sse]="-max_len=4096 -dict=fuzz/dict/sse.dict"
 )
 status=0
 summary=()
