@@ -485,3 +485,30 @@ fn idempotency_keys_beyond_the_cache_are_found_in_the_rollout() {
         .count();
     assert_eq!(started, 4, "nothing ran twice");
 }
+
+/// Once `shutdown` has returned and the server is dropped, its state directory can be opened
+/// again at once, even while the host still holds its connections: shutdown waits for the
+/// connection workers to let go of the engine (and so of the store's lock). Before, the reopen
+/// met `Locked` by the second round (and the dangling-turn test above failed 1 run in 5 under
+/// load).
+#[test]
+fn a_dropped_server_frees_its_directory_at_once_though_its_connections_are_still_held() {
+    for kind in [StoreKind::Jsonl, StoreKind::Sqlite] {
+        let dir = tempfile::tempdir().unwrap();
+        for round in 0..25 {
+            let server = server_with(dir.path(), |c| c.store = kind);
+            let mut raw = Raw::init(&server, &[]);
+            let r = raw.req("thread/list", json!({}));
+            assert!(r.get("result").is_some(), "{r}");
+            server.shutdown();
+            drop(server);
+            let mut again = ServerConfig::new(dir.path());
+            again.store = kind;
+            match AppServer::open(again) {
+                Ok(s) => s.shutdown(),
+                Err(e) => panic!("{kind:?} round {round}: {e:?}"),
+            }
+            drop(raw);
+        }
+    }
+}

@@ -29,7 +29,7 @@ use queue::BoundedQueue;
 use serde_json::{Map, Value};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 use turn::TurnShared;
 
@@ -193,9 +193,30 @@ pub(crate) struct ConnShared {
     pub accepted: AtomicU64,
     pub answered: AtomicU64,
     pub unanswered_by_design: AtomicU64,
+    /// Set once the connection's worker has returned and dropped its hold on the engine (and so
+    /// on the store and its lock): `shutdown` waits for it.
+    pub worker_gone: Mutex<bool>,
+    pub worker_exit: Condvar,
 }
 
 impl ConnShared {
+    /// Waits until the worker has let go of the engine, at most until `deadline`.
+    fn wait_worker_gone(&self, deadline: Instant) -> bool {
+        let mut gone = lock(&self.worker_gone);
+        while !*gone {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            gone = self
+                .worker_exit
+                .wait_timeout(gone, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+
     pub fn is_open(&self) -> bool {
         !self.outbound.is_closed()
     }
@@ -385,12 +406,19 @@ impl AppServer {
             accepted: AtomicU64::new(0),
             answered: AtomicU64::new(0),
             unanswered_by_design: AtomicU64::new(0),
+            worker_gone: Mutex::new(false),
+            worker_exit: Condvar::new(),
         });
         let inner = Arc::clone(&self.inner);
         let conn = Arc::clone(&shared);
         let worker = std::thread::Builder::new()
             .name(format!("cc-conn-{}", shared.id))
-            .spawn(move || dispatch::connection_loop(&inner, &conn));
+            .spawn(move || {
+                dispatch::connection_loop(&inner, &conn);
+                drop(inner);
+                *lock(&conn.worker_gone) = true;
+                conn.worker_exit.notify_all();
+            });
         let worker = match worker {
             Ok(w) => w,
             Err(e) => {
@@ -475,10 +503,11 @@ impl AppServer {
             return;
         }
         self.inner.graph.shutdown();
-        for conn in lock(&self.inner.connections)
+        let conns: Vec<Arc<ConnShared>> = lock(&self.inner.connections)
             .drain(..)
             .filter_map(|w| w.upgrade())
-        {
+            .collect();
+        for conn in &conns {
             conn.close_all(false);
         }
         let live: Vec<Arc<TurnShared>> = lock(&self.inner.threads)
@@ -508,6 +537,20 @@ impl AppServer {
         }
         self.inner.committer.stop();
         let _ = self.inner.store.flush();
+        // The connection workers hold the engine until their loops return: once they have, the
+        // store (and its lock) goes with the last handle, so the directory can be reopened as
+        // soon as the server is dropped. Bounded: a worker stuck in a host callback is left.
+        let deadline = Instant::now() + self.inner.config.settle_deadline;
+        let on_worker = conns.iter().any(|c| {
+            std::thread::current()
+                .name()
+                .is_some_and(|n| n == format!("cc-conn-{}", c.id))
+        });
+        if !on_worker {
+            for conn in &conns {
+                conn.wait_worker_gone(deadline);
+            }
+        }
     }
 }
 
