@@ -37,6 +37,9 @@ pub struct JsonlBackend {
     _state: Dir,
     key: Option<RolloutKey>,
     accept_unanchored: bool,
+    /// Opened for inspection (`StoreOptions::read_only`): nothing is written, what a writable
+    /// open would repair is reported as damage.
+    read_only: bool,
     catalog: Mutex<Option<BTreeSet<String>>>,
     dirty_logs: Mutex<HashSet<String>>,
     dirty_anchors: Mutex<HashSet<String>>,
@@ -395,6 +398,7 @@ impl JsonlBackend {
             _state: state,
             key: options.key.clone(),
             accept_unanchored: options.accept_unanchored,
+            read_only: options.read_only,
             catalog: Mutex::new(None),
             dirty_logs: Mutex::new(HashSet::new()),
             dirty_anchors: Mutex::new(HashSet::new()),
@@ -780,7 +784,12 @@ impl Backend for JsonlBackend {
         };
         let choice = self.choose_anchor(id)?;
         let anchor_file = self.anchors.exists(&anchor_name(id))?;
-        let file = match self.open_log(id, Open::ReadWrite) {
+        let how = if self.read_only {
+            Open::Read
+        } else {
+            Open::ReadWrite
+        };
+        let file = match self.open_log(id, how) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return match choice {
@@ -791,6 +800,14 @@ impl Backend for JsonlBackend {
                             "the log file is missing but the anchor records seq {}: restore the log from a backup",
                             anchor.seq
                         )))
+                    }
+                    AnchorChoice::Anchored { .. } | AnchorChoice::Unkeyed { .. }
+                        if self.read_only =>
+                    {
+                        Err(corrupt(
+                            1,
+                            "its start never completed: the head anchor records seq 0 and there is no log (nothing was acknowledged); a writable open removes the anchor".into(),
+                        ))
                     }
                     AnchorChoice::Anchored { .. } | AnchorChoice::Unkeyed { .. } => {
                         // Created at seq 0 and the log never followed: start() was never
@@ -831,6 +848,15 @@ impl Backend for JsonlBackend {
             Err(_) if seq0 && header_len == len && first.last() != Some(&b'\n') => {
                 // Only a torn header, and nothing was ever anchored: a crash inside start()
                 // before it was acknowledged. Keep the bytes for inspection.
+                if self.read_only {
+                    return Err(corrupt(
+                        1,
+                        format!(
+                            "its start never completed: the log is a torn header ({len} bytes, no newline) and nothing was acknowledged; a writable open moves it to {id}{}",
+                            layout::BROKEN_SUFFIX
+                        ),
+                    ));
+                }
                 self.discard_unborn(id, Some(&first))?;
                 return Ok(None);
             }
@@ -896,7 +922,7 @@ impl Backend for JsonlBackend {
                 // Its header alone and no anchor: a thread created with its anchor deferred
                 // (module docs). The anchor is written before anything more is.
                 deferred = true;
-                if read_only.is_none() {
+                if read_only.is_none() && !self.read_only {
                     let _ = self.anchors.unlink(&format!("{}.tmp", anchor_name(id)));
                 }
                 (header_len, header.clone(), false)
@@ -965,30 +991,46 @@ impl Backend for JsonlBackend {
         let writable = read_only.is_none();
         let mut committed = tail.end;
         let mut tail_count = tail.count;
+        // Read-only: what a writable open would cut, as (first seq, reason); the lowest wins.
+        let mut damage: Option<(u64, String)> = None;
         if let Some(b) = &tail.bad {
             if !b.at_tail {
                 return Err(corrupt(b.seq, b.reason.clone()));
             }
-            if !writable {
+            if self.read_only {
+                damage = Some((
+                    b.seq,
+                    format!(
+                        "torn tail at seq {} ({}): the {} byte(s) from byte offset {} to the end of the log are not a complete event; a writable open cuts them into {id}{} and records the repair",
+                        b.seq,
+                        b.reason,
+                        len - b.offset,
+                        b.offset,
+                        layout::BROKEN_SUFFIX
+                    ),
+                ));
+                committed = b.offset;
+            } else if !writable {
                 return Err(mismatch(format!(
                     "a torn tail at seq {} needs a repair, which needs the rollout key; open the store with it",
                     b.seq
                 )));
+            } else {
+                let name = self.cut(id, &file, b.offset, len)?;
+                notes.push(format!(
+                    "torn tail at seq {} ({}): cut {} bytes at offset {} into {name}",
+                    b.seq,
+                    b.reason,
+                    len - b.offset,
+                    b.offset
+                ));
+                repairs.push(Repair {
+                    reason: b.reason.clone(),
+                    truncated_bytes: len - b.offset,
+                    broken_file: Some(name),
+                });
+                committed = b.offset;
             }
-            let name = self.cut(id, &file, b.offset, len)?;
-            notes.push(format!(
-                "torn tail at seq {} ({}): cut {} bytes at offset {} into {name}",
-                b.seq,
-                b.reason,
-                len - b.offset,
-                b.offset
-            ));
-            repairs.push(Repair {
-                reason: b.reason.clone(),
-                truncated_bytes: len - b.offset,
-                broken_file: Some(name),
-            });
-            committed = b.offset;
         }
         if keyed_tail {
             // Keyed: events after the anchor are authentic only up to the last seal among them.
@@ -999,6 +1041,12 @@ impl Backend for JsonlBackend {
                 Some((end, count, h)) => (end, count, h.expect("folded")),
                 None => (start, 0, base),
             };
+            if seq0 && !has_seal && self.read_only {
+                return Err(corrupt(
+                    1,
+                    "its start never completed: nothing in the log is authenticated by the key (the keyed anchor records seq 0 and no seal follows), so nothing was acknowledged; a writable open discards it".into(),
+                ));
+            }
             if seq0 && !has_seal {
                 // Not even the header is vouched for: start() was never acknowledged.
                 let mut bytes = vec![0u8; committed as usize];
@@ -1006,7 +1054,21 @@ impl Backend for JsonlBackend {
                 self.discard_unborn(id, Some(&bytes))?;
                 return Ok(None);
             }
-            if keep_count < tail_count {
+            if keep_count < tail_count && self.read_only {
+                let (first_bad, last_bad) = (prev.seq + keep_count + 1, prev.seq + tail_count);
+                damage = Some((
+                    first_bad,
+                    format!(
+                        "{} event(s), seq {first_bad}..={last_bad} (bytes {keep_end}..{committed}), follow the keyed anchor (seq {}) without authentication: never acknowledged (a crash before the anchor moved) or appended without the key; a writable open moves them to {id}{}",
+                        last_bad - first_bad + 1,
+                        prev.seq,
+                        layout::BROKEN_SUFFIX
+                    ),
+                ));
+                committed = keep_end;
+                tail_count = keep_count;
+                head = keep_head;
+            } else if keep_count < tail_count {
                 let (first_bad, last_bad) = (prev.seq + keep_count + 1, prev.seq + tail_count);
                 let name = self.cut(id, &file, keep_end, committed)?;
                 let reason = format!(
@@ -1033,6 +1095,7 @@ impl Backend for JsonlBackend {
             back: None,
         };
         if writable
+            && !self.read_only
             && !deferred
             && (tail_count > 0 || seq0 || rebuild_anchor || !repairs.is_empty())
         {
@@ -1045,7 +1108,7 @@ impl Backend for JsonlBackend {
                 self.anchor(id, &mut tx, &head, true)?;
             }
         }
-        if !writable {
+        if !writable || self.read_only {
             // Nothing may be written for this thread, not even a record of what was found.
             repairs.clear();
         }
@@ -1060,6 +1123,7 @@ impl Backend for JsonlBackend {
             warnings,
             read_only,
             header_line,
+            damage,
         }))
     }
 
@@ -1068,6 +1132,16 @@ impl Backend for JsonlBackend {
         sets: &mut [WriteSet<'_, JsonlTx>],
         durable: bool,
     ) -> Vec<Result<(), StoreError>> {
+        if self.read_only {
+            return sets
+                .iter()
+                .map(|_| {
+                    Err(StoreError::InvalidArgument(
+                        "the rollout store was opened read-only".into(),
+                    ))
+                })
+                .collect();
+        }
         let mut created = false;
         let out: Vec<Result<(), StoreError>> = sets
             .iter_mut()
@@ -1193,7 +1267,7 @@ impl Backend for JsonlBackend {
         head: &Head,
         durable: bool,
     ) -> Result<(), StoreError> {
-        if tx.anchor_deferred {
+        if tx.anchor_deferred || self.read_only {
             // A header alone: there is nothing to anchor, and the anchor is written before
             // anything more is (module docs).
             return Ok(());
@@ -1523,7 +1597,16 @@ impl Backend for JsonlBackend {
             .map_or(ZERO_HASH.to_string(), |e| e.hash.clone());
         if let Some(b) = s.bad {
             report.first_bad_seq = Some(b.seq);
-            report.reason = Some(b.reason);
+            report.reason = Some(if b.at_tail {
+                format!(
+                    "{} (the last {} byte(s) of the log, from byte offset {})",
+                    b.reason,
+                    len - b.offset,
+                    b.offset
+                )
+            } else {
+                format!("{} (the line at byte offset {})", b.reason, b.offset)
+            });
         } else if s.count != written.0 || last_hash != written.1 {
             report.first_bad_seq = Some(s.count.min(written.0) + 1);
             report.reason = Some(format!(
@@ -1543,6 +1626,10 @@ impl Backend for JsonlBackend {
                     // A thread created with its header alone: its anchor is deferred until
                     // something more is written (module docs).
                 }
+                // Accepted (read-only: a writable open re-anchors it when it loads): the load
+                // recorded what that vouches for among the thread's warnings.
+                Ok(AnchorChoice::Unanchored { .. } | AnchorChoice::Unkeyed { .. })
+                    if self.accept_unanchored => {}
                 Ok(AnchorChoice::Unanchored { why }) => {
                     report.reason = Some(format!(
                         "{why}: nothing vouches that the log ends where it should"

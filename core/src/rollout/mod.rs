@@ -95,6 +95,11 @@ pub struct StoreOptions {
     pub tail_cache_thread_bytes: usize,
     /// Tail cache: bytes kept over all threads; beyond it the least recently used tails go.
     pub tail_cache_bytes: usize,
+    /// Open for inspection only (`rollout verify`, `graph inspect`): nothing is repaired or
+    /// recorded — what a writable open would repair (a torn tail, unauthenticated keyed events,
+    /// an unfinished `start`) is reported by `verify` as damage, with its seq and byte offset,
+    /// instead of being cut — and every write is refused. Default: false.
+    pub read_only: bool,
 }
 
 impl Default for StoreOptions {
@@ -110,6 +115,7 @@ impl Default for StoreOptions {
             tail_cache_events: 512,
             tail_cache_thread_bytes: 1 << 20,
             tail_cache_bytes: 32 << 20,
+            read_only: false,
         }
     }
 }

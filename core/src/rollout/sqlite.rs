@@ -58,6 +58,8 @@ pub struct SqliteBackend {
     durability: Durability,
     key: Option<RolloutKey>,
     accept_unanchored: bool,
+    /// Opened for inspection (`StoreOptions::read_only`): nothing is written.
+    read_only: bool,
 }
 
 /// The `threads` row: the thread's head anchor.
@@ -201,6 +203,7 @@ impl SqliteBackend {
             durability: options.durability,
             key: options.key.clone(),
             accept_unanchored: options.accept_unanchored,
+            read_only: options.read_only,
         })
     }
 
@@ -317,13 +320,15 @@ impl Backend for SqliteBackend {
             let w = format!(
                 "the thread row (head anchor) was missing; accepted (accept_unanchored): seqs 1..={m} were checked as a chain, but nothing vouches that seq {m} is the last one acknowledged"
             );
-            Self::put_row(&c, id, &head, self.key.as_ref())?;
-            warnings.push(w.clone());
-            repairs.push(Repair {
-                reason: w,
-                truncated_bytes: 0,
-                broken_file: None,
-            });
+            if !self.read_only {
+                Self::put_row(&c, id, &head, self.key.as_ref())?;
+                repairs.push(Repair {
+                    reason: w.clone(),
+                    truncated_bytes: 0,
+                    broken_file: None,
+                });
+            }
+            warnings.push(w);
             return Ok(Some(Loaded {
                 head,
                 tx: (),
@@ -332,10 +337,12 @@ impl Backend for SqliteBackend {
                 warnings,
                 read_only,
                 header_line: None,
+                damage: None,
             }));
         };
         let seq = row.seq;
-        let mut adopt = false;
+        // Adopted under the key (accept_unanchored): what is being vouched for, for the record.
+        let mut adopt: Option<String> = None;
         match (&self.key, &row.mac) {
             (Some(key), Some(mac)) => {
                 let kid = row.key_id.as_deref().unwrap_or("");
@@ -360,7 +367,11 @@ impl Backend for SqliteBackend {
                     ));
                 }
             }
-            (Some(_), None) if self.accept_unanchored => adopt = true,
+            (Some(_), None) if self.accept_unanchored => {
+                adopt = Some(format!(
+                    "the thread row carried no MAC (written without the rollout key); adopted under the key (accept_unanchored): seqs 1..={seq} were not authenticated when written"
+                ))
+            }
             (Some(_), None) => {
                 return Err(mismatch(
                     "the thread row carries no MAC: the thread was written without the rollout key, or the MAC was removed; open with accept_unanchored (--accept-unanchored) to adopt it under this key"
@@ -406,19 +417,18 @@ impl Backend for SqliteBackend {
         head.format_version = row.format as u16;
         head.compacted_through = row.compacted_through;
         head.last_compaction_seq = row.last_compaction_seq.map(|s| s as u64);
-        if adopt {
+        if let Some(w) = adopt {
             // Check what is being adopted before the key vouches for it.
             Self::range(&c, ctx, 1, seq)?;
-            Self::put_row(&c, id, &head, self.key.as_ref())?;
-            let w = format!(
-                "the thread row carried no MAC (written without the rollout key); adopted under the key (accept_unanchored): seqs 1..={seq} were not authenticated when written"
-            );
-            warnings.push(w.clone());
-            repairs.push(Repair {
-                reason: w,
-                truncated_bytes: 0,
-                broken_file: None,
-            });
+            if !self.read_only {
+                Self::put_row(&c, id, &head, self.key.as_ref())?;
+                repairs.push(Repair {
+                    reason: w.clone(),
+                    truncated_bytes: 0,
+                    broken_file: None,
+                });
+            }
+            warnings.push(w);
         }
         Ok(Some(Loaded {
             head,
@@ -428,11 +438,22 @@ impl Backend for SqliteBackend {
             warnings,
             read_only,
             header_line: Some(Sealed::from_event(header).line),
+            damage: None,
         }))
     }
 
     fn write(&self, sets: &mut [WriteSet<'_, ()>], durable: bool) -> Vec<Result<(), StoreError>> {
         let _ = durable; // synchronous=FULL (Sync) or NORMAL (Buffered) decides, set at open.
+        if self.read_only {
+            return sets
+                .iter()
+                .map(|_| {
+                    Err(StoreError::InvalidArgument(
+                        "the rollout store was opened read-only".into(),
+                    ))
+                })
+                .collect();
+        }
         let mut c = self.conn();
         let res = (|| -> Result<(), StoreError> {
             let tx = c.transaction()?;
@@ -501,7 +522,7 @@ impl Backend for SqliteBackend {
     }
 
     fn sync(&self) -> Result<(), StoreError> {
-        if self.durability != Durability::Sync {
+        if self.durability != Durability::Sync && !self.read_only {
             // With synchronous=NORMAL a WAL commit is not fsynced; a full checkpoint is.
             self.conn()
                 .query_row("PRAGMA wal_checkpoint(FULL)", [], |_| Ok(()))?;
@@ -712,7 +733,10 @@ impl Backend for SqliteBackend {
             return Ok(report);
         }
         let Some(row) = row else {
-            report.reason = Some("the threads row (head anchor) is missing".into());
+            if !(self.read_only && self.accept_unanchored) {
+                report.reason = Some("the threads row (head anchor) is missing".into());
+            }
+            // Accepted, read-only: the load's warning says what nothing vouches for.
             return Ok(report);
         };
         if (row.seq, row.hash.as_str()) != (written.0, written.1) {
@@ -752,6 +776,7 @@ impl Backend for SqliteBackend {
                     report.authenticated_through = Some(row.seq.max(sealed));
                 }
             }
+            (Some(_), None) if self.read_only && self.accept_unanchored => {}
             (Some(_), None) => {
                 report.reason =
                     Some("the threads row carries no MAC although the store is keyed".into())
