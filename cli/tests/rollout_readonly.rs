@@ -1,6 +1,6 @@
 //! `rollout verify|list|show` and `graph inspect` are inspections: the real binary over real
 //! state directories, which must come out byte for byte (and timestamp for timestamp) as they
-//! went in, and report damage with its seq and exit 1.
+//! went in, report damage with its seq and exit 1, and work on a read-only file system.
 
 mod common;
 
@@ -222,4 +222,102 @@ fn graph_inspect_reports_a_bad_last_line_and_changes_nothing() {
     assert_eq!(rc, 1, "{err}");
     assert!(err.contains("BROKEN at seq 2"), "{err}");
     assert_unchanged(&before, &state, "graph inspect, damaged middle");
+}
+
+/// A read-only bind mount, unmounted on drop (None when this user cannot mount; as root, the
+/// user here and in CI, mounting must work: nothing else makes writes fail for root).
+struct ReadOnlyMount(PathBuf);
+
+impl ReadOnlyMount {
+    fn new(src: &Path, target: &Path) -> Option<ReadOnlyMount> {
+        fs::create_dir_all(target).unwrap();
+        let mount = |args: &[&str]| {
+            Command::new("mount")
+                .args(args)
+                .output()
+                .map(|o| {
+                    (
+                        o.status.success(),
+                        String::from_utf8_lossy(&o.stderr).into_owned(),
+                    )
+                })
+                .unwrap_or((false, "mount is not installed".into()))
+        };
+        let (ok, why) = mount(&["--bind", s(src), s(target)]);
+        if !ok {
+            assert!(
+                unsafe { libc::geteuid() } != 0,
+                "as root a read-only bind mount must work: {why}"
+            );
+            return None;
+        }
+        let m = ReadOnlyMount(target.to_path_buf());
+        let (ok, why) = mount(&["-o", "remount,bind,ro", s(target)]);
+        assert!(ok, "{why}");
+        Some(m)
+    }
+}
+
+impl Drop for ReadOnlyMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+fn chmod_read_only(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let m = fs::symlink_metadata(p).unwrap();
+    if m.is_dir() {
+        for e in fs::read_dir(p).unwrap() {
+            chmod_read_only(&e.unwrap().path());
+        }
+    }
+    fs::set_permissions(p, fs::Permissions::from_mode(m.mode() & 0o555)).unwrap();
+}
+
+#[test]
+fn the_tools_work_on_a_read_only_file_system() {
+    for store in ["jsonl", "sqlite"] {
+        let tmp = state_dir();
+        let state = graph_run(tmp.path(), store);
+        // The main store too: a server's threads next to the graph runs.
+        let mut p = Proc::serve(&state, &["--store", store]);
+        p.init();
+        p.req("thread/start", json!({"threadId": "alpha"}));
+        p.close_stdin();
+        assert!(p.wait_exit(TIMEOUT).success());
+        let target = tmp.path().join("ro");
+        let mount = ReadOnlyMount::new(&state, &target);
+        let at = if mount.is_some() {
+            assert!(
+                fs::write(target.join("probe"), b"x").is_err(),
+                "the mount is read-only, for root too"
+            );
+            target.clone()
+        } else {
+            chmod_read_only(&state);
+            state.clone()
+        };
+        let before = snapshot(&state);
+        let a = s(&at);
+        let (rc, out, err) = run(&["rollout", "verify", "--state-dir", a]);
+        assert_eq!(rc, 0, "{store}: {out}{err}");
+        assert!(
+            out.contains("all intact") && out.contains("ok   alpha"),
+            "{out}"
+        );
+        let (rc, out, err) = run(&["rollout", "list", "--state-dir", a]);
+        assert_eq!(rc, 0, "{store}: {out}{err}");
+        let (rc, out, err) = run(&["rollout", "show", "alpha", "--state-dir", a]);
+        assert_eq!(rc, 0, "{store}: {out}{err}");
+        let (rc, out, err) = run(&["graph", "inspect", "c1", "--state-dir", a]);
+        assert_eq!(rc, 0, "{store}: {out}{err}");
+        assert!(out.contains("chain intact"), "{out}");
+        // Writing is what fails, and says so.
+        let (rc, _, err) = run(&["rollout", "verify", "--repair", "--state-dir", a]);
+        assert_eq!(rc, 2, "{err}");
+        assert!(err.contains("cannot open"), "{err}");
+        assert_unchanged(&before, &state, store);
+        drop(mount);
+    }
 }

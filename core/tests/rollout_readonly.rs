@@ -1,7 +1,7 @@
 //! Read-only stores (`StoreOptions::read_only`): inspection changes no byte of the state
 //! directory (every file and directory hashed with its mode, size and timestamps before and
 //! after), reports what a writable open would repair as damage with its seq and byte offset,
-//! and refuses every write.
+//! refuses every write, and works on a real read-only file system (a read-only bind mount).
 
 mod rollout_util;
 
@@ -196,4 +196,208 @@ fn unauthenticated_keyed_events_and_an_unfinished_start_are_damage_not_repairs()
         assert_eq!(bad[0].0, "torn");
     }
     assert_unchanged(&before, &dir, "keyed");
+}
+
+#[test]
+fn read_only_never_creates_anything_not_even_a_lock_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("nowhere");
+    for kind in kinds() {
+        assert!(open_store(kind, &missing, read_only(false)).is_err());
+        assert!(!missing.exists());
+    }
+    // An empty directory opens as an empty store and stays empty.
+    let empty = tmp.path().join("empty");
+    fs::create_dir(&empty).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&empty, fs::Permissions::from_mode(0o700)).unwrap();
+    for kind in kinds() {
+        for keyed in [false, true] {
+            let before = snapshot(&empty);
+            {
+                let s = open_store(kind, &empty, read_only(keyed)).unwrap();
+                assert_eq!(list_all(&*s).unwrap(), (vec![], vec![]));
+                assert!(matches!(s.verify("alpha"), Err(StoreError::NotFound(_))));
+                refuses_writes(&*s, false);
+            }
+            assert_unchanged(&before, &empty, "empty");
+            assert_eq!(fs::read_dir(&empty).unwrap().count(), 0);
+        }
+    }
+}
+
+#[test]
+fn sqlite_is_read_without_writing_with_or_without_a_wal_to_replay() {
+    for keyed in [false, true] {
+        let (_t, dir) = fixture(StoreKind::Sqlite, keyed);
+        // Closed cleanly: no WAL; everything is in the database file.
+        assert!(!dir.join("rollout.sqlite3-wal").exists());
+        let before = snapshot(&dir);
+        {
+            let s = open_store(StoreKind::Sqlite, &dir, read_only(keyed)).unwrap();
+            for id in ["alpha", "bravo"] {
+                let r = s.verify(id).unwrap();
+                assert!(r.ok() && r.keyed == keyed, "{r:?}");
+            }
+            assert_eq!(read_all(&*s, "alpha").unwrap().len(), 12 + keyed as usize);
+            refuses_writes(&*s, true);
+        }
+        assert_unchanged(&before, &dir, "sqlite, no WAL");
+    }
+    // A copy taken while a writer runs (or after it crashed): the newest events are in the WAL.
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join("live");
+    let s = open(StoreKind::Sqlite, &live, true).unwrap();
+    thread(&*s, "alpha", 30);
+    let snap = tmp.path().join("snap");
+    fs::create_dir(&snap).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&snap, fs::Permissions::from_mode(0o700)).unwrap();
+    for e in fs::read_dir(&live).unwrap() {
+        let e = e.unwrap();
+        fs::copy(e.path(), snap.join(e.file_name())).unwrap();
+    }
+    let expected = read_all(&*s, "alpha").unwrap();
+    drop(s);
+    assert!(
+        fs::metadata(snap.join("rollout.sqlite3-wal"))
+            .unwrap()
+            .len()
+            > 0,
+        "the copy must hold a WAL to replay"
+    );
+    let before = snapshot(&snap);
+    {
+        let s = open_store(StoreKind::Sqlite, &snap, read_only(true)).unwrap();
+        assert_eq!(read_all(&*s, "alpha").unwrap(), expected);
+        assert!(s.verify("alpha").unwrap().ok());
+    }
+    assert_unchanged(&before, &snap, "sqlite, hot WAL");
+}
+
+#[test]
+fn readers_share_the_directory_and_exclude_writers() {
+    for kind in kinds() {
+        let (_t, dir) = fixture(kind, false);
+        let a = open_store(kind, &dir, read_only(false)).unwrap();
+        let b = open_store(kind, &dir, read_only(false)).unwrap();
+        assert!(matches!(
+            open(kind, &dir, false),
+            Err(StoreError::Locked(_))
+        ));
+        drop(a);
+        // One reader closing must not drop the lock the other still relies on.
+        assert!(matches!(
+            open(kind, &dir, false),
+            Err(StoreError::Locked(_))
+        ));
+        assert!(b.verify("alpha").unwrap().ok());
+        drop(b);
+        let w = open(kind, &dir, false).unwrap();
+        assert!(matches!(
+            open_store(kind, &dir, read_only(false)),
+            Err(StoreError::Locked(_))
+        ));
+        drop(w);
+        open_store(kind, &dir, read_only(false)).unwrap();
+    }
+}
+
+/// A read-only bind mount of a directory, unmounted on drop.
+struct ReadOnlyMount {
+    target: PathBuf,
+}
+
+impl ReadOnlyMount {
+    /// Mounts `src` read-only at `target`. As root (here and in CI) a real read-only mount is
+    /// the only thing that makes writes fail, so a failure to mount fails the test; otherwise
+    /// `None`, and the caller removes write permission instead.
+    fn new(src: &Path, target: &Path) -> Option<ReadOnlyMount> {
+        fs::create_dir_all(target).unwrap();
+        let run = |args: &[&str]| {
+            std::process::Command::new("mount")
+                .args(args)
+                .output()
+                .map(|o| {
+                    (
+                        o.status.success(),
+                        String::from_utf8_lossy(&o.stderr).into_owned(),
+                    )
+                })
+                .unwrap_or((false, "mount is not installed".into()))
+        };
+        let (s, t) = (src.to_str().unwrap(), target.to_str().unwrap());
+        let (ok, why) = run(&["--bind", s, t]);
+        let root = unsafe { libc::geteuid() } == 0;
+        if !ok {
+            assert!(!root, "as root a read-only bind mount must work: {why}");
+            return None;
+        }
+        let m = ReadOnlyMount {
+            target: target.to_path_buf(),
+        };
+        let (ok, why) = run(&["-o", "remount,bind,ro", t]);
+        assert!(ok, "remount read-only: {why}");
+        Some(m)
+    }
+}
+
+impl Drop for ReadOnlyMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(&self.target)
+            .status();
+    }
+}
+
+/// Removes write permission from every entry (what a non-root test can do).
+fn chmod_read_only(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let m = fs::symlink_metadata(p).unwrap();
+    if m.is_dir() {
+        for e in fs::read_dir(p).unwrap() {
+            chmod_read_only(&e.unwrap().path());
+        }
+    }
+    fs::set_permissions(p, fs::Permissions::from_mode(m.mode() & 0o555)).unwrap();
+}
+
+#[test]
+fn both_stores_verify_on_a_read_only_file_system() {
+    for kind in kinds() {
+        for keyed in [false, true] {
+            let (t, dir) = fixture(kind, keyed);
+            if kind == StoreKind::Jsonl {
+                append_bytes(&log(&dir, "bravo"), b"{\"torn");
+            }
+            let target = t.path().join("ro");
+            let mount = ReadOnlyMount::new(&dir, &target);
+            let at = if mount.is_some() {
+                // Proof that it is read-only for us, root included.
+                assert!(fs::write(target.join("probe"), b"x").is_err());
+                target.clone()
+            } else {
+                chmod_read_only(&dir);
+                dir.clone()
+            };
+            let before = snapshot(&dir);
+            {
+                let s = open_store(kind, &at, read_only(keyed)).unwrap();
+                let r = s.verify("alpha").unwrap();
+                assert!(r.ok() && r.keyed == keyed, "{kind:?} {keyed}: {r:?}");
+                let r = s.verify("bravo").unwrap();
+                if kind == StoreKind::Jsonl {
+                    assert_eq!(r.first_bad_seq, Some(5), "{r:?}");
+                    assert!(r.reason.unwrap().contains("torn tail"));
+                } else {
+                    assert!(r.ok(), "{r:?}");
+                }
+                refuses_writes(&*s, true);
+            }
+            // A writable open is refused by the file system, not half done.
+            assert!(open(kind, &at, keyed).is_err());
+            assert_unchanged(&before, &dir, "read-only mount");
+            drop(mount);
+        }
+    }
 }

@@ -390,8 +390,17 @@ fn anchor_name(id: &str) -> String {
 
 impl JsonlBackend {
     pub(crate) fn open(state: Dir, options: &StoreOptions) -> Result<Self, StoreError> {
-        let threads = state.subdir(layout::THREADS_DIR)?;
-        let anchors = state.subdir(layout::ANCHORS_DIR)?;
+        let (threads, anchors) = if options.read_only {
+            (
+                state.existing_subdir(layout::THREADS_DIR)?,
+                state.existing_subdir(layout::ANCHORS_DIR)?,
+            )
+        } else {
+            (
+                state.subdir(layout::THREADS_DIR)?,
+                state.subdir(layout::ANCHORS_DIR)?,
+            )
+        };
         Ok(JsonlBackend {
             threads,
             anchors,

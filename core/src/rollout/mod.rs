@@ -95,10 +95,12 @@ pub struct StoreOptions {
     pub tail_cache_thread_bytes: usize,
     /// Tail cache: bytes kept over all threads; beyond it the least recently used tails go.
     pub tail_cache_bytes: usize,
-    /// Open for inspection only (`rollout verify`, `graph inspect`): nothing is repaired or
-    /// recorded — what a writable open would repair (a torn tail, unauthenticated keyed events,
-    /// an unfinished `start`) is reported by `verify` as damage, with its seq and byte offset,
-    /// instead of being cut — and every write is refused. Default: false.
+    /// Open for inspection only (`rollout verify`, `graph inspect`, read-only snapshots): no
+    /// byte of the state directory is created, changed or removed — files are opened read-only,
+    /// no lock file is created (an existing one is share-locked), SQLite is opened read-only —
+    /// and what a writable open would repair (a torn tail, unauthenticated keyed events, an
+    /// unfinished `start`) is reported by `verify` as damage, with its seq and byte offset,
+    /// instead of being cut. Every write is refused. Default: false.
     pub read_only: bool,
 }
 
@@ -754,7 +756,7 @@ pub fn open_jsonl(
     options: StoreOptions,
 ) -> Result<JsonlRolloutStore, StoreError> {
     check_options(&options)?;
-    let (dir, lock) = fsutil::prepare_state_dir(state_dir)?;
+    let (dir, lock) = lock_state_dir(state_dir, &options)?;
     let backend = JsonlBackend::open(dir, &options)?;
     engine::Engine::new(backend, lock, options)
 }
@@ -764,9 +766,20 @@ pub fn open_sqlite(
     options: StoreOptions,
 ) -> Result<SqliteRolloutStore, StoreError> {
     check_options(&options)?;
-    let (dir, lock) = fsutil::prepare_state_dir(state_dir)?;
+    let (dir, lock) = lock_state_dir(state_dir, &options)?;
     let backend = SqliteBackend::open(dir, &options)?;
     engine::Engine::new(backend, lock, options)
+}
+
+fn lock_state_dir(
+    state_dir: &Path,
+    options: &StoreOptions,
+) -> Result<(fsutil::Dir, fsutil::DirLock), StoreError> {
+    if options.read_only {
+        fsutil::open_state_dir_read_only(state_dir)
+    } else {
+        fsutil::prepare_state_dir(state_dir)
+    }
 }
 
 fn check_options(options: &StoreOptions) -> Result<(), StoreError> {

@@ -51,6 +51,9 @@ CREATE INDEX IF NOT EXISTS events_key ON events (thread_id, idempotency_key) WHE
 /// The SQLite backend.
 pub struct SqliteBackend {
     conn: Mutex<Connection>,
+    /// After `conn`: a read-only store's private copy of a database with a WAL to replay,
+    /// removed once the connection has closed.
+    _scratch: Option<Scratch>,
     /// After `conn`: fields drop in order, and the connection may still reach the directory
     /// through this descriptor while it closes.
     _dir: Dir,
@@ -58,8 +61,77 @@ pub struct SqliteBackend {
     durability: Durability,
     key: Option<RolloutKey>,
     accept_unanchored: bool,
-    /// Opened for inspection (`StoreOptions::read_only`): nothing is written.
     read_only: bool,
+    /// The `threads` columns a row is read from (a database written before keyed mode has no
+    /// `mac`/`key_id`; a read-only open cannot add them).
+    row_sql: &'static str,
+}
+
+/// A private directory (0700, under the system's temp dir) removed with everything in it on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> std::io::Result<Scratch> {
+        use std::os::unix::fs::DirBuilderExt;
+        let mut last = None;
+        for _ in 0..8 {
+            let mut r = [0u8; 8];
+            getrandom::fill(&mut r).map_err(|e| std::io::Error::other(e.to_string()))?;
+            let p = std::env::temp_dir().join(format!(
+                "cc-rollout-ro-{}-{}",
+                std::process::id(),
+                cc_agent_protocol::hex_lower(&r)
+            ));
+            match std::fs::DirBuilder::new().mode(0o700).create(&p) {
+                Ok(()) => return Ok(Scratch(p)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("tried at least once"))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const ROW_SQL: &str = "SELECT head_seq, head_hash, archived, format_version, compacted_through, last_compaction_seq, mac, key_id FROM threads WHERE thread_id = ?1";
+const ROW_SQL_UNKEYED: &str = "SELECT head_seq, head_hash, archived, format_version, compacted_through, last_compaction_seq, NULL, NULL FROM threads WHERE thread_id = ?1";
+
+/// A path as a `file:` URI path (RFC 3986: everything but unreserved characters and '/' escaped).
+fn uri_path(p: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for &b in p.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn table_exists(c: &Connection, name: &str) -> rusqlite::Result<bool> {
+    c.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        [name],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
+}
+
+/// An empty store (what a state directory without a database holds).
+fn empty_db(path: &Path) -> Result<Connection, StoreError> {
+    let c = Connection::open_in_memory().map_err(|e| sq(path, "open", e))?;
+    c.execute_batch(SCHEMA).map_err(|e| sq(path, "open", e))?;
+    c.execute_batch(
+        "ALTER TABLE threads ADD COLUMN mac TEXT; ALTER TABLE threads ADD COLUMN key_id TEXT;",
+    )
+    .map_err(|e| sq(path, "open", e))?;
+    Ok(c)
 }
 
 /// The `threads` row: the thread's head anchor.
@@ -150,6 +222,9 @@ fn row_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<(StoredEvent, Option<Str
 
 impl SqliteBackend {
     pub(crate) fn open(dir: Dir, options: &StoreOptions) -> Result<Self, StoreError> {
+        if options.read_only {
+            return Self::open_read_only(dir, options);
+        }
         let path = dir.path().join(SQLITE_FILE);
         // Create it 0600 ourselves; SQLite gives its -wal and -shm files the same mode.
         dir.open_file(SQLITE_FILE, Open::CreateReadWrite)
@@ -198,12 +273,86 @@ impl SqliteBackend {
         }
         Ok(SqliteBackend {
             conn: Mutex::new(conn),
+            _scratch: None,
             _dir: dir,
             path,
             durability: options.durability,
             key: options.key.clone(),
             accept_unanchored: options.accept_unanchored,
-            read_only: options.read_only,
+            read_only: false,
+            row_sql: ROW_SQL,
+        })
+    }
+
+    /// Opens the database without writing a byte of the state directory: no file is created
+    /// (no database: an empty store), and SQLite never writes there. A database whose WAL is
+    /// empty or absent holds everything in its main file, which is opened `immutable=1` (no
+    /// locks, no -shm, works on a read-only file system). One with a WAL to replay (a writer
+    /// crashed, or the copy was taken mid-run) is copied with its WAL into a private temporary
+    /// directory and read from there, because replaying it in place would write.
+    fn open_read_only(dir: Dir, options: &StoreOptions) -> Result<Self, StoreError> {
+        let path = dir.path().join(SQLITE_FILE);
+        let wal = format!("{SQLITE_FILE}-wal");
+        let mut scratch = None;
+        let conn = if !dir.exists(SQLITE_FILE)? {
+            empty_db(&path)?
+        } else {
+            let wal_len = match dir.open_file(&wal, Open::Read) {
+                Ok(f) => f.metadata()?.len(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+                Err(e) => return Err(sq(&path, "read the WAL of", e)),
+            };
+            if wal_len == 0 {
+                let pinned = dir
+                    .pinned_path(SQLITE_FILE)
+                    .map_err(|e| sq(&path, "open", e))?;
+                Connection::open_with_flags(
+                    format!("file:{}?mode=ro&immutable=1", uri_path(&pinned)),
+                    OpenFlags::SQLITE_OPEN_READ_ONLY
+                        | OpenFlags::SQLITE_OPEN_URI
+                        | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )
+                .map_err(|e| sq(&path, "open (read-only)", e))?
+            } else {
+                let s = Scratch::new().map_err(|e| sq(&path, "make a private copy of", e))?;
+                for name in [SQLITE_FILE, wal.as_str()] {
+                    let mut from = dir.open_file(name, Open::Read)?;
+                    let mut to = std::fs::File::create(s.0.join(name))?;
+                    std::io::copy(&mut from, &mut to)?;
+                }
+                let c = Connection::open_with_flags(
+                    s.0.join(SQLITE_FILE),
+                    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )
+                .map_err(|e| sq(&path, "open a private copy of", e))?;
+                scratch = Some(s);
+                c
+            }
+        };
+        let initialised = table_exists(&conn, "threads").map_err(|e| sq(&path, "read", e))?
+            && table_exists(&conn, "events").map_err(|e| sq(&path, "read", e))?;
+        // Never initialised (an empty file): an empty store.
+        let conn = if initialised { conn } else { empty_db(&path)? };
+        let has_mac: bool = conn
+            .query_row(
+                "SELECT count(*) FROM pragma_table_info('threads') WHERE name = 'mac'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(|e| sq(&path, "read", e))?
+            > 0;
+        conn.execute_batch("PRAGMA query_only=1")
+            .map_err(|e| sq(&path, "open (read-only)", e))?;
+        Ok(SqliteBackend {
+            conn: Mutex::new(conn),
+            _scratch: scratch,
+            _dir: dir,
+            path,
+            durability: options.durability,
+            key: options.key.clone(),
+            accept_unanchored: options.accept_unanchored,
+            read_only: true,
+            row_sql: if has_mac { ROW_SQL } else { ROW_SQL_UNKEYED },
         })
     }
 
@@ -285,7 +434,7 @@ impl Backend for SqliteBackend {
     fn load(&self, id: &str) -> Result<Option<Loaded<()>>, StoreError> {
         let ctx = self.ctx(id);
         let c = self.conn();
-        let row = Self::row(&c, id)?;
+        let row = self.row(&c, id)?;
         let mismatch = |reason: String| StoreError::AnchorMismatch {
             thread_id: id.to_string(),
             reason,
@@ -606,7 +755,7 @@ impl Backend for SqliteBackend {
     fn peek(&self, id: &str) -> Result<Option<Head>, StoreError> {
         // Opening writes only when a row is missing or adopted under a key; leave those to a
         // full load.
-        let row = Self::row(&self.conn(), id)?;
+        let row = self.row(&self.conn(), id)?;
         match (&row, &self.key) {
             (None, _) => return Ok(None),
             (Some(r), Some(_)) if r.mac.is_none() => return Ok(None),
@@ -723,7 +872,7 @@ impl Backend for SqliteBackend {
             report.events += 1;
             seq += 1;
         }
-        let row = Self::row(&c, id)?;
+        let row = self.row(&c, id)?;
         if report.events != written.0 || prev != written.1 {
             report.first_bad_seq = Some(report.events.min(written.0) + 1);
             report.reason = Some(format!(
@@ -840,23 +989,19 @@ impl Backend for SqliteBackend {
 }
 
 impl SqliteBackend {
-    fn row(c: &Connection, id: &str) -> Result<Option<Row>, StoreError> {
-        Ok(c.query_row(
-            "SELECT head_seq, head_hash, archived, format_version, compacted_through, last_compaction_seq, mac, key_id FROM threads WHERE thread_id = ?1",
-            [id],
-            |r| {
-                Ok(Row {
-                    seq: r.get::<_, i64>(0)? as u64,
-                    hash: r.get(1)?,
-                    archived: r.get(2)?,
-                    format: r.get(3)?,
-                    compacted_through: r.get::<_, i64>(4)? as u64,
-                    last_compaction_seq: r.get(5)?,
-                    mac: r.get(6)?,
-                    key_id: r.get(7)?,
-                })
-            },
-        )
+    fn row(&self, c: &Connection, id: &str) -> Result<Option<Row>, StoreError> {
+        Ok(c.query_row(self.row_sql, [id], |r| {
+            Ok(Row {
+                seq: r.get::<_, i64>(0)? as u64,
+                hash: r.get(1)?,
+                archived: r.get(2)?,
+                format: r.get(3)?,
+                compacted_through: r.get::<_, i64>(4)? as u64,
+                last_compaction_seq: r.get(5)?,
+                mac: r.get(6)?,
+                key_id: r.get(7)?,
+            })
+        })
         .optional()?)
     }
 
