@@ -87,9 +87,9 @@ pub struct VerifyArgs {
     #[arg(value_name = "THREAD")]
     threads: Vec<String>,
     /// Accept threads whose head anchor is missing or unreadable (or, with a key, carries no
-    /// MAC) as they are: they are re-anchored, the acceptance is recorded in the log, and the
-    /// report says which acknowledged seqs nothing vouches for. Without it they fail. Implies
-    /// --repair (it writes).
+    /// MAC or is not bound to this store) as they are: they are re-anchored, the acceptance is
+    /// recorded in the log, and the report says which acknowledged seqs nothing vouches for.
+    /// Without it they fail. Implies --repair (it writes).
     #[arg(long)]
     accept_unanchored: bool,
     /// Open the store writable and make the repairs a server makes when it opens a thread (a

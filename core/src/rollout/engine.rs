@@ -2272,6 +2272,16 @@ impl<B: Backend> RolloutStore for Engine<B> {
                     report.reason = Some(why.clone());
                 }
             }
+            if report.keyed {
+                if let Some(key) = &self.options.key {
+                    if key.store_id().is_none() {
+                        report.warnings.push(format!(
+                            "this store has no store id ({}: it was created before store ids), so its keyed threads are not bound to it: a copy of one from another store under the same key would verify too (docs/rollout-format.md, \"Store identity\", says how to bind it)",
+                            super::identity::STORE_ID_FILE
+                        ));
+                    }
+                }
+            }
             report.head_seq = l.head.last_seq;
             report.head_hash = l.head.head_hash.clone();
             report.repairs = l.repairs.clone();

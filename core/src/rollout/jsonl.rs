@@ -98,9 +98,36 @@ pub struct Anchor {
 }
 
 impl Anchor {
-    /// `ccanchor1 k=v ... [kid=<16 hex> mac=<64 hex>] check=<16 hex of sha256 of the text before
-    /// " check=">`, padded to one slot. `thread_id` is recorded; a key adds `kid` and `mac`.
+    /// `ccanchor1 k=v ... [store=<16 hex>] [kid=<16 hex> mac=<64 hex>] check=<16 hex of sha256 of
+    /// the text before " check=">`, padded to one slot. `thread_id` is recorded; a key adds `kid`
+    /// and `mac`, and `store` when the key is bound to a store with an id.
     pub fn encode(&self, thread_id: &str, key: Option<&RolloutKey>) -> Vec<u8> {
+        let text = self.text(thread_id, key);
+        debug_assert!(text.len() < ANCHOR_SLOT, "an anchor always fits its slot");
+        pad_slot(text)
+    }
+
+    /// `encode`, refusing an anchor whose text does not fit its slot (the store writes only
+    /// these): with a 160-byte thread id and a store id that is when seq, generation or a
+    /// compaction seq reaches 10^10 (offset 10^13), far beyond any real thread.
+    pub(crate) fn encode_checked(
+        &self,
+        thread_id: &str,
+        key: Option<&RolloutKey>,
+    ) -> io::Result<Vec<u8>> {
+        let text = self.text(thread_id, key);
+        if text.len() >= ANCHOR_SLOT {
+            return Err(io_other(format!(
+                "the head anchor of thread {thread_id:?} would be {} bytes, more than its {} byte slot holds (seq {}); fork the thread to continue it",
+                text.len() + 1,
+                ANCHOR_SLOT,
+                self.seq
+            )));
+        }
+        Ok(pad_slot(text))
+    }
+
+    fn text(&self, thread_id: &str, key: Option<&RolloutKey>) -> String {
         let mut body = format!(
             "ccanchor1 seq={} hash={} offset={} gen={} archived={} format={} compactedThrough={} lastCompaction={} thread={thread_id}",
             self.seq,
@@ -113,16 +140,15 @@ impl Anchor {
             self.last_compaction_seq.map_or("-".to_string(), |s| s.to_string())
         );
         if let Some(k) = key {
+            if let Some(store) = k.store_id() {
+                body.push_str(&format!(" store={store}"));
+            }
             body.push_str(&format!(" kid={}", k.key_id()));
             let mac = k.anchor_mac(thread_id, &body);
             body.push_str(&format!(" mac={mac}"));
         }
         let check = &cc_agent_protocol::sha256_hex(body.as_bytes())[..16];
-        let mut out = format!("{body} check={check}").into_bytes();
-        debug_assert!(out.len() < ANCHOR_SLOT, "an anchor always fits its slot");
-        out.resize(ANCHOR_SLOT - 1, b' ');
-        out.push(b'\n');
-        out
+        format!("{body} check={check}")
     }
 
     /// A slot whose check field verifies, else None.
@@ -132,6 +158,14 @@ impl Anchor {
             _ => None,
         }
     }
+}
+
+/// An anchor's text as its slot: space padding and a '\n'.
+fn pad_slot(text: String) -> Vec<u8> {
+    let mut out = text.into_bytes();
+    out.resize(ANCHOR_SLOT - 1, b' ');
+    out.push(b'\n');
+    out
 }
 
 /// What one 512-byte anchor slot holds.
@@ -210,6 +244,37 @@ fn mac_body(slot: &[u8]) -> Option<&str> {
     Some(text.split_once(" mac=")?.0)
 }
 
+/// The value of `name=` in an anchor's text (e.g. `store`), if present.
+fn text_field<'a>(body: &'a str, name: &str) -> Option<&'a str> {
+    body.split(' ')
+        .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// Judges the store a MAC-verified keyed anchor (or SQLite binding) names against the store
+/// opening it: `Ok(None)` bound to this store (or neither has an id: a store written before
+/// store ids), `Ok(Some(why))` not bound to any store while this one has an id (adoptable with
+/// accept_unanchored), `Err(why)` written by another store (never adopted).
+pub(crate) fn judge_store(
+    named: Option<&str>,
+    ours: Option<&str>,
+    what: &str,
+) -> Result<Option<String>, String> {
+    match (named, ours) {
+        (Some(n), Some(o)) if n == o => Ok(None),
+        (None, None) => Ok(None),
+        (Some(n), Some(o)) => Err(format!(
+            "thread was written by another store (id {n}); this store is id {o}: {what} binds a keyed thread to the store that wrote it, so a copy moved between stores is refused; put it back in its own store, or restore this store's own copy from a backup"
+        )),
+        (Some(n), None) => Err(format!(
+            "thread was written by another store (id {n}); this state directory has no store id ({}): if its id file was lost, restore it from a backup (it must read {n})",
+            super::identity::STORE_ID_FILE
+        )),
+        (None, Some(o)) => Ok(Some(format!(
+            "{what} is not bound to this store (id {o}): the thread was written by another store, one without a store id (created before store ids), or its binding was removed"
+        ))),
+    }
+}
+
 /// Both slots of an anchor file: what each holds, and its raw bytes (for the MAC check).
 type Slots = [(Slot, Vec<u8>); 2];
 
@@ -259,6 +324,9 @@ enum AnchorChoice {
     Unanchored { why: String },
     /// Keyed mode, and the anchor carries no MAC (written unkeyed, or the MAC stripped).
     Unkeyed { anchor: Anchor },
+    /// Keyed mode: the anchor's MAC verifies but it names no store while this store has an id
+    /// (written by a store without one, or the binding stripped).
+    Unbound { anchor: Anchor, why: String },
 }
 
 /// What a forward scan over lines found.
@@ -421,6 +489,37 @@ impl JsonlBackend {
         }
     }
 
+    /// The state directory (where the store id lives).
+    pub(crate) fn state_dir(&self) -> &Dir {
+        &self._state
+    }
+
+    /// Whether any thread has a keyed head anchor (one carrying a MAC); stops at the first.
+    pub(crate) fn holds_keyed_threads(&self) -> Result<bool, StoreError> {
+        for name in self.anchors.names()? {
+            let Some(name) = name.to_str().filter(|n| n.ends_with(layout::ANCHOR_SUFFIX)) else {
+                continue;
+            };
+            let mut bytes = Vec::new();
+            match self.anchors.open_file(name, Open::Read) {
+                Ok(f) => {
+                    f.take(2 * ANCHOR_SLOT as u64).read_to_end(&mut bytes)?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e.into()),
+            }
+            if memchr::memmem::find(&bytes, b" mac=").is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The key, bound to the store's id once that is settled (`open_jsonl`).
+    pub(crate) fn bind_key(&mut self, key: Option<RolloutKey>) {
+        self.key = key;
+    }
+
     /// `<state>/threads/<id>.jsonl` as the state dir was named at open (for people and tests;
     /// the store itself reaches the file through its directory descriptor).
     pub fn log_path(&self, id: &str) -> PathBuf {
@@ -554,6 +653,11 @@ impl JsonlBackend {
                         "the head anchor's MAC does not verify under the rollout key: the anchor was forged or rewritten"
                             .into(),
                     ));
+                }
+                match judge_store(text_field(body, "store"), key.store_id(), "the head anchor") {
+                    Err(why) => return Err(mismatch(why)),
+                    Ok(Some(why)) => return Ok(AnchorChoice::Unbound { anchor, why }),
+                    Ok(None) => {}
                 }
                 Ok(AnchorChoice::Anchored {
                     anchor,
@@ -714,7 +818,7 @@ impl JsonlBackend {
         // CreateNew opens write-only; a positioned write needs no read access.
         let f = self.anchors.open_file(&anchor_name(id), how)?;
         f.write_all_at(
-            &a.encode(id, self.key.as_ref()),
+            &a.encode_checked(id, self.key.as_ref())?,
             (a.gen % 2) * ANCHOR_SLOT as u64,
         )?;
         if fresh {
@@ -802,7 +906,9 @@ impl Backend for JsonlBackend {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return match choice {
-                    AnchorChoice::Anchored { anchor, .. } | AnchorChoice::Unkeyed { anchor }
+                    AnchorChoice::Anchored { anchor, .. }
+                    | AnchorChoice::Unkeyed { anchor }
+                    | AnchorChoice::Unbound { anchor, .. }
                         if anchor.seq > 0 =>
                     {
                         Err(mismatch(format!(
@@ -810,7 +916,9 @@ impl Backend for JsonlBackend {
                             anchor.seq
                         )))
                     }
-                    AnchorChoice::Anchored { .. } | AnchorChoice::Unkeyed { .. }
+                    AnchorChoice::Anchored { .. }
+                    | AnchorChoice::Unkeyed { .. }
+                    | AnchorChoice::Unbound { .. }
                         if self.read_only =>
                     {
                         Err(corrupt(
@@ -818,7 +926,9 @@ impl Backend for JsonlBackend {
                             "its start never completed: the head anchor records seq 0 and there is no log (nothing was acknowledged); a writable open removes the anchor".into(),
                         ))
                     }
-                    AnchorChoice::Anchored { .. } | AnchorChoice::Unkeyed { .. } => {
+                    AnchorChoice::Anchored { .. }
+                    | AnchorChoice::Unkeyed { .. }
+                    | AnchorChoice::Unbound { .. } => {
                         // Created at seq 0 and the log never followed: start() was never
                         // acknowledged. The thread does not exist.
                         self.discard_unborn(id, None)?;
@@ -847,9 +957,9 @@ impl Backend for JsonlBackend {
         };
         // Nothing was ever anchored: an anchor at seq 0, or (written by an older version) none.
         let seq0 = match &choice {
-            AnchorChoice::Anchored { anchor, .. } | AnchorChoice::Unkeyed { anchor } => {
-                anchor.seq == 0
-            }
+            AnchorChoice::Anchored { anchor, .. }
+            | AnchorChoice::Unkeyed { anchor }
+            | AnchorChoice::Unbound { anchor, .. } => anchor.seq == 0,
             AnchorChoice::Unanchored { .. } => !anchor_file,
         };
         let header = match parsed {
@@ -973,6 +1083,25 @@ impl Backend for JsonlBackend {
                     "the head anchor carries no MAC: the thread was written without the rollout key, or the MAC was stripped; open with accept_unanchored (--accept-unanchored) to adopt it under this key"
                         .into(),
                 ));
+            }
+            AnchorChoice::Unbound { anchor, why } if self.accept_unanchored => {
+                let w = format!(
+                    "{why}; adopted into this store (accept_unanchored): seqs up to {} were not bound to it when written",
+                    anchor.seq.max(1)
+                );
+                warnings.push(w.clone());
+                repairs.push(Repair {
+                    reason: w,
+                    truncated_bytes: 0,
+                    broken_file: None,
+                });
+                anchor_gen = anchor.gen;
+                (header_len, header.clone(), false)
+            }
+            AnchorChoice::Unbound { why, .. } => {
+                return Err(mismatch(format!(
+                    "{why}; if it belongs here, open with accept_unanchored (--accept-unanchored) to adopt it into this store"
+                )));
             }
         };
         let base = head.clone();
@@ -1637,8 +1766,11 @@ impl Backend for JsonlBackend {
                 }
                 // Accepted (read-only: a writable open re-anchors it when it loads): the load
                 // recorded what that vouches for among the thread's warnings.
-                Ok(AnchorChoice::Unanchored { .. } | AnchorChoice::Unkeyed { .. })
-                    if self.accept_unanchored => {}
+                Ok(
+                    AnchorChoice::Unanchored { .. }
+                    | AnchorChoice::Unkeyed { .. }
+                    | AnchorChoice::Unbound { .. },
+                ) if self.accept_unanchored => {}
                 Ok(AnchorChoice::Unanchored { why }) => {
                     report.reason = Some(format!(
                         "{why}: nothing vouches that the log ends where it should"
@@ -1648,6 +1780,7 @@ impl Backend for JsonlBackend {
                     report.reason =
                         Some("the head anchor carries no MAC although the store is keyed".into())
                 }
+                Ok(AnchorChoice::Unbound { why, .. }) => report.reason = Some(why),
                 Ok(AnchorChoice::Anchored {
                     anchor: a,
                     fallback,
@@ -1830,7 +1963,10 @@ impl JsonlBackend {
         let _ = self.anchors.unlink(&tmp);
         {
             let f = self.anchors.open_file(&tmp, Open::CreateNew)?;
-            f.write_all_at(&seq0_anchor(format).encode(id, self.key.as_ref()), 0)?;
+            f.write_all_at(
+                &seq0_anchor(format).encode_checked(id, self.key.as_ref())?,
+                0,
+            )?;
             fdatasync(&f)?;
         }
         self.anchors.rename(&tmp, &anchor_name(id))?;
@@ -1845,7 +1981,10 @@ impl JsonlBackend {
         let a = anchor_for(head, tx.len, 1);
         {
             let f = self.anchors.open_file(&tmp, Open::CreateNew)?;
-            f.write_all_at(&a.encode(id, self.key.as_ref()), ANCHOR_SLOT as u64)?;
+            f.write_all_at(
+                &a.encode_checked(id, self.key.as_ref())?,
+                ANCHOR_SLOT as u64,
+            )?;
             fdatasync(&f)?;
         }
         self.anchors.rename(&tmp, &anchor_name(id))?;
@@ -1875,5 +2014,43 @@ impl JsonlBackend {
         file.read_exact_at(&mut buf, start)?;
         serde_json::from_slice(&buf[..buf.len() - 1])
             .map_err(|e| StoreError::Io(io_other(e.to_string())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bound_anchor_of_the_longest_id_fits_its_slot_up_to_its_documented_edge() {
+        let id = "a".repeat(super::super::MAX_ID_LEN);
+        let key = RolloutKey::from_bytes([3; 32]).bound_to(Some("0123456789abcdef"));
+        let at = |n: u64| Anchor {
+            seq: n,
+            hash: "ab".repeat(32),
+            offset: 10u64.pow(13) - 1,
+            gen: n,
+            archived: true,
+            format: 1,
+            compacted_through: n,
+            last_compaction_seq: Some(n),
+            thread: None,
+            key_id: None,
+            mac: None,
+        };
+        let edge = at(10u64.pow(10) - 1);
+        let slot = edge.encode_checked(&id, Some(&key)).unwrap();
+        assert_eq!(slot.len(), ANCHOR_SLOT);
+        let back = Anchor::decode(&slot).expect("it decodes");
+        assert_eq!((back.seq, back.offset), (edge.seq, edge.offset));
+        assert!(String::from_utf8_lossy(&slot).contains(" store=0123456789abcdef kid="));
+        // One digit more in each seq field: refused, never written truncated.
+        let err = at(10u64.pow(10))
+            .encode_checked(&id, Some(&key))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("more than its 512 byte slot"),
+            "{err}"
+        );
     }
 }

@@ -9,6 +9,7 @@
 
 use super::engine::{check_event, payload_range, Backend, Head, Loaded, Repair, Sealed, WriteSet};
 use super::fsutil::{Dir, Open};
+use super::jsonl::judge_store;
 use super::keyed::mac_eq;
 use super::{
     validate_thread_id, ChainCtx, Durability, RolloutKey, StoreError, StoreOptions, StoredEvent,
@@ -46,6 +47,11 @@ CREATE TABLE IF NOT EXISTS events (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS events_turn ON events (thread_id, turn_completed) WHERE turn_completed IS NOT NULL;
 CREATE INDEX IF NOT EXISTS events_key ON events (thread_id, idempotency_key) WHERE idempotency_key IS NOT NULL;
+CREATE TABLE IF NOT EXISTS store_bindings (
+  thread_id TEXT PRIMARY KEY,
+  store_id TEXT NOT NULL,
+  mac TEXT NOT NULL
+) WITHOUT ROWID;
 ";
 
 /// The SQLite backend.
@@ -65,6 +71,8 @@ pub struct SqliteBackend {
     /// The `threads` columns a row is read from (a database written before keyed mode has no
     /// `mac`/`key_id`; a read-only open cannot add them).
     row_sql: &'static str,
+    /// Whether the database has the `store_bindings` table (older ones do not).
+    has_bindings: bool,
 }
 
 /// A private directory (0700, under the system's temp dir) removed with everything in it on drop.
@@ -163,7 +171,8 @@ fn row_body(
     )
 }
 
-fn row_mac(key: &RolloutKey, id: &str, h: &Head) -> (String, String) {
+/// (mac, key id, the row text the MAC covers) of the row recording `h`.
+fn row_mac(key: &RolloutKey, id: &str, h: &Head) -> (String, String, String) {
     let kid = key.key_id();
     let body = row_body(
         h.last_seq,
@@ -174,7 +183,7 @@ fn row_mac(key: &RolloutKey, id: &str, h: &Head) -> (String, String) {
         h.last_compaction_seq.map(|s| s as i64),
         &kid,
     );
-    (key.anchor_mac(id, &body), kid)
+    (key.anchor_mac(id, &body), kid, body)
 }
 
 fn sq(path: &Path, what: &str, e: impl std::fmt::Display) -> StoreError {
@@ -281,6 +290,7 @@ impl SqliteBackend {
             accept_unanchored: options.accept_unanchored,
             read_only: false,
             row_sql: ROW_SQL,
+            has_bindings: true,
         })
     }
 
@@ -341,6 +351,8 @@ impl SqliteBackend {
             )
             .map_err(|e| sq(&path, "read", e))?
             > 0;
+        let has_bindings =
+            table_exists(&conn, "store_bindings").map_err(|e| sq(&path, "read", e))?;
         conn.execute_batch("PRAGMA query_only=1")
             .map_err(|e| sq(&path, "open (read-only)", e))?;
         Ok(SqliteBackend {
@@ -353,7 +365,65 @@ impl SqliteBackend {
             accept_unanchored: options.accept_unanchored,
             read_only: true,
             row_sql: if has_mac { ROW_SQL } else { ROW_SQL_UNKEYED },
+            has_bindings,
         })
+    }
+
+    /// The state directory (where the store id lives).
+    pub(crate) fn state_dir(&self) -> &Dir {
+        &self._dir
+    }
+
+    /// Whether any thread has a keyed row (one carrying a MAC).
+    pub(crate) fn holds_keyed_threads(&self) -> Result<bool, StoreError> {
+        Ok(self.conn().query_row(
+            "SELECT EXISTS(SELECT 1 FROM threads WHERE mac IS NOT NULL)",
+            [],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// The key, bound to the store's id once that is settled (`open_sqlite`).
+    pub(crate) fn bind_key(&mut self, key: Option<RolloutKey>) {
+        self.key = key;
+    }
+
+    /// The thread's store binding (store id, MAC), if it has one.
+    fn binding(&self, c: &Connection, id: &str) -> Result<Option<(String, String)>, StoreError> {
+        if !self.has_bindings {
+            return Ok(None);
+        }
+        Ok(c.query_row(
+            "SELECT store_id, mac FROM store_bindings WHERE thread_id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?)
+    }
+
+    /// Judges the binding of a row whose own MAC verified under `key` (`body` is what that MAC
+    /// covers): as `jsonl::judge_store`, plus a refusal for a binding whose MAC fails.
+    fn judge_binding(
+        &self,
+        c: &Connection,
+        id: &str,
+        key: &RolloutKey,
+        body: &str,
+    ) -> Result<Result<Option<String>, String>, StoreError> {
+        let bound = self.binding(c, id)?;
+        if let Some((store, mac)) = &bound {
+            if !mac_eq(mac, &key.store_binding_mac(id, store, body)) {
+                return Ok(Err(
+                    "the thread's store binding (store_bindings row) does not verify under the rollout key: it was forged, or the thread row was rewritten"
+                        .into(),
+                ));
+            }
+        }
+        Ok(judge_store(
+            bound.as_ref().map(|(s, _)| s.as_str()),
+            key.store_id(),
+            "the thread row",
+        ))
     }
 
     fn ctx<'a>(&'a self, id: &'a str) -> ChainCtx<'a> {
@@ -514,6 +584,20 @@ impl Backend for SqliteBackend {
                         "the thread row's MAC does not verify under the rollout key: the head anchor was forged or rewritten"
                             .into(),
                     ));
+                }
+                match self.judge_binding(&c, id, key, &body)? {
+                    Err(why) => return Err(mismatch(why)),
+                    Ok(Some(why)) if self.accept_unanchored => {
+                        adopt = Some(format!(
+                            "{why}; adopted into this store (accept_unanchored): seqs 1..={seq} were not bound to it when written"
+                        ))
+                    }
+                    Ok(Some(why)) => {
+                        return Err(mismatch(format!(
+                            "{why}; if it belongs here, open with accept_unanchored (--accept-unanchored) to adopt it into this store"
+                        )))
+                    }
+                    Ok(None) => {}
                 }
             }
             (Some(_), None) if self.accept_unanchored => {
@@ -922,7 +1006,12 @@ impl Backend for SqliteBackend {
                     report.reason =
                         Some("the threads row's MAC does not verify under the rollout key".into());
                 } else {
-                    report.authenticated_through = Some(row.seq.max(sealed));
+                    match self.judge_binding(&c, id, key, &body)? {
+                        Err(why) => report.reason = Some(why),
+                        Ok(Some(_)) if self.accept_unanchored => {}
+                        Ok(Some(why)) => report.reason = Some(why),
+                        Ok(None) => report.authenticated_through = Some(row.seq.max(sealed)),
+                    }
                 }
             }
             (Some(_), None) if self.read_only && self.accept_unanchored => {}
@@ -1013,7 +1102,13 @@ impl SqliteBackend {
     ) -> Result<(), StoreError> {
         let (mac, kid) = match key {
             Some(k) => {
-                let (m, kid) = row_mac(k, id, h);
+                let (m, kid, body) = row_mac(k, id, h);
+                if let Some(store) = k.store_id() {
+                    c.execute(
+                        "INSERT OR REPLACE INTO store_bindings (thread_id, store_id, mac) VALUES (?1, ?2, ?3)",
+                        params![id, store, k.store_binding_mac(id, store, &body)],
+                    )?;
+                }
                 (Some(m), Some(kid))
             }
             None => (None, None),
