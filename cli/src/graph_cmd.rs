@@ -732,13 +732,53 @@ fn status_of(v: impl serde::Serialize) -> String {
         .unwrap_or_default()
 }
 
+/// The run store opened for inspection only (`StoreOptions::read_only`): no byte of the state
+/// directory changes (read-only mounts work), and what a writable open would repair is reported
+/// as damage.
+fn open_for_inspection(state: &StateArgs) -> Result<Arc<dyn RolloutStore>, String> {
+    let dir = state.state_dir.join(RUNS_DIR);
+    if !dir.is_dir() {
+        return Err(format!(
+            "no graph runs in {}; pass the --state-dir a server ran graphs in",
+            state.state_dir.display()
+        ));
+    }
+    let kind = match state.store {
+        Some(StoreArg::Jsonl) => StoreKind::Jsonl,
+        Some(StoreArg::Sqlite) => StoreKind::Sqlite,
+        None if !dir.join(layout::THREADS_DIR).exists()
+            && dir.join(layout::SQLITE_FILE).exists() =>
+        {
+            StoreKind::Sqlite
+        }
+        None => StoreKind::Jsonl,
+    };
+    let options = StoreOptions {
+        read_only: true,
+        ..StoreOptions::default()
+    };
+    cc_app_server::rollout::open_store(kind, &dir, options)
+        .map_err(|e| format!("cannot open the graph runs in {}: {e}", dir.display()))
+}
+
+/// Exit codes: 0 the run's log verifies and reduces without anomalies, 1 the log is damaged (its
+/// first bad seq named) or the reduction met anomalies, 2 no such run / nothing to open.
 pub fn inspect(args: InspectArgs) -> u8 {
-    let store = match open(&args.state) {
+    let store = match open_for_inspection(&args.state) {
         Ok(s) => s,
         Err(e) => return fail(e, 2),
     };
     let report = match store.verify(&args.run) {
         Ok(r) => r,
+        Err(cc_app_server::rollout::StoreError::Corrupt { seq, reason, .. }) => {
+            return fail(
+                format!("run {}: log BROKEN at seq {seq}: {reason}", args.run),
+                1,
+            )
+        }
+        Err(e @ cc_app_server::rollout::StoreError::AnchorMismatch { .. }) => {
+            return fail(format!("run {}: log BROKEN: {e}", args.run), 1)
+        }
         Err(e) => return fail(format!("run {}: {e}", args.run), 2),
     };
     let mut st = RunState::new(&args.run);
@@ -747,7 +787,14 @@ pub fn inspect(args: InspectArgs) -> u8 {
         st.apply(e);
         events += 1;
     }) {
-        return fail(format!("run {}: {e}", args.run), 2);
+        // A log damaged before its end cannot be reduced; the chain check says where.
+        return match (report.first_bad_seq, report.reason.as_deref()) {
+            (Some(seq), Some(why)) => fail(
+                format!("run {}: log BROKEN at seq {seq}: {why}", args.run),
+                1,
+            ),
+            _ => fail(format!("run {}: {e}", args.run), 2),
+        };
     }
     let content = args.include_content;
     if args.json {
@@ -780,8 +827,10 @@ pub fn inspect(args: InspectArgs) -> u8 {
             "intact".to_string()
         } else {
             format!(
-                "BROKEN at seq {:?}: {}",
-                report.first_bad_seq,
+                "BROKEN at seq {}: {}",
+                report
+                    .first_bad_seq
+                    .map_or("-".to_string(), |s| s.to_string()),
                 report.reason.clone().unwrap_or_default()
             )
         },

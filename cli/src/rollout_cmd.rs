@@ -4,6 +4,11 @@
 //!
 //! They fail closed: every thread the directory holds evidence of (a log, an anchor, a row) is
 //! listed and verified, and one that cannot be opened is reported by name and fails the command.
+//!
+//! They are read-only: the store is opened with `StoreOptions::read_only`, so no byte of the
+//! state directory changes (read-only snapshots and mounts verify too), and what a server would
+//! repair when it opens a thread (a torn tail, …) is reported as damage. Only `verify --repair`
+//! and `verify --accept-unanchored` write, because repairing and accepting are recorded.
 
 use crate::render;
 use crate::{StateArgs, StoreArg};
@@ -87,10 +92,17 @@ pub struct VerifyArgs {
     #[arg(value_name = "THREAD")]
     threads: Vec<String>,
     /// Accept threads whose head anchor is missing or unreadable (or, with a key, carries no
-    /// MAC) as they are: they are re-anchored, the acceptance is recorded in the log, and the
-    /// report says which acknowledged seqs nothing vouches for. Without it they fail.
+    /// MAC or is not bound to this store) as they are: they are re-anchored, the acceptance is
+    /// recorded in the log, and the report says which acknowledged seqs nothing vouches for.
+    /// Without it they fail. Implies --repair (it writes).
     #[arg(long)]
     accept_unanchored: bool,
+    /// Open the store writable and make the repairs a server makes when it opens a thread (a
+    /// torn tail cut into <thread>.jsonl.broken, unauthenticated keyed events moved aside, an
+    /// unfinished thread/start removed), each recorded in the thread's log. Without it verify
+    /// changes nothing in the state directory and reports each of them as damage (exit 1).
+    #[arg(long)]
+    repair: bool,
     /// One JSON report instead of text.
     #[arg(long)]
     json: bool,
@@ -100,6 +112,7 @@ fn open(
     state: &StateArgs,
     key: &KeyArgs,
     accept_unanchored: bool,
+    read_only: bool,
 ) -> Result<Arc<dyn RolloutStore>, String> {
     let dir = &state.state_dir;
     if !dir.is_dir() {
@@ -121,17 +134,19 @@ fn open(
     let options = StoreOptions {
         key: key.key()?,
         accept_unanchored,
+        read_only,
         ..StoreOptions::default()
     };
     open_store(kind, dir, options).map_err(|e| {
         format!(
-            "cannot open the {} rollout store in {}: {e}",
+            "cannot open the {} rollout store in {}{}: {e}",
             if kind == StoreKind::Jsonl {
                 "JSONL"
             } else {
                 "SQLite"
             },
-            dir.display()
+            dir.display(),
+            if read_only { " (read-only)" } else { "" }
         )
     })
 }
@@ -188,7 +203,7 @@ impl Entry {
 }
 
 pub fn list(args: ListArgs) -> u8 {
-    let store = match open(&args.state, &args.key, false) {
+    let store = match open(&args.state, &args.key, false, true) {
         Ok(s) => s,
         Err(e) => return fail(e, CANNOT_OPEN),
     };
@@ -278,7 +293,7 @@ pub fn list(args: ListArgs) -> u8 {
 }
 
 pub fn show(args: ShowArgs) -> u8 {
-    let store = match open(&args.state, &args.key, false) {
+    let store = match open(&args.state, &args.key, false, true) {
         Ok(s) => s,
         Err(e) => return fail(e, CANNOT_OPEN),
     };
@@ -393,7 +408,8 @@ fn verify_one(store: &dyn RolloutStore, id: &str) -> Verdict {
 }
 
 pub fn verify(args: VerifyArgs) -> u8 {
-    let store = match open(&args.state, &args.key, args.accept_unanchored) {
+    let writable = args.repair || args.accept_unanchored;
+    let store = match open(&args.state, &args.key, args.accept_unanchored, !writable) {
         Ok(s) => s,
         Err(e) => return fail(e, CANNOT_OPEN),
     };
@@ -490,10 +506,19 @@ pub fn verify(args: VerifyArgs) -> u8 {
                     v.thread_id,
                     v.reason.as_deref().unwrap_or("")
                 );
-                eprintln!(
-                    "cc-app-server: the log was not modified; restore the thread from a backup, \
-                     or fork it from a seq before the first bad one"
-                );
+                if writable {
+                    eprintln!(
+                        "cc-app-server: the log was not modified; restore the thread from a backup, \
+                         or fork it from a seq before the first bad one"
+                    );
+                } else {
+                    eprintln!(
+                        "cc-app-server: the state directory was not modified (verify is read-only); \
+                         `rollout verify --repair` makes the repairs a server would make (torn tails cut \
+                         into .broken files, recorded in the log); anything else: restore the thread \
+                         from a backup, or fork it from a seq before the first bad one"
+                    );
+                }
             }
         }
     }

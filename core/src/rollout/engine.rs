@@ -514,6 +514,9 @@ pub struct Loaded<Tx> {
     pub read_only: Option<String>,
     /// The header's line as read (seq 1), for the tail cache.
     pub header_line: Option<Arc<str>>,
+    /// Read-only stores: what a writable open would have cut (first seq, what and where), which
+    /// `verify` reports as the thread's first bad seq. The thread is served up to the seq before.
+    pub damage: Option<(u64, String)>,
 }
 
 /// One thread's share of a commit round.
@@ -620,6 +623,7 @@ struct Live<Tx> {
     repairs: Vec<String>,
     warnings: Vec<String>,
     read_only: Option<String>,
+    damage: Option<(u64, String)>,
 }
 
 impl<Tx> Live<Tx> {
@@ -635,6 +639,7 @@ impl<Tx> Live<Tx> {
             repairs: Vec::new(),
             warnings: Vec::new(),
             read_only: None,
+            damage: None,
         }
     }
 
@@ -646,6 +651,7 @@ impl<Tx> Live<Tx> {
             && self.repairs.is_empty()
             && self.warnings.is_empty()
             && self.read_only.is_none()
+            && self.damage.is_none()
     }
 }
 
@@ -972,6 +978,7 @@ impl<B: Backend> Engine<B> {
                         repairs: l.notes,
                         warnings: l.warnings,
                         read_only: l.read_only,
+                        damage: l.damage,
                     });
                     g.loaded = true;
                     lock(&self.ready).insert(id.to_string());
@@ -1028,6 +1035,18 @@ impl<B: Backend> Engine<B> {
     /// Queues requests (in order) and returns once every one is committed, each with its own
     /// outcome; requests for different threads share the round's fsyncs.
     fn submit_many(&self, reqs: Vec<Request>) -> Vec<Outcome> {
+        if self.options.read_only {
+            // Every write enters here (start, append, fork, archive, repairs): none is made.
+            return reqs
+                .iter()
+                .map(|r| {
+                    Err(StoreError::InvalidArgument(format!(
+                        "the rollout store was opened read-only (for inspection), so thread {:?} cannot be written; open it without read_only to write",
+                        r.id
+                    )))
+                })
+                .collect();
+        }
         let mut q = lock(&self.queue);
         let first = q.next_ticket;
         let n = reqs.len() as u64;
@@ -2244,6 +2263,23 @@ impl<B: Backend> RolloutStore for Engine<B> {
                         through + 1,
                         l.head.last_seq
                     ));
+                }
+            }
+            if let Some((seq, why)) = &l.damage {
+                // What a writable open would cut outranks what the chain check met there.
+                if report.first_bad_seq.is_none_or(|s| *seq <= s) {
+                    report.first_bad_seq = Some(*seq);
+                    report.reason = Some(why.clone());
+                }
+            }
+            if report.keyed {
+                if let Some(key) = &self.options.key {
+                    if key.store_id().is_none() {
+                        report.warnings.push(format!(
+                            "this store has no store id ({}: it was created before store ids), so its keyed threads are not bound to it: a copy of one from another store under the same key would verify too (docs/rollout-format.md, \"Store identity\", says how to bind it)",
+                            super::identity::STORE_ID_FILE
+                        ));
+                    }
                 }
             }
             report.head_seq = l.head.last_seq;

@@ -8,7 +8,7 @@
 //! where the store writes.
 
 use super::StoreError;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{CStr, CString, OsString};
 use std::fs::{self, File};
 use std::io;
@@ -19,9 +19,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// A directory held open by descriptor. `path` is only for messages: it may no longer name this
-/// directory.
+/// directory. A read-only store opens a missing subdirectory as absent (no descriptor): it lists
+/// as empty and every file in it is missing, so inspecting a directory never creates one.
 pub(crate) struct Dir {
-    fd: OwnedFd,
+    fd: Option<OwnedFd>,
     path: PathBuf,
 }
 
@@ -87,7 +88,7 @@ impl Dir {
         })?;
         Ok(Dir {
             // SAFETY: `fd` was just returned by open and is owned by nobody else.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd: Some(unsafe { OwnedFd::from_raw_fd(fd) }),
             path: path.to_path_buf(),
         })
     }
@@ -97,11 +98,54 @@ impl Dir {
         &self.path
     }
 
+    /// The descriptor, or NotFound for an absent directory.
+    fn raw(&self) -> io::Result<libc::c_int> {
+        match &self.fd {
+            Some(fd) => Ok(fd.as_raw_fd()),
+            None => Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} does not exist", self.path.display()),
+            )),
+        }
+    }
+
+    /// An existing subdirectory, never created: absent if missing (for read-only opens); a
+    /// symlink or a file in its place is refused as `subdir` refuses it.
+    pub(crate) fn existing_subdir(&self, name: &str) -> Result<Dir, StoreError> {
+        let c = cname(name)?;
+        // SAFETY: valid descriptor and NUL-terminated name.
+        let fd = unsafe {
+            libc::openat(
+                self.raw()?,
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        let path = self.path.join(name);
+        if fd < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::NotFound {
+                return Ok(Dir { fd: None, path });
+            }
+            return Err(StoreError::UnsafeStateDir(format!(
+                "{} is not a plain directory ({e}); it must not be a symlink",
+                path.display()
+            )));
+        }
+        let dir = Dir {
+            // SAFETY: `fd` was just returned by openat and is owned by nobody else.
+            fd: Some(unsafe { OwnedFd::from_raw_fd(fd) }),
+            path,
+        };
+        dir.check_private()?;
+        Ok(dir)
+    }
+
     /// A subdirectory, created 0700 if missing; a symlink in its place is refused.
     pub(crate) fn subdir(&self, name: &str) -> Result<Dir, StoreError> {
         let c = cname(name)?;
         // SAFETY: valid descriptor and NUL-terminated name.
-        let rc = unsafe { libc::mkdirat(self.fd.as_raw_fd(), c.as_ptr(), 0o700) };
+        let rc = unsafe { libc::mkdirat(self.raw()?, c.as_ptr(), 0o700) };
         if rc < 0 {
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::AlreadyExists {
@@ -111,7 +155,7 @@ impl Dir {
         // SAFETY: valid descriptor and NUL-terminated name.
         let fd = unsafe {
             libc::openat(
-                self.fd.as_raw_fd(),
+                self.raw()?,
                 c.as_ptr(),
                 libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
             )
@@ -125,13 +169,13 @@ impl Dir {
         }
         let dir = Dir {
             // SAFETY: `fd` was just returned by openat and is owned by nobody else.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd: Some(unsafe { OwnedFd::from_raw_fd(fd) }),
             path: self.path.join(name),
         };
         if rc == 0 {
             // The umask may have removed bits but never adds any; make it exactly 0700.
             // SAFETY: valid descriptor.
-            cvt(unsafe { libc::fchmod(dir.fd.as_raw_fd(), 0o700) })?;
+            cvt(unsafe { libc::fchmod(dir.raw()?, 0o700) })?;
         }
         dir.check_private()?;
         Ok(dir)
@@ -169,7 +213,7 @@ impl Dir {
         // SAFETY: a zeroed stat is a valid out-buffer; the descriptor is valid.
         unsafe {
             let mut st: libc::stat = std::mem::zeroed();
-            cvt(libc::fstat(self.fd.as_raw_fd(), &mut st))?;
+            cvt(libc::fstat(self.raw()?, &mut st))?;
             Ok(st)
         }
     }
@@ -195,14 +239,8 @@ impl Dir {
                 Open::CreateNew => libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
             };
         // SAFETY: valid descriptor and NUL-terminated name; mode is passed as the variadic arg.
-        let fd = cvt(unsafe {
-            libc::openat(
-                self.fd.as_raw_fd(),
-                c.as_ptr(),
-                flags,
-                0o600 as libc::c_uint,
-            )
-        })?;
+        let fd =
+            cvt(unsafe { libc::openat(self.raw()?, c.as_ptr(), flags, 0o600 as libc::c_uint) })?;
         // SAFETY: `fd` was just returned by openat and is owned by nobody else.
         Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
@@ -210,11 +248,12 @@ impl Dir {
     /// Whether `name` exists (a symlink counts, and is not followed).
     pub(crate) fn exists(&self, name: &str) -> io::Result<bool> {
         let c = cname(name)?;
+        let Some(fd) = &self.fd else { return Ok(false) };
         // SAFETY: a zeroed stat is a valid out-buffer; valid descriptor and name.
         let rc = unsafe {
             let mut st: libc::stat = std::mem::zeroed();
             libc::fstatat(
-                self.fd.as_raw_fd(),
+                fd.as_raw_fd(),
                 c.as_ptr(),
                 &mut st,
                 libc::AT_SYMLINK_NOFOLLOW,
@@ -234,31 +273,27 @@ impl Dir {
     pub(crate) fn unlink(&self, name: &str) -> io::Result<()> {
         let c = cname(name)?;
         // SAFETY: valid descriptor and NUL-terminated name.
-        cvt(unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), 0) }).map(drop)
+        cvt(unsafe { libc::unlinkat(self.raw()?, c.as_ptr(), 0) }).map(drop)
     }
 
     /// Renames within this directory (atomically replacing `to`).
     pub(crate) fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         let (f, t) = (cname(from)?, cname(to)?);
+        let fd = self.raw()?;
         // SAFETY: valid descriptors and NUL-terminated names.
-        cvt(unsafe {
-            libc::renameat(
-                self.fd.as_raw_fd(),
-                f.as_ptr(),
-                self.fd.as_raw_fd(),
-                t.as_ptr(),
-            )
-        })
-        .map(drop)
+        cvt(unsafe { libc::renameat(fd, f.as_ptr(), fd, t.as_ptr()) }).map(drop)
     }
 
     /// Every entry name except `.` and `..`, in no particular order.
     pub(crate) fn names(&self) -> io::Result<Vec<OsString>> {
+        let Some(own) = &self.fd else {
+            return Ok(Vec::new());
+        };
         // A fresh open file description: a DIR stream owns its descriptor and its position.
         // SAFETY: valid descriptor; "." is a NUL-terminated literal.
         let fd = cvt(unsafe {
             libc::openat(
-                self.fd.as_raw_fd(),
+                own.as_raw_fd(),
                 c".".as_ptr(),
                 libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
             )
@@ -299,7 +334,7 @@ impl Dir {
     /// Makes created, renamed and removed entries durable.
     pub(crate) fn sync(&self) -> io::Result<()> {
         // SAFETY: valid descriptor.
-        cvt(unsafe { libc::fsync(self.fd.as_raw_fd()) }).map(drop)
+        cvt(unsafe { libc::fsync(self.raw()?) }).map(drop)
     }
 
     /// A path that reaches `name` inside this very directory, for libraries that only take
@@ -308,7 +343,7 @@ impl Dir {
     pub(crate) fn pinned_path(&self, name: &str) -> io::Result<PathBuf> {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         {
-            let p = PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()));
+            let p = PathBuf::from(format!("/proc/self/fd/{}", self.raw()?));
             if p.is_dir() {
                 return Ok(p.join(name));
             }
@@ -320,7 +355,7 @@ impl Dir {
         {
             let mut buf = vec![0u8; libc::PATH_MAX as usize];
             // SAFETY: F_GETPATH writes at most PATH_MAX bytes into `buf`.
-            cvt(unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_GETPATH, buf.as_mut_ptr()) })?;
+            cvt(unsafe { libc::fcntl(self.raw()?, libc::F_GETPATH, buf.as_mut_ptr()) })?;
             let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
             buf.truncate(end);
             return Ok(PathBuf::from(OsString::from_vec(buf)).join(name));
@@ -337,57 +372,61 @@ impl Dir {
     }
 }
 
-/// The single-writer lock of a state directory, held for the store's lifetime.
+/// The lock of a state directory, held for the store's lifetime: exclusive for a store that
+/// writes, shared for a read-only one (several readers, no writer).
 ///
 /// A POSIX record lock (fcntl) rather than flock: flock belongs to the open file description,
 /// which a child forked by any thread of the host holds until it execs, so a reopen racing a
 /// spawn would spuriously fail. Record locks are per process and never inherited; the
-/// in-process set covers a second store in the same process, which record locks cannot see.
+/// in-process registry covers a second store in the same process, which record locks cannot
+/// see. It also keeps one descriptor of the lock file per process for all readers of a
+/// directory: closing any descriptor of a file drops every record lock the process holds on it,
+/// so one reader closing its own would silently release the others' shared lock.
 pub(crate) struct DirLock {
-    _file: File,
+    _file: Option<File>,
     key: (u64, u64),
+    shared: bool,
 }
 
-static HELD: Mutex<BTreeSet<(u64, u64)>> = Mutex::new(BTreeSet::new());
+#[derive(Default)]
+struct Registry {
+    writers: BTreeSet<(u64, u64)>,
+    /// Directory → (open read-only stores, the lock file they share if it exists).
+    readers: BTreeMap<(u64, u64), (usize, Option<File>)>,
+}
+
+static HELD: Mutex<Registry> = Mutex::new(Registry {
+    writers: BTreeSet::new(),
+    readers: BTreeMap::new(),
+});
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    HELD.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 impl Drop for DirLock {
     fn drop(&mut self) {
-        HELD.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.key);
+        let mut reg = registry();
+        if !self.shared {
+            reg.writers.remove(&self.key);
+            return;
+        }
+        if let Some((n, _)) = reg.readers.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                // The last reader: its descriptor (and with it the shared lock) goes.
+                reg.readers.remove(&self.key);
+            }
+        }
     }
 }
 
-/// Creates `dir` (0700) if missing, opens it once (the store then never resolves the path
-/// again), refuses it if group/others can write it or another user owns it, and takes the
-/// exclusive lock that keeps a second store out of the same directory.
-pub(crate) fn prepare_state_dir(dir: &Path) -> Result<(Dir, DirLock), StoreError> {
-    if !dir.exists() {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
-        // The umask could have removed bits but never adds any; set exactly 0700 anyway.
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
-    }
-    let pinned = Dir::open(dir).map_err(|e| {
-        if e.raw_os_error() == Some(libc::ENOTDIR) {
-            StoreError::UnsafeStateDir(format!("{} is not a directory", dir.display()))
-        } else {
-            StoreError::Io(e)
-        }
-    })?;
-    pinned.check_private()?;
-    let key = pinned.identity()?;
-    let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
-    if held.contains(&key) {
-        return Err(StoreError::Locked(dir.display().to_string()));
-    }
-    let file = pinned.open_file(super::layout::LOCK_FILE, Open::CreateReadWrite)?;
+/// Takes a record lock of `kind` (F_RDLCK / F_WRLCK) on the whole file, without waiting.
+fn record_lock(file: &File, kind: libc::c_int, dir: &Path) -> Result<(), StoreError> {
     // SAFETY: a zeroed flock struct is valid; fcntl gets a pointer to it for the call only.
     let rc = unsafe {
         let mut fl: libc::flock = std::mem::zeroed();
-        fl.l_type = libc::F_WRLCK as _;
+        fl.l_type = kind as _;
         fl.l_whence = libc::SEEK_SET as _;
         libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl)
     };
@@ -398,8 +437,94 @@ pub(crate) fn prepare_state_dir(dir: &Path) -> Result<(Dir, DirLock), StoreError
         }
         return Err(err.into());
     }
-    held.insert(key);
-    Ok((pinned, DirLock { _file: file, key }))
+    Ok(())
+}
+
+fn pin(dir: &Path) -> Result<Dir, StoreError> {
+    let pinned = Dir::open(dir).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ENOTDIR) {
+            StoreError::UnsafeStateDir(format!("{} is not a directory", dir.display()))
+        } else {
+            StoreError::Io(e)
+        }
+    })?;
+    pinned.check_private()?;
+    Ok(pinned)
+}
+
+/// Creates `dir` (0700) if missing, opens it once (the store then never resolves the path
+/// again), refuses it if group/others can write it or another user owns it, and takes the
+/// exclusive lock that keeps a second store (a reader too) out of the same directory.
+pub(crate) fn prepare_state_dir(dir: &Path) -> Result<(Dir, DirLock), StoreError> {
+    if !dir.exists() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        // The umask could have removed bits but never adds any; set exactly 0700 anyway.
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+    }
+    let pinned = pin(dir)?;
+    let key = pinned.identity()?;
+    let mut reg = registry();
+    if reg.writers.contains(&key) || reg.readers.contains_key(&key) {
+        return Err(StoreError::Locked(dir.display().to_string()));
+    }
+    let file = pinned.open_file(super::layout::LOCK_FILE, Open::CreateReadWrite)?;
+    record_lock(&file, libc::F_WRLCK, dir)?;
+    reg.writers.insert(key);
+    Ok((
+        pinned,
+        DirLock {
+            _file: Some(file),
+            key,
+            shared: false,
+        },
+    ))
+}
+
+/// Opens an existing state directory for reading only: nothing is created or written, not even
+/// the lock file. If the lock file exists it is opened read-only and share-locked, so a store
+/// writing the directory (here or in another process) refuses to start meanwhile and one
+/// already writing it makes this open fail with `Locked`; a directory without one (a copy made
+/// without it, a snapshot) is read without a lock. Works on a read-only file system.
+pub(crate) fn open_state_dir_read_only(dir: &Path) -> Result<(Dir, DirLock), StoreError> {
+    if !dir.is_dir() {
+        return Err(StoreError::Io(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "no state directory at {} (a read-only open creates none)",
+                dir.display()
+            ),
+        )));
+    }
+    let pinned = pin(dir)?;
+    let key = pinned.identity()?;
+    let mut reg = registry();
+    if reg.writers.contains(&key) {
+        return Err(StoreError::Locked(dir.display().to_string()));
+    }
+    if let Some((n, _)) = reg.readers.get_mut(&key) {
+        *n += 1;
+    } else {
+        let file = match pinned.open_file(super::layout::LOCK_FILE, Open::Read) {
+            Ok(f) => {
+                record_lock(&f, libc::F_RDLCK, dir)?;
+                Some(f)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e.into()),
+        };
+        reg.readers.insert(key, (1, file));
+    }
+    Ok((
+        pinned,
+        DirLock {
+            _file: None,
+            key,
+            shared: true,
+        },
+    ))
 }
 
 /// fdatasync: the file's data and size, not its timestamps.

@@ -37,6 +37,9 @@ pub struct JsonlBackend {
     _state: Dir,
     key: Option<RolloutKey>,
     accept_unanchored: bool,
+    /// Opened for inspection (`StoreOptions::read_only`): nothing is written, what a writable
+    /// open would repair is reported as damage.
+    read_only: bool,
     catalog: Mutex<Option<BTreeSet<String>>>,
     dirty_logs: Mutex<HashSet<String>>,
     dirty_anchors: Mutex<HashSet<String>>,
@@ -95,9 +98,36 @@ pub struct Anchor {
 }
 
 impl Anchor {
-    /// `ccanchor1 k=v ... [kid=<16 hex> mac=<64 hex>] check=<16 hex of sha256 of the text before
-    /// " check=">`, padded to one slot. `thread_id` is recorded; a key adds `kid` and `mac`.
+    /// `ccanchor1 k=v ... [store=<16 hex>] [kid=<16 hex> mac=<64 hex>] check=<16 hex of sha256 of
+    /// the text before " check=">`, padded to one slot. `thread_id` is recorded; a key adds `kid`
+    /// and `mac`, and `store` when the key is bound to a store with an id.
     pub fn encode(&self, thread_id: &str, key: Option<&RolloutKey>) -> Vec<u8> {
+        let text = self.text(thread_id, key);
+        debug_assert!(text.len() < ANCHOR_SLOT, "an anchor always fits its slot");
+        pad_slot(text)
+    }
+
+    /// `encode`, refusing an anchor whose text does not fit its slot (the store writes only
+    /// these): with a 160-byte thread id and a store id that is when seq, generation or a
+    /// compaction seq reaches 10^10 (offset 10^13), far beyond any real thread.
+    pub(crate) fn encode_checked(
+        &self,
+        thread_id: &str,
+        key: Option<&RolloutKey>,
+    ) -> io::Result<Vec<u8>> {
+        let text = self.text(thread_id, key);
+        if text.len() >= ANCHOR_SLOT {
+            return Err(io_other(format!(
+                "the head anchor of thread {thread_id:?} would be {} bytes, more than its {} byte slot holds (seq {}); fork the thread to continue it",
+                text.len() + 1,
+                ANCHOR_SLOT,
+                self.seq
+            )));
+        }
+        Ok(pad_slot(text))
+    }
+
+    fn text(&self, thread_id: &str, key: Option<&RolloutKey>) -> String {
         let mut body = format!(
             "ccanchor1 seq={} hash={} offset={} gen={} archived={} format={} compactedThrough={} lastCompaction={} thread={thread_id}",
             self.seq,
@@ -110,16 +140,15 @@ impl Anchor {
             self.last_compaction_seq.map_or("-".to_string(), |s| s.to_string())
         );
         if let Some(k) = key {
+            if let Some(store) = k.store_id() {
+                body.push_str(&format!(" store={store}"));
+            }
             body.push_str(&format!(" kid={}", k.key_id()));
             let mac = k.anchor_mac(thread_id, &body);
             body.push_str(&format!(" mac={mac}"));
         }
         let check = &cc_agent_protocol::sha256_hex(body.as_bytes())[..16];
-        let mut out = format!("{body} check={check}").into_bytes();
-        debug_assert!(out.len() < ANCHOR_SLOT, "an anchor always fits its slot");
-        out.resize(ANCHOR_SLOT - 1, b' ');
-        out.push(b'\n');
-        out
+        format!("{body} check={check}")
     }
 
     /// A slot whose check field verifies, else None.
@@ -129,6 +158,14 @@ impl Anchor {
             _ => None,
         }
     }
+}
+
+/// An anchor's text as its slot: space padding and a '\n'.
+fn pad_slot(text: String) -> Vec<u8> {
+    let mut out = text.into_bytes();
+    out.resize(ANCHOR_SLOT - 1, b' ');
+    out.push(b'\n');
+    out
 }
 
 /// What one 512-byte anchor slot holds.
@@ -207,6 +244,37 @@ fn mac_body(slot: &[u8]) -> Option<&str> {
     Some(text.split_once(" mac=")?.0)
 }
 
+/// The value of `name=` in an anchor's text (e.g. `store`), if present.
+fn text_field<'a>(body: &'a str, name: &str) -> Option<&'a str> {
+    body.split(' ')
+        .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// Judges the store a MAC-verified keyed anchor (or SQLite binding) names against the store
+/// opening it: `Ok(None)` bound to this store (or neither has an id: a store written before
+/// store ids), `Ok(Some(why))` not bound to any store while this one has an id (adoptable with
+/// accept_unanchored), `Err(why)` written by another store (never adopted).
+pub(crate) fn judge_store(
+    named: Option<&str>,
+    ours: Option<&str>,
+    what: &str,
+) -> Result<Option<String>, String> {
+    match (named, ours) {
+        (Some(n), Some(o)) if n == o => Ok(None),
+        (None, None) => Ok(None),
+        (Some(n), Some(o)) => Err(format!(
+            "thread was written by another store (id {n}); this store is id {o}: {what} binds a keyed thread to the store that wrote it, so a copy moved between stores is refused; put it back in its own store, or restore this store's own copy from a backup"
+        )),
+        (Some(n), None) => Err(format!(
+            "thread was written by another store (id {n}); this state directory has no store id ({}): if its id file was lost, restore it from a backup (it must read {n})",
+            super::identity::STORE_ID_FILE
+        )),
+        (None, Some(o)) => Ok(Some(format!(
+            "{what} is not bound to this store (id {o}): the thread was written by another store, one without a store id (created before store ids), or its binding was removed"
+        ))),
+    }
+}
+
 /// Both slots of an anchor file: what each holds, and its raw bytes (for the MAC check).
 type Slots = [(Slot, Vec<u8>); 2];
 
@@ -256,6 +324,9 @@ enum AnchorChoice {
     Unanchored { why: String },
     /// Keyed mode, and the anchor carries no MAC (written unkeyed, or the MAC stripped).
     Unkeyed { anchor: Anchor },
+    /// Keyed mode: the anchor's MAC verifies but it names no store while this store has an id
+    /// (written by a store without one, or the binding stripped).
+    Unbound { anchor: Anchor, why: String },
 }
 
 /// What a forward scan over lines found.
@@ -387,14 +458,24 @@ fn anchor_name(id: &str) -> String {
 
 impl JsonlBackend {
     pub(crate) fn open(state: Dir, options: &StoreOptions) -> Result<Self, StoreError> {
-        let threads = state.subdir(layout::THREADS_DIR)?;
-        let anchors = state.subdir(layout::ANCHORS_DIR)?;
+        let (threads, anchors) = if options.read_only {
+            (
+                state.existing_subdir(layout::THREADS_DIR)?,
+                state.existing_subdir(layout::ANCHORS_DIR)?,
+            )
+        } else {
+            (
+                state.subdir(layout::THREADS_DIR)?,
+                state.subdir(layout::ANCHORS_DIR)?,
+            )
+        };
         Ok(JsonlBackend {
             threads,
             anchors,
             _state: state,
             key: options.key.clone(),
             accept_unanchored: options.accept_unanchored,
+            read_only: options.read_only,
             catalog: Mutex::new(None),
             dirty_logs: Mutex::new(HashSet::new()),
             dirty_anchors: Mutex::new(HashSet::new()),
@@ -406,6 +487,37 @@ impl JsonlBackend {
             thread_id: id,
             key: self.key.as_ref(),
         }
+    }
+
+    /// The state directory (where the store id lives).
+    pub(crate) fn state_dir(&self) -> &Dir {
+        &self._state
+    }
+
+    /// Whether any thread has a keyed head anchor (one carrying a MAC); stops at the first.
+    pub(crate) fn holds_keyed_threads(&self) -> Result<bool, StoreError> {
+        for name in self.anchors.names()? {
+            let Some(name) = name.to_str().filter(|n| n.ends_with(layout::ANCHOR_SUFFIX)) else {
+                continue;
+            };
+            let mut bytes = Vec::new();
+            match self.anchors.open_file(name, Open::Read) {
+                Ok(f) => {
+                    f.take(2 * ANCHOR_SLOT as u64).read_to_end(&mut bytes)?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e.into()),
+            }
+            if memchr::memmem::find(&bytes, b" mac=").is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The key, bound to the store's id once that is settled (`open_jsonl`).
+    pub(crate) fn bind_key(&mut self, key: Option<RolloutKey>) {
+        self.key = key;
     }
 
     /// `<state>/threads/<id>.jsonl` as the state dir was named at open (for people and tests;
@@ -541,6 +653,11 @@ impl JsonlBackend {
                         "the head anchor's MAC does not verify under the rollout key: the anchor was forged or rewritten"
                             .into(),
                     ));
+                }
+                match judge_store(text_field(body, "store"), key.store_id(), "the head anchor") {
+                    Err(why) => return Err(mismatch(why)),
+                    Ok(Some(why)) => return Ok(AnchorChoice::Unbound { anchor, why }),
+                    Ok(None) => {}
                 }
                 Ok(AnchorChoice::Anchored {
                     anchor,
@@ -701,7 +818,7 @@ impl JsonlBackend {
         // CreateNew opens write-only; a positioned write needs no read access.
         let f = self.anchors.open_file(&anchor_name(id), how)?;
         f.write_all_at(
-            &a.encode(id, self.key.as_ref()),
+            &a.encode_checked(id, self.key.as_ref())?,
             (a.gen % 2) * ANCHOR_SLOT as u64,
         )?;
         if fresh {
@@ -780,11 +897,18 @@ impl Backend for JsonlBackend {
         };
         let choice = self.choose_anchor(id)?;
         let anchor_file = self.anchors.exists(&anchor_name(id))?;
-        let file = match self.open_log(id, Open::ReadWrite) {
+        let how = if self.read_only {
+            Open::Read
+        } else {
+            Open::ReadWrite
+        };
+        let file = match self.open_log(id, how) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return match choice {
-                    AnchorChoice::Anchored { anchor, .. } | AnchorChoice::Unkeyed { anchor }
+                    AnchorChoice::Anchored { anchor, .. }
+                    | AnchorChoice::Unkeyed { anchor }
+                    | AnchorChoice::Unbound { anchor, .. }
                         if anchor.seq > 0 =>
                     {
                         Err(mismatch(format!(
@@ -792,7 +916,19 @@ impl Backend for JsonlBackend {
                             anchor.seq
                         )))
                     }
-                    AnchorChoice::Anchored { .. } | AnchorChoice::Unkeyed { .. } => {
+                    AnchorChoice::Anchored { .. }
+                    | AnchorChoice::Unkeyed { .. }
+                    | AnchorChoice::Unbound { .. }
+                        if self.read_only =>
+                    {
+                        Err(corrupt(
+                            1,
+                            "its start never completed: the head anchor records seq 0 and there is no log (nothing was acknowledged); a writable open removes the anchor".into(),
+                        ))
+                    }
+                    AnchorChoice::Anchored { .. }
+                    | AnchorChoice::Unkeyed { .. }
+                    | AnchorChoice::Unbound { .. } => {
                         // Created at seq 0 and the log never followed: start() was never
                         // acknowledged. The thread does not exist.
                         self.discard_unborn(id, None)?;
@@ -821,9 +957,9 @@ impl Backend for JsonlBackend {
         };
         // Nothing was ever anchored: an anchor at seq 0, or (written by an older version) none.
         let seq0 = match &choice {
-            AnchorChoice::Anchored { anchor, .. } | AnchorChoice::Unkeyed { anchor } => {
-                anchor.seq == 0
-            }
+            AnchorChoice::Anchored { anchor, .. }
+            | AnchorChoice::Unkeyed { anchor }
+            | AnchorChoice::Unbound { anchor, .. } => anchor.seq == 0,
             AnchorChoice::Unanchored { .. } => !anchor_file,
         };
         let header = match parsed {
@@ -831,6 +967,15 @@ impl Backend for JsonlBackend {
             Err(_) if seq0 && header_len == len && first.last() != Some(&b'\n') => {
                 // Only a torn header, and nothing was ever anchored: a crash inside start()
                 // before it was acknowledged. Keep the bytes for inspection.
+                if self.read_only {
+                    return Err(corrupt(
+                        1,
+                        format!(
+                            "its start never completed: the log is a torn header ({len} bytes, no newline) and nothing was acknowledged; a writable open moves it to {id}{}",
+                            layout::BROKEN_SUFFIX
+                        ),
+                    ));
+                }
                 self.discard_unborn(id, Some(&first))?;
                 return Ok(None);
             }
@@ -896,7 +1041,7 @@ impl Backend for JsonlBackend {
                 // Its header alone and no anchor: a thread created with its anchor deferred
                 // (module docs). The anchor is written before anything more is.
                 deferred = true;
-                if read_only.is_none() {
+                if read_only.is_none() && !self.read_only {
                     let _ = self.anchors.unlink(&format!("{}.tmp", anchor_name(id)));
                 }
                 (header_len, header.clone(), false)
@@ -939,6 +1084,25 @@ impl Backend for JsonlBackend {
                         .into(),
                 ));
             }
+            AnchorChoice::Unbound { anchor, why } if self.accept_unanchored => {
+                let w = format!(
+                    "{why}; adopted into this store (accept_unanchored): seqs up to {} were not bound to it when written",
+                    anchor.seq.max(1)
+                );
+                warnings.push(w.clone());
+                repairs.push(Repair {
+                    reason: w,
+                    truncated_bytes: 0,
+                    broken_file: None,
+                });
+                anchor_gen = anchor.gen;
+                (header_len, header.clone(), false)
+            }
+            AnchorChoice::Unbound { why, .. } => {
+                return Err(mismatch(format!(
+                    "{why}; if it belongs here, open with accept_unanchored (--accept-unanchored) to adopt it into this store"
+                )));
+            }
         };
         let base = head.clone();
         let tail = scan(
@@ -965,30 +1129,46 @@ impl Backend for JsonlBackend {
         let writable = read_only.is_none();
         let mut committed = tail.end;
         let mut tail_count = tail.count;
+        // Read-only: what a writable open would cut, as (first seq, reason); the lowest wins.
+        let mut damage: Option<(u64, String)> = None;
         if let Some(b) = &tail.bad {
             if !b.at_tail {
                 return Err(corrupt(b.seq, b.reason.clone()));
             }
-            if !writable {
+            if self.read_only {
+                damage = Some((
+                    b.seq,
+                    format!(
+                        "torn tail at seq {} ({}): the {} byte(s) from byte offset {} to the end of the log are not a complete event; a writable open cuts them into {id}{} and records the repair",
+                        b.seq,
+                        b.reason,
+                        len - b.offset,
+                        b.offset,
+                        layout::BROKEN_SUFFIX
+                    ),
+                ));
+                committed = b.offset;
+            } else if !writable {
                 return Err(mismatch(format!(
                     "a torn tail at seq {} needs a repair, which needs the rollout key; open the store with it",
                     b.seq
                 )));
+            } else {
+                let name = self.cut(id, &file, b.offset, len)?;
+                notes.push(format!(
+                    "torn tail at seq {} ({}): cut {} bytes at offset {} into {name}",
+                    b.seq,
+                    b.reason,
+                    len - b.offset,
+                    b.offset
+                ));
+                repairs.push(Repair {
+                    reason: b.reason.clone(),
+                    truncated_bytes: len - b.offset,
+                    broken_file: Some(name),
+                });
+                committed = b.offset;
             }
-            let name = self.cut(id, &file, b.offset, len)?;
-            notes.push(format!(
-                "torn tail at seq {} ({}): cut {} bytes at offset {} into {name}",
-                b.seq,
-                b.reason,
-                len - b.offset,
-                b.offset
-            ));
-            repairs.push(Repair {
-                reason: b.reason.clone(),
-                truncated_bytes: len - b.offset,
-                broken_file: Some(name),
-            });
-            committed = b.offset;
         }
         if keyed_tail {
             // Keyed: events after the anchor are authentic only up to the last seal among them.
@@ -999,6 +1179,12 @@ impl Backend for JsonlBackend {
                 Some((end, count, h)) => (end, count, h.expect("folded")),
                 None => (start, 0, base),
             };
+            if seq0 && !has_seal && self.read_only {
+                return Err(corrupt(
+                    1,
+                    "its start never completed: nothing in the log is authenticated by the key (the keyed anchor records seq 0 and no seal follows), so nothing was acknowledged; a writable open discards it".into(),
+                ));
+            }
             if seq0 && !has_seal {
                 // Not even the header is vouched for: start() was never acknowledged.
                 let mut bytes = vec![0u8; committed as usize];
@@ -1006,7 +1192,21 @@ impl Backend for JsonlBackend {
                 self.discard_unborn(id, Some(&bytes))?;
                 return Ok(None);
             }
-            if keep_count < tail_count {
+            if keep_count < tail_count && self.read_only {
+                let (first_bad, last_bad) = (prev.seq + keep_count + 1, prev.seq + tail_count);
+                damage = Some((
+                    first_bad,
+                    format!(
+                        "{} event(s), seq {first_bad}..={last_bad} (bytes {keep_end}..{committed}), follow the keyed anchor (seq {}) without authentication: never acknowledged (a crash before the anchor moved) or appended without the key; a writable open moves them to {id}{}",
+                        last_bad - first_bad + 1,
+                        prev.seq,
+                        layout::BROKEN_SUFFIX
+                    ),
+                ));
+                committed = keep_end;
+                tail_count = keep_count;
+                head = keep_head;
+            } else if keep_count < tail_count {
                 let (first_bad, last_bad) = (prev.seq + keep_count + 1, prev.seq + tail_count);
                 let name = self.cut(id, &file, keep_end, committed)?;
                 let reason = format!(
@@ -1033,6 +1233,7 @@ impl Backend for JsonlBackend {
             back: None,
         };
         if writable
+            && !self.read_only
             && !deferred
             && (tail_count > 0 || seq0 || rebuild_anchor || !repairs.is_empty())
         {
@@ -1045,7 +1246,7 @@ impl Backend for JsonlBackend {
                 self.anchor(id, &mut tx, &head, true)?;
             }
         }
-        if !writable {
+        if !writable || self.read_only {
             // Nothing may be written for this thread, not even a record of what was found.
             repairs.clear();
         }
@@ -1060,6 +1261,7 @@ impl Backend for JsonlBackend {
             warnings,
             read_only,
             header_line,
+            damage,
         }))
     }
 
@@ -1068,6 +1270,16 @@ impl Backend for JsonlBackend {
         sets: &mut [WriteSet<'_, JsonlTx>],
         durable: bool,
     ) -> Vec<Result<(), StoreError>> {
+        if self.read_only {
+            return sets
+                .iter()
+                .map(|_| {
+                    Err(StoreError::InvalidArgument(
+                        "the rollout store was opened read-only".into(),
+                    ))
+                })
+                .collect();
+        }
         let mut created = false;
         let out: Vec<Result<(), StoreError>> = sets
             .iter_mut()
@@ -1193,7 +1405,7 @@ impl Backend for JsonlBackend {
         head: &Head,
         durable: bool,
     ) -> Result<(), StoreError> {
-        if tx.anchor_deferred {
+        if tx.anchor_deferred || self.read_only {
             // A header alone: there is nothing to anchor, and the anchor is written before
             // anything more is (module docs).
             return Ok(());
@@ -1523,7 +1735,16 @@ impl Backend for JsonlBackend {
             .map_or(ZERO_HASH.to_string(), |e| e.hash.clone());
         if let Some(b) = s.bad {
             report.first_bad_seq = Some(b.seq);
-            report.reason = Some(b.reason);
+            report.reason = Some(if b.at_tail {
+                format!(
+                    "{} (the last {} byte(s) of the log, from byte offset {})",
+                    b.reason,
+                    len - b.offset,
+                    b.offset
+                )
+            } else {
+                format!("{} (the line at byte offset {})", b.reason, b.offset)
+            });
         } else if s.count != written.0 || last_hash != written.1 {
             report.first_bad_seq = Some(s.count.min(written.0) + 1);
             report.reason = Some(format!(
@@ -1543,6 +1764,13 @@ impl Backend for JsonlBackend {
                     // A thread created with its header alone: its anchor is deferred until
                     // something more is written (module docs).
                 }
+                // Accepted (read-only: a writable open re-anchors it when it loads): the load
+                // recorded what that vouches for among the thread's warnings.
+                Ok(
+                    AnchorChoice::Unanchored { .. }
+                    | AnchorChoice::Unkeyed { .. }
+                    | AnchorChoice::Unbound { .. },
+                ) if self.accept_unanchored => {}
                 Ok(AnchorChoice::Unanchored { why }) => {
                     report.reason = Some(format!(
                         "{why}: nothing vouches that the log ends where it should"
@@ -1552,6 +1780,7 @@ impl Backend for JsonlBackend {
                     report.reason =
                         Some("the head anchor carries no MAC although the store is keyed".into())
                 }
+                Ok(AnchorChoice::Unbound { why, .. }) => report.reason = Some(why),
                 Ok(AnchorChoice::Anchored {
                     anchor: a,
                     fallback,
@@ -1734,7 +1963,10 @@ impl JsonlBackend {
         let _ = self.anchors.unlink(&tmp);
         {
             let f = self.anchors.open_file(&tmp, Open::CreateNew)?;
-            f.write_all_at(&seq0_anchor(format).encode(id, self.key.as_ref()), 0)?;
+            f.write_all_at(
+                &seq0_anchor(format).encode_checked(id, self.key.as_ref())?,
+                0,
+            )?;
             fdatasync(&f)?;
         }
         self.anchors.rename(&tmp, &anchor_name(id))?;
@@ -1749,7 +1981,10 @@ impl JsonlBackend {
         let a = anchor_for(head, tx.len, 1);
         {
             let f = self.anchors.open_file(&tmp, Open::CreateNew)?;
-            f.write_all_at(&a.encode(id, self.key.as_ref()), ANCHOR_SLOT as u64)?;
+            f.write_all_at(
+                &a.encode_checked(id, self.key.as_ref())?,
+                ANCHOR_SLOT as u64,
+            )?;
             fdatasync(&f)?;
         }
         self.anchors.rename(&tmp, &anchor_name(id))?;
@@ -1779,5 +2014,43 @@ impl JsonlBackend {
         file.read_exact_at(&mut buf, start)?;
         serde_json::from_slice(&buf[..buf.len() - 1])
             .map_err(|e| StoreError::Io(io_other(e.to_string())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bound_anchor_of_the_longest_id_fits_its_slot_up_to_its_documented_edge() {
+        let id = "a".repeat(super::super::MAX_ID_LEN);
+        let key = RolloutKey::from_bytes([3; 32]).bound_to(Some("0123456789abcdef"));
+        let at = |n: u64| Anchor {
+            seq: n,
+            hash: "ab".repeat(32),
+            offset: 10u64.pow(13) - 1,
+            gen: n,
+            archived: true,
+            format: 1,
+            compacted_through: n,
+            last_compaction_seq: Some(n),
+            thread: None,
+            key_id: None,
+            mac: None,
+        };
+        let edge = at(10u64.pow(10) - 1);
+        let slot = edge.encode_checked(&id, Some(&key)).unwrap();
+        assert_eq!(slot.len(), ANCHOR_SLOT);
+        let back = Anchor::decode(&slot).expect("it decodes");
+        assert_eq!((back.seq, back.offset), (edge.seq, edge.offset));
+        assert!(String::from_utf8_lossy(&slot).contains(" store=0123456789abcdef kid="));
+        // One digit more in each seq field: refused, never written truncated.
+        let err = at(10u64.pow(10))
+            .encode_checked(&id, Some(&key))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("more than its 512 byte slot"),
+            "{err}"
+        );
     }
 }

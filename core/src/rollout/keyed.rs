@@ -7,7 +7,11 @@
 //! - every head anchor (JSONL anchor slot, SQLite `threads` row) carries `mac` over the thread id
 //!   and the anchor's whole text (seq, head hash, offset, generation, cached state);
 //! - every `seal_every` events a `sealed` event in the log carries `mac` over (thread id, seq,
-//!   hash) of the event before it, so the log alone vouches for its prefix.
+//!   hash) of the event before it, so the log alone vouches for its prefix;
+//! - in a store with an id (`identity`), the anchor also names the store: the JSONL anchor's
+//!   text carries `store=<id>` (inside what its MAC covers), the SQLite `store_bindings` row
+//!   carries a MAC over (thread id, store id, the row's text), so a keyed thread copied into
+//!   another store under the same key is refused by name.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -17,11 +21,15 @@ use std::path::Path;
 const ANCHOR_DOMAIN: &[u8] = b"cc-rollout-v1 anchor\n";
 const SEAL_DOMAIN: &[u8] = b"cc-rollout-v1 seal\n";
 const KEY_ID_DOMAIN: &[u8] = b"cc-rollout-v1 key-id";
+const STORE_DOMAIN: &[u8] = b"cc-rollout-v1 store\n";
 
 /// A 32-byte rollout key. Never printed (its `Debug` is redacted), wiped from memory on drop.
+/// The store binds it to its identity when it opens (`store_id`); a key from the host is not
+/// bound to any store.
 #[derive(Clone)]
 pub struct RolloutKey {
     bytes: [u8; 32],
+    store_id: Option<String>,
 }
 
 impl RolloutKey {
@@ -29,7 +37,24 @@ impl RolloutKey {
     pub const LEN: usize = 32;
 
     pub fn from_bytes(bytes: [u8; 32]) -> RolloutKey {
-        RolloutKey { bytes }
+        RolloutKey {
+            bytes,
+            store_id: None,
+        }
+    }
+
+    /// The same key, bound to the store with id `store_id` (`None`: a store written before
+    /// store ids, whose anchors name no store).
+    pub(crate) fn bound_to(&self, store_id: Option<&str>) -> RolloutKey {
+        RolloutKey {
+            bytes: self.bytes,
+            store_id: store_id.map(str::to_string),
+        }
+    }
+
+    /// The id of the store this key was bound to when the store opened.
+    pub fn store_id(&self) -> Option<&str> {
+        self.store_id.as_deref()
     }
 
     /// Exactly 32 bytes, else an error that says so (without echoing them).
@@ -40,7 +65,7 @@ impl RolloutKey {
                 bytes.len()
             )
         })?;
-        Ok(RolloutKey { bytes: arr })
+        Ok(RolloutKey::from_bytes(arr))
     }
 
     /// A key file holds 32 raw bytes, or 64 hex digits (optionally followed by a newline).
@@ -76,7 +101,7 @@ impl RolloutKey {
                 let lo = (pair[1] as char).to_digit(16).expect("hex checked");
                 bytes[i] = (hi * 16 + lo) as u8;
             }
-            let key = RolloutKey { bytes };
+            let key = RolloutKey::from_bytes(bytes);
             wipe(&mut bytes);
             return Ok(key);
         }
@@ -103,6 +128,19 @@ impl RolloutKey {
     /// `mac` of an anchor: over the thread id and the anchor's text before ` mac=`.
     pub fn anchor_mac(&self, thread_id: &str, body: &str) -> String {
         self.mac(ANCHOR_DOMAIN, &[thread_id.as_bytes(), body.as_bytes()])
+    }
+
+    /// `mac` of a SQLite store binding: over the thread id, the store id and the text of the
+    /// thread's row (`ccrow1 …`, what the row's own MAC covers).
+    pub fn store_binding_mac(&self, thread_id: &str, store_id: &str, row_body: &str) -> String {
+        self.mac(
+            STORE_DOMAIN,
+            &[
+                thread_id.as_bytes(),
+                store_id.as_bytes(),
+                row_body.as_bytes(),
+            ],
+        )
     }
 
     /// `mac` of a `sealed` event: over (thread id, seq, hash) of the event it seals.
@@ -190,6 +228,21 @@ mod tests {
         // A seal MAC is never a valid anchor MAC for the same bytes.
         assert_ne!(m, k.anchor_mac("alpha", &format!("5\n{}", "a".repeat(64))));
         assert_ne!(k.key_id(), other.key_id());
+        // A store binding is bound to its store id and never equals the anchor MAC of its row.
+        let b = k.store_binding_mac("alpha", "0123456789abcdef", "ccrow1 seq=5");
+        assert_ne!(
+            b,
+            k.store_binding_mac("alpha", "0123456789abcdee", "ccrow1 seq=5")
+        );
+        assert_ne!(
+            b,
+            k.store_binding_mac("bravo", "0123456789abcdef", "ccrow1 seq=5")
+        );
+        assert_ne!(b, k.anchor_mac("alpha", "ccrow1 seq=5"));
+        // Binding a key to a store changes no MAC it makes (the store id is in their input).
+        let bound = k.bound_to(Some("0123456789abcdef"));
+        assert_eq!(bound.key_id(), k.key_id());
+        assert_eq!(bound.seal_mac("alpha", 5, &"a".repeat(64)), m);
         assert!(mac_eq(&m, &m.clone()) && !mac_eq(&m, &m[1..]));
     }
 }

@@ -7,6 +7,7 @@ mod encode;
 pub(crate) use encode::push_u64;
 mod engine;
 mod fsutil;
+mod identity;
 mod jsonl;
 mod keyed;
 mod sqlite;
@@ -16,6 +17,7 @@ use serde_json::{Map, Value};
 use std::path::Path;
 use std::sync::Arc;
 
+pub use identity::{is_store_id, STORE_ID_FILE};
 pub use jsonl::{Anchor, JsonlBackend, ANCHOR_SLOT};
 pub use keyed::RolloutKey;
 pub use sqlite::SqliteBackend;
@@ -95,6 +97,13 @@ pub struct StoreOptions {
     pub tail_cache_thread_bytes: usize,
     /// Tail cache: bytes kept over all threads; beyond it the least recently used tails go.
     pub tail_cache_bytes: usize,
+    /// Open for inspection only (`rollout verify`, `graph inspect`, read-only snapshots): no
+    /// byte of the state directory is created, changed or removed — files are opened read-only,
+    /// no lock file is created (an existing one is share-locked), SQLite is opened read-only —
+    /// and what a writable open would repair (a torn tail, unauthenticated keyed events, an
+    /// unfinished `start`) is reported by `verify` as damage, with its seq and byte offset,
+    /// instead of being cut. Every write is refused. Default: false.
+    pub read_only: bool,
 }
 
 impl Default for StoreOptions {
@@ -110,6 +119,7 @@ impl Default for StoreOptions {
             tail_cache_events: 512,
             tail_cache_thread_bytes: 1 << 20,
             tail_cache_bytes: 32 << 20,
+            read_only: false,
         }
     }
 }
@@ -282,6 +292,8 @@ pub mod layout {
     pub const SQLITE_FILE: &str = super::sqlite::SQLITE_FILE;
     /// The state dir's lock file (one store per directory).
     pub const LOCK_FILE: &str = "LOCK";
+    /// The store's id (`<state>/STORE_ID`), which keyed anchors are bound to.
+    pub const STORE_ID_FILE: &str = super::identity::STORE_ID_FILE;
 
     /// A thread's JSONL log. `id` must already be a valid thread id.
     pub fn thread_log(state_dir: &Path, id: &str) -> PathBuf {
@@ -745,22 +757,69 @@ pub type SqliteRolloutStore = engine::Engine<SqliteBackend>;
 
 pub fn open_jsonl(
     state_dir: &Path,
-    options: StoreOptions,
+    mut options: StoreOptions,
 ) -> Result<JsonlRolloutStore, StoreError> {
     check_options(&options)?;
-    let (dir, lock) = fsutil::prepare_state_dir(state_dir)?;
-    let backend = JsonlBackend::open(dir, &options)?;
+    let (dir, lock) = lock_state_dir(state_dir, &options)?;
+    let found = read_store_id(&dir, &options)?;
+    let mut backend = JsonlBackend::open(dir, &options)?;
+    let store_id = settle_store_id(found, &options, backend.state_dir(), || {
+        backend.holds_keyed_threads()
+    })?;
+    options.key = options.key.map(|k| k.bound_to(store_id.as_deref()));
+    backend.bind_key(options.key.clone());
     engine::Engine::new(backend, lock, options)
 }
 
 pub fn open_sqlite(
     state_dir: &Path,
-    options: StoreOptions,
+    mut options: StoreOptions,
 ) -> Result<SqliteRolloutStore, StoreError> {
     check_options(&options)?;
-    let (dir, lock) = fsutil::prepare_state_dir(state_dir)?;
-    let backend = SqliteBackend::open(dir, &options)?;
+    let (dir, lock) = lock_state_dir(state_dir, &options)?;
+    let found = read_store_id(&dir, &options)?;
+    let mut backend = SqliteBackend::open(dir, &options)?;
+    let store_id = settle_store_id(found, &options, backend.state_dir(), || {
+        backend.holds_keyed_threads()
+    })?;
+    options.key = options.key.map(|k| k.bound_to(store_id.as_deref()));
+    backend.bind_key(options.key.clone());
     engine::Engine::new(backend, lock, options)
+}
+
+fn lock_state_dir(
+    state_dir: &Path,
+    options: &StoreOptions,
+) -> Result<(fsutil::Dir, fsutil::DirLock), StoreError> {
+    if options.read_only {
+        fsutil::open_state_dir_read_only(state_dir)
+    } else {
+        fsutil::prepare_state_dir(state_dir)
+    }
+}
+
+/// The state directory's store id, read only in keyed mode: unkeyed, nothing depends on it (a
+/// damaged file cannot stop an unkeyed store from opening).
+fn read_store_id(dir: &fsutil::Dir, options: &StoreOptions) -> Result<Option<String>, StoreError> {
+    if options.key.is_none() {
+        return Ok(None);
+    }
+    identity::read(dir)
+}
+
+/// The id keyed anchors are bound to: the directory's, or, for a keyed writable store without
+/// one that holds no keyed thread yet, a new one. A directory already holding keyed threads
+/// but no id was written before store ids and keeps none (module `identity`).
+fn settle_store_id(
+    found: Option<String>,
+    options: &StoreOptions,
+    dir: &fsutil::Dir,
+    holds_keyed_threads: impl FnOnce() -> Result<bool, StoreError>,
+) -> Result<Option<String>, StoreError> {
+    if found.is_some() || options.key.is_none() || options.read_only || holds_keyed_threads()? {
+        return Ok(found);
+    }
+    Ok(Some(identity::create(dir)?))
 }
 
 fn check_options(options: &StoreOptions) -> Result<(), StoreError> {

@@ -9,6 +9,7 @@
 
 use super::engine::{check_event, payload_range, Backend, Head, Loaded, Repair, Sealed, WriteSet};
 use super::fsutil::{Dir, Open};
+use super::jsonl::judge_store;
 use super::keyed::mac_eq;
 use super::{
     validate_thread_id, ChainCtx, Durability, RolloutKey, StoreError, StoreOptions, StoredEvent,
@@ -46,11 +47,19 @@ CREATE TABLE IF NOT EXISTS events (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS events_turn ON events (thread_id, turn_completed) WHERE turn_completed IS NOT NULL;
 CREATE INDEX IF NOT EXISTS events_key ON events (thread_id, idempotency_key) WHERE idempotency_key IS NOT NULL;
+CREATE TABLE IF NOT EXISTS store_bindings (
+  thread_id TEXT PRIMARY KEY,
+  store_id TEXT NOT NULL,
+  mac TEXT NOT NULL
+) WITHOUT ROWID;
 ";
 
 /// The SQLite backend.
 pub struct SqliteBackend {
     conn: Mutex<Connection>,
+    /// After `conn`: a read-only store's private copy of a database with a WAL to replay,
+    /// removed once the connection has closed.
+    _scratch: Option<Scratch>,
     /// After `conn`: fields drop in order, and the connection may still reach the directory
     /// through this descriptor while it closes.
     _dir: Dir,
@@ -58,6 +67,79 @@ pub struct SqliteBackend {
     durability: Durability,
     key: Option<RolloutKey>,
     accept_unanchored: bool,
+    read_only: bool,
+    /// The `threads` columns a row is read from (a database written before keyed mode has no
+    /// `mac`/`key_id`; a read-only open cannot add them).
+    row_sql: &'static str,
+    /// Whether the database has the `store_bindings` table (older ones do not).
+    has_bindings: bool,
+}
+
+/// A private directory (0700, under the system's temp dir) removed with everything in it on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> std::io::Result<Scratch> {
+        use std::os::unix::fs::DirBuilderExt;
+        let mut last = None;
+        for _ in 0..8 {
+            let mut r = [0u8; 8];
+            getrandom::fill(&mut r).map_err(|e| std::io::Error::other(e.to_string()))?;
+            let p = std::env::temp_dir().join(format!(
+                "cc-rollout-ro-{}-{}",
+                std::process::id(),
+                cc_agent_protocol::hex_lower(&r)
+            ));
+            match std::fs::DirBuilder::new().mode(0o700).create(&p) {
+                Ok(()) => return Ok(Scratch(p)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("tried at least once"))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const ROW_SQL: &str = "SELECT head_seq, head_hash, archived, format_version, compacted_through, last_compaction_seq, mac, key_id FROM threads WHERE thread_id = ?1";
+const ROW_SQL_UNKEYED: &str = "SELECT head_seq, head_hash, archived, format_version, compacted_through, last_compaction_seq, NULL, NULL FROM threads WHERE thread_id = ?1";
+
+/// A path as a `file:` URI path (RFC 3986: everything but unreserved characters and '/' escaped).
+fn uri_path(p: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for &b in p.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn table_exists(c: &Connection, name: &str) -> rusqlite::Result<bool> {
+    c.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        [name],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
+}
+
+/// An empty store (what a state directory without a database holds).
+fn empty_db(path: &Path) -> Result<Connection, StoreError> {
+    let c = Connection::open_in_memory().map_err(|e| sq(path, "open", e))?;
+    c.execute_batch(SCHEMA).map_err(|e| sq(path, "open", e))?;
+    c.execute_batch(
+        "ALTER TABLE threads ADD COLUMN mac TEXT; ALTER TABLE threads ADD COLUMN key_id TEXT;",
+    )
+    .map_err(|e| sq(path, "open", e))?;
+    Ok(c)
 }
 
 /// The `threads` row: the thread's head anchor.
@@ -89,7 +171,8 @@ fn row_body(
     )
 }
 
-fn row_mac(key: &RolloutKey, id: &str, h: &Head) -> (String, String) {
+/// (mac, key id, the row text the MAC covers) of the row recording `h`.
+fn row_mac(key: &RolloutKey, id: &str, h: &Head) -> (String, String, String) {
     let kid = key.key_id();
     let body = row_body(
         h.last_seq,
@@ -100,7 +183,7 @@ fn row_mac(key: &RolloutKey, id: &str, h: &Head) -> (String, String) {
         h.last_compaction_seq.map(|s| s as i64),
         &kid,
     );
-    (key.anchor_mac(id, &body), kid)
+    (key.anchor_mac(id, &body), kid, body)
 }
 
 fn sq(path: &Path, what: &str, e: impl std::fmt::Display) -> StoreError {
@@ -148,6 +231,9 @@ fn row_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<(StoredEvent, Option<Str
 
 impl SqliteBackend {
     pub(crate) fn open(dir: Dir, options: &StoreOptions) -> Result<Self, StoreError> {
+        if options.read_only {
+            return Self::open_read_only(dir, options);
+        }
         let path = dir.path().join(SQLITE_FILE);
         // Create it 0600 ourselves; SQLite gives its -wal and -shm files the same mode.
         dir.open_file(SQLITE_FILE, Open::CreateReadWrite)
@@ -196,12 +282,148 @@ impl SqliteBackend {
         }
         Ok(SqliteBackend {
             conn: Mutex::new(conn),
+            _scratch: None,
             _dir: dir,
             path,
             durability: options.durability,
             key: options.key.clone(),
             accept_unanchored: options.accept_unanchored,
+            read_only: false,
+            row_sql: ROW_SQL,
+            has_bindings: true,
         })
+    }
+
+    /// Opens the database without writing a byte of the state directory: no file is created
+    /// (no database: an empty store), and SQLite never writes there. A database whose WAL is
+    /// empty or absent holds everything in its main file, which is opened `immutable=1` (no
+    /// locks, no -shm, works on a read-only file system). One with a WAL to replay (a writer
+    /// crashed, or the copy was taken mid-run) is copied with its WAL into a private temporary
+    /// directory and read from there, because replaying it in place would write.
+    fn open_read_only(dir: Dir, options: &StoreOptions) -> Result<Self, StoreError> {
+        let path = dir.path().join(SQLITE_FILE);
+        let wal = format!("{SQLITE_FILE}-wal");
+        let mut scratch = None;
+        let conn = if !dir.exists(SQLITE_FILE)? {
+            empty_db(&path)?
+        } else {
+            let wal_len = match dir.open_file(&wal, Open::Read) {
+                Ok(f) => f.metadata()?.len(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+                Err(e) => return Err(sq(&path, "read the WAL of", e)),
+            };
+            if wal_len == 0 {
+                let pinned = dir
+                    .pinned_path(SQLITE_FILE)
+                    .map_err(|e| sq(&path, "open", e))?;
+                Connection::open_with_flags(
+                    format!("file:{}?mode=ro&immutable=1", uri_path(&pinned)),
+                    OpenFlags::SQLITE_OPEN_READ_ONLY
+                        | OpenFlags::SQLITE_OPEN_URI
+                        | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )
+                .map_err(|e| sq(&path, "open (read-only)", e))?
+            } else {
+                let s = Scratch::new().map_err(|e| sq(&path, "make a private copy of", e))?;
+                for name in [SQLITE_FILE, wal.as_str()] {
+                    let mut from = dir.open_file(name, Open::Read)?;
+                    let mut to = std::fs::File::create(s.0.join(name))?;
+                    std::io::copy(&mut from, &mut to)?;
+                }
+                let c = Connection::open_with_flags(
+                    s.0.join(SQLITE_FILE),
+                    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )
+                .map_err(|e| sq(&path, "open a private copy of", e))?;
+                scratch = Some(s);
+                c
+            }
+        };
+        let initialised = table_exists(&conn, "threads").map_err(|e| sq(&path, "read", e))?
+            && table_exists(&conn, "events").map_err(|e| sq(&path, "read", e))?;
+        // Never initialised (an empty file): an empty store.
+        let conn = if initialised { conn } else { empty_db(&path)? };
+        let has_mac: bool = conn
+            .query_row(
+                "SELECT count(*) FROM pragma_table_info('threads') WHERE name = 'mac'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(|e| sq(&path, "read", e))?
+            > 0;
+        let has_bindings =
+            table_exists(&conn, "store_bindings").map_err(|e| sq(&path, "read", e))?;
+        conn.execute_batch("PRAGMA query_only=1")
+            .map_err(|e| sq(&path, "open (read-only)", e))?;
+        Ok(SqliteBackend {
+            conn: Mutex::new(conn),
+            _scratch: scratch,
+            _dir: dir,
+            path,
+            durability: options.durability,
+            key: options.key.clone(),
+            accept_unanchored: options.accept_unanchored,
+            read_only: true,
+            row_sql: if has_mac { ROW_SQL } else { ROW_SQL_UNKEYED },
+            has_bindings,
+        })
+    }
+
+    /// The state directory (where the store id lives).
+    pub(crate) fn state_dir(&self) -> &Dir {
+        &self._dir
+    }
+
+    /// Whether any thread has a keyed row (one carrying a MAC).
+    pub(crate) fn holds_keyed_threads(&self) -> Result<bool, StoreError> {
+        Ok(self.conn().query_row(
+            "SELECT EXISTS(SELECT 1 FROM threads WHERE mac IS NOT NULL)",
+            [],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// The key, bound to the store's id once that is settled (`open_sqlite`).
+    pub(crate) fn bind_key(&mut self, key: Option<RolloutKey>) {
+        self.key = key;
+    }
+
+    /// The thread's store binding (store id, MAC), if it has one.
+    fn binding(&self, c: &Connection, id: &str) -> Result<Option<(String, String)>, StoreError> {
+        if !self.has_bindings {
+            return Ok(None);
+        }
+        Ok(c.query_row(
+            "SELECT store_id, mac FROM store_bindings WHERE thread_id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?)
+    }
+
+    /// Judges the binding of a row whose own MAC verified under `key` (`body` is what that MAC
+    /// covers): as `jsonl::judge_store`, plus a refusal for a binding whose MAC fails.
+    fn judge_binding(
+        &self,
+        c: &Connection,
+        id: &str,
+        key: &RolloutKey,
+        body: &str,
+    ) -> Result<Result<Option<String>, String>, StoreError> {
+        let bound = self.binding(c, id)?;
+        if let Some((store, mac)) = &bound {
+            if !mac_eq(mac, &key.store_binding_mac(id, store, body)) {
+                return Ok(Err(
+                    "the thread's store binding (store_bindings row) does not verify under the rollout key: it was forged, or the thread row was rewritten"
+                        .into(),
+                ));
+            }
+        }
+        Ok(judge_store(
+            bound.as_ref().map(|(s, _)| s.as_str()),
+            key.store_id(),
+            "the thread row",
+        ))
     }
 
     fn ctx<'a>(&'a self, id: &'a str) -> ChainCtx<'a> {
@@ -282,7 +504,7 @@ impl Backend for SqliteBackend {
     fn load(&self, id: &str) -> Result<Option<Loaded<()>>, StoreError> {
         let ctx = self.ctx(id);
         let c = self.conn();
-        let row = Self::row(&c, id)?;
+        let row = self.row(&c, id)?;
         let mismatch = |reason: String| StoreError::AnchorMismatch {
             thread_id: id.to_string(),
             reason,
@@ -317,13 +539,15 @@ impl Backend for SqliteBackend {
             let w = format!(
                 "the thread row (head anchor) was missing; accepted (accept_unanchored): seqs 1..={m} were checked as a chain, but nothing vouches that seq {m} is the last one acknowledged"
             );
-            Self::put_row(&c, id, &head, self.key.as_ref())?;
-            warnings.push(w.clone());
-            repairs.push(Repair {
-                reason: w,
-                truncated_bytes: 0,
-                broken_file: None,
-            });
+            if !self.read_only {
+                Self::put_row(&c, id, &head, self.key.as_ref())?;
+                repairs.push(Repair {
+                    reason: w.clone(),
+                    truncated_bytes: 0,
+                    broken_file: None,
+                });
+            }
+            warnings.push(w);
             return Ok(Some(Loaded {
                 head,
                 tx: (),
@@ -332,10 +556,12 @@ impl Backend for SqliteBackend {
                 warnings,
                 read_only,
                 header_line: None,
+                damage: None,
             }));
         };
         let seq = row.seq;
-        let mut adopt = false;
+        // Adopted under the key (accept_unanchored): what is being vouched for, for the record.
+        let mut adopt: Option<String> = None;
         match (&self.key, &row.mac) {
             (Some(key), Some(mac)) => {
                 let kid = row.key_id.as_deref().unwrap_or("");
@@ -359,8 +585,26 @@ impl Backend for SqliteBackend {
                             .into(),
                     ));
                 }
+                match self.judge_binding(&c, id, key, &body)? {
+                    Err(why) => return Err(mismatch(why)),
+                    Ok(Some(why)) if self.accept_unanchored => {
+                        adopt = Some(format!(
+                            "{why}; adopted into this store (accept_unanchored): seqs 1..={seq} were not bound to it when written"
+                        ))
+                    }
+                    Ok(Some(why)) => {
+                        return Err(mismatch(format!(
+                            "{why}; if it belongs here, open with accept_unanchored (--accept-unanchored) to adopt it into this store"
+                        )))
+                    }
+                    Ok(None) => {}
+                }
             }
-            (Some(_), None) if self.accept_unanchored => adopt = true,
+            (Some(_), None) if self.accept_unanchored => {
+                adopt = Some(format!(
+                    "the thread row carried no MAC (written without the rollout key); adopted under the key (accept_unanchored): seqs 1..={seq} were not authenticated when written"
+                ))
+            }
             (Some(_), None) => {
                 return Err(mismatch(
                     "the thread row carries no MAC: the thread was written without the rollout key, or the MAC was removed; open with accept_unanchored (--accept-unanchored) to adopt it under this key"
@@ -406,19 +650,18 @@ impl Backend for SqliteBackend {
         head.format_version = row.format as u16;
         head.compacted_through = row.compacted_through;
         head.last_compaction_seq = row.last_compaction_seq.map(|s| s as u64);
-        if adopt {
+        if let Some(w) = adopt {
             // Check what is being adopted before the key vouches for it.
             Self::range(&c, ctx, 1, seq)?;
-            Self::put_row(&c, id, &head, self.key.as_ref())?;
-            let w = format!(
-                "the thread row carried no MAC (written without the rollout key); adopted under the key (accept_unanchored): seqs 1..={seq} were not authenticated when written"
-            );
-            warnings.push(w.clone());
-            repairs.push(Repair {
-                reason: w,
-                truncated_bytes: 0,
-                broken_file: None,
-            });
+            if !self.read_only {
+                Self::put_row(&c, id, &head, self.key.as_ref())?;
+                repairs.push(Repair {
+                    reason: w.clone(),
+                    truncated_bytes: 0,
+                    broken_file: None,
+                });
+            }
+            warnings.push(w);
         }
         Ok(Some(Loaded {
             head,
@@ -428,11 +671,22 @@ impl Backend for SqliteBackend {
             warnings,
             read_only,
             header_line: Some(Sealed::from_event(header).line),
+            damage: None,
         }))
     }
 
     fn write(&self, sets: &mut [WriteSet<'_, ()>], durable: bool) -> Vec<Result<(), StoreError>> {
         let _ = durable; // synchronous=FULL (Sync) or NORMAL (Buffered) decides, set at open.
+        if self.read_only {
+            return sets
+                .iter()
+                .map(|_| {
+                    Err(StoreError::InvalidArgument(
+                        "the rollout store was opened read-only".into(),
+                    ))
+                })
+                .collect();
+        }
         let mut c = self.conn();
         let res = (|| -> Result<(), StoreError> {
             let tx = c.transaction()?;
@@ -501,7 +755,7 @@ impl Backend for SqliteBackend {
     }
 
     fn sync(&self) -> Result<(), StoreError> {
-        if self.durability != Durability::Sync {
+        if self.durability != Durability::Sync && !self.read_only {
             // With synchronous=NORMAL a WAL commit is not fsynced; a full checkpoint is.
             self.conn()
                 .query_row("PRAGMA wal_checkpoint(FULL)", [], |_| Ok(()))?;
@@ -585,7 +839,7 @@ impl Backend for SqliteBackend {
     fn peek(&self, id: &str) -> Result<Option<Head>, StoreError> {
         // Opening writes only when a row is missing or adopted under a key; leave those to a
         // full load.
-        let row = Self::row(&self.conn(), id)?;
+        let row = self.row(&self.conn(), id)?;
         match (&row, &self.key) {
             (None, _) => return Ok(None),
             (Some(r), Some(_)) if r.mac.is_none() => return Ok(None),
@@ -702,7 +956,7 @@ impl Backend for SqliteBackend {
             report.events += 1;
             seq += 1;
         }
-        let row = Self::row(&c, id)?;
+        let row = self.row(&c, id)?;
         if report.events != written.0 || prev != written.1 {
             report.first_bad_seq = Some(report.events.min(written.0) + 1);
             report.reason = Some(format!(
@@ -712,7 +966,10 @@ impl Backend for SqliteBackend {
             return Ok(report);
         }
         let Some(row) = row else {
-            report.reason = Some("the threads row (head anchor) is missing".into());
+            if !(self.read_only && self.accept_unanchored) {
+                report.reason = Some("the threads row (head anchor) is missing".into());
+            }
+            // Accepted, read-only: the load's warning says what nothing vouches for.
             return Ok(report);
         };
         if (row.seq, row.hash.as_str()) != (written.0, written.1) {
@@ -749,9 +1006,15 @@ impl Backend for SqliteBackend {
                     report.reason =
                         Some("the threads row's MAC does not verify under the rollout key".into());
                 } else {
-                    report.authenticated_through = Some(row.seq.max(sealed));
+                    match self.judge_binding(&c, id, key, &body)? {
+                        Err(why) => report.reason = Some(why),
+                        Ok(Some(_)) if self.accept_unanchored => {}
+                        Ok(Some(why)) => report.reason = Some(why),
+                        Ok(None) => report.authenticated_through = Some(row.seq.max(sealed)),
+                    }
                 }
             }
+            (Some(_), None) if self.read_only && self.accept_unanchored => {}
             (Some(_), None) => {
                 report.reason =
                     Some("the threads row carries no MAC although the store is keyed".into())
@@ -815,23 +1078,19 @@ impl Backend for SqliteBackend {
 }
 
 impl SqliteBackend {
-    fn row(c: &Connection, id: &str) -> Result<Option<Row>, StoreError> {
-        Ok(c.query_row(
-            "SELECT head_seq, head_hash, archived, format_version, compacted_through, last_compaction_seq, mac, key_id FROM threads WHERE thread_id = ?1",
-            [id],
-            |r| {
-                Ok(Row {
-                    seq: r.get::<_, i64>(0)? as u64,
-                    hash: r.get(1)?,
-                    archived: r.get(2)?,
-                    format: r.get(3)?,
-                    compacted_through: r.get::<_, i64>(4)? as u64,
-                    last_compaction_seq: r.get(5)?,
-                    mac: r.get(6)?,
-                    key_id: r.get(7)?,
-                })
-            },
-        )
+    fn row(&self, c: &Connection, id: &str) -> Result<Option<Row>, StoreError> {
+        Ok(c.query_row(self.row_sql, [id], |r| {
+            Ok(Row {
+                seq: r.get::<_, i64>(0)? as u64,
+                hash: r.get(1)?,
+                archived: r.get(2)?,
+                format: r.get(3)?,
+                compacted_through: r.get::<_, i64>(4)? as u64,
+                last_compaction_seq: r.get(5)?,
+                mac: r.get(6)?,
+                key_id: r.get(7)?,
+            })
+        })
         .optional()?)
     }
 
@@ -843,7 +1102,13 @@ impl SqliteBackend {
     ) -> Result<(), StoreError> {
         let (mac, kid) = match key {
             Some(k) => {
-                let (m, kid) = row_mac(k, id, h);
+                let (m, kid, body) = row_mac(k, id, h);
+                if let Some(store) = k.store_id() {
+                    c.execute(
+                        "INSERT OR REPLACE INTO store_bindings (thread_id, store_id, mac) VALUES (?1, ?2, ?3)",
+                        params![id, store, k.store_binding_mac(id, store, &body)],
+                    )?;
+                }
                 (Some(m), Some(kid))
             }
             None => (None, None),
