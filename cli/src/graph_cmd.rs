@@ -696,7 +696,13 @@ fn open(state: &StateArgs) -> Result<Arc<dyn RolloutStore>, String> {
         }
         None => StoreKind::Jsonl,
     };
-    open_runs(kind, &state.state_dir, StoreOptions::default())
+    // Read-only: listing and inspecting change no byte of the state directory (they work on
+    // read-only snapshots, and report what a server would repair as damage).
+    let options = StoreOptions {
+        read_only: true,
+        ..StoreOptions::default()
+    };
+    open_runs(kind, &state.state_dir, options)
         .map_err(|e| format!("cannot open the graph runs in {}: {e}", dir.display()))
 }
 
@@ -732,39 +738,10 @@ fn status_of(v: impl serde::Serialize) -> String {
         .unwrap_or_default()
 }
 
-/// The run store opened for inspection only (`StoreOptions::read_only`): no byte of the state
-/// directory changes (read-only mounts work), and what a writable open would repair is reported
-/// as damage.
-fn open_for_inspection(state: &StateArgs) -> Result<Arc<dyn RolloutStore>, String> {
-    let dir = state.state_dir.join(RUNS_DIR);
-    if !dir.is_dir() {
-        return Err(format!(
-            "no graph runs in {}; pass the --state-dir a server ran graphs in",
-            state.state_dir.display()
-        ));
-    }
-    let kind = match state.store {
-        Some(StoreArg::Jsonl) => StoreKind::Jsonl,
-        Some(StoreArg::Sqlite) => StoreKind::Sqlite,
-        None if !dir.join(layout::THREADS_DIR).exists()
-            && dir.join(layout::SQLITE_FILE).exists() =>
-        {
-            StoreKind::Sqlite
-        }
-        None => StoreKind::Jsonl,
-    };
-    let options = StoreOptions {
-        read_only: true,
-        ..StoreOptions::default()
-    };
-    cc_app_server::rollout::open_store(kind, &dir, options)
-        .map_err(|e| format!("cannot open the graph runs in {}: {e}", dir.display()))
-}
-
 /// Exit codes: 0 the run's log verifies and reduces without anomalies, 1 the log is damaged (its
 /// first bad seq named) or the reduction met anomalies, 2 no such run / nothing to open.
 pub fn inspect(args: InspectArgs) -> u8 {
-    let store = match open_for_inspection(&args.state) {
+    let store = match open(&args.state) {
         Ok(s) => s,
         Err(e) => return fail(e, 2),
     };
