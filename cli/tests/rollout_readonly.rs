@@ -3,63 +3,19 @@
 //! went in, report damage with its seq and exit 1, and work on a read-only file system.
 
 mod common;
+#[path = "../../core/tests/readonly_support/mod.rs"]
+mod readonly_support;
 
 use common::*;
+use readonly_support::*;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-/// Every entry under `root` with its mode, size, mtime and ctime (to the nanosecond) and a
-/// file's content hash.
-fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
-    fn walk(root: &Path, p: &Path, out: &mut BTreeMap<PathBuf, String>) {
-        let m = fs::symlink_metadata(p).unwrap();
-        let content = if m.is_file() {
-            cc_agent_protocol::sha256_hex(&fs::read(p).unwrap())
-        } else {
-            String::new()
-        };
-        out.insert(
-            p.strip_prefix(root).unwrap().to_path_buf(),
-            format!(
-                "mode={:o} size={} mtime={}.{} ctime={}.{} {content}",
-                m.mode(),
-                m.size(),
-                m.mtime(),
-                m.mtime_nsec(),
-                m.ctime(),
-                m.ctime_nsec()
-            ),
-        );
-        if m.is_dir() {
-            for e in fs::read_dir(p).unwrap() {
-                walk(root, &e.unwrap().path(), out);
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(root, root, &mut out);
-    out
-}
-
-fn assert_unchanged(before: &BTreeMap<PathBuf, String>, dir: &Path, what: &str) {
-    let after = snapshot(dir);
-    assert_eq!(
-        before.keys().collect::<Vec<_>>(),
-        after.keys().collect::<Vec<_>>(),
-        "{what}: entries appeared or disappeared"
-    );
-    for (p, v) in &after {
-        assert_eq!(&before[p], v, "{what}: {} changed", p.display());
-    }
 }
 
 /// A state directory a server wrote: thread alpha with one turn, thread beta.
@@ -224,56 +180,6 @@ fn graph_inspect_reports_a_bad_last_line_and_changes_nothing() {
     assert_unchanged(&before, &state, "graph inspect, damaged middle");
 }
 
-/// A read-only bind mount, unmounted on drop (None when mounting is denied; as root, the user
-/// here and in CI, it is the only thing that makes writes fail).
-struct ReadOnlyMount(PathBuf);
-
-impl ReadOnlyMount {
-    fn new(src: &Path, target: &Path) -> Option<ReadOnlyMount> {
-        fs::create_dir_all(target).unwrap();
-        let mount = |args: &[&str]| {
-            Command::new("mount")
-                .args(args)
-                .output()
-                .map(|o| {
-                    (
-                        o.status.success(),
-                        String::from_utf8_lossy(&o.stderr).into_owned(),
-                    )
-                })
-                .unwrap_or((false, "mount is not installed".into()))
-        };
-        let (ok, why) = mount(&["--bind", s(src), s(target)]);
-        if !ok {
-            // A machine that denies root mounting: the caller falls back to removing write
-            // permission, which root ignores, so only "nothing changed" is proven there.
-            eprintln!("no read-only bind mount: {why}");
-            return None;
-        }
-        let m = ReadOnlyMount(target.to_path_buf());
-        let (ok, why) = mount(&["-o", "remount,bind,ro", s(target)]);
-        assert!(ok, "{why}");
-        Some(m)
-    }
-}
-
-impl Drop for ReadOnlyMount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
-fn chmod_read_only(p: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let m = fs::symlink_metadata(p).unwrap();
-    if m.is_dir() {
-        for e in fs::read_dir(p).unwrap() {
-            chmod_read_only(&e.unwrap().path());
-        }
-    }
-    fs::set_permissions(p, fs::Permissions::from_mode(m.mode() & 0o555)).unwrap();
-}
-
 #[test]
 fn the_tools_work_on_a_read_only_file_system() {
     for store in ["jsonl", "sqlite"] {
@@ -314,8 +220,7 @@ fn the_tools_work_on_a_read_only_file_system() {
         assert!(out.contains("chain intact"), "{out}");
         assert_unchanged(&before, &state, store);
         // Writing is what fails, and says so (root ignores the fallback's permission bits).
-        // SAFETY: geteuid has no preconditions.
-        if mount.is_some() || unsafe { libc::geteuid() } != 0 {
+        if writes_fail(&mount) {
             let (rc, _, err) = run(&["rollout", "verify", "--repair", "--state-dir", a]);
             assert_eq!(rc, 2, "{err}");
             assert!(err.contains("cannot open"), "{err}");

@@ -3,64 +3,16 @@
 //! after), reports what a writable open would repair as damage with its seq and byte offset,
 //! refuses every write, and works on a real read-only file system (a read-only bind mount).
 
+#[path = "readonly_support/mod.rs"]
+mod readonly_support;
 mod rollout_util;
 
 use cc_app_server::rollout::*;
+use readonly_support::*;
 use rollout_util::*;
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::fs;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-
-/// Every entry under `root` (the root included, symlinks not followed): its type, mode, owner,
-/// size, mtime and ctime to the nanosecond, and a file's SHA-256.
-fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
-    fn walk(root: &Path, p: &Path, out: &mut BTreeMap<PathBuf, String>) {
-        let m = fs::symlink_metadata(p).unwrap();
-        let content = if m.is_file() {
-            cc_agent_protocol::sha256_hex(&fs::read(p).unwrap())
-        } else {
-            String::new()
-        };
-        out.insert(
-            p.strip_prefix(root).unwrap().to_path_buf(),
-            format!(
-                "mode={:o} uid={} size={} mtime={}.{} ctime={}.{} {content}",
-                m.mode(),
-                m.uid(),
-                m.size(),
-                m.mtime(),
-                m.mtime_nsec(),
-                m.ctime(),
-                m.ctime_nsec()
-            ),
-        );
-        if m.is_dir() {
-            for e in fs::read_dir(p).unwrap() {
-                walk(root, &e.unwrap().path(), out);
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(root, root, &mut out);
-    out
-}
-
-fn assert_unchanged(before: &BTreeMap<PathBuf, String>, dir: &Path, what: &str) {
-    let after = snapshot(dir);
-    for (p, v) in &after {
-        assert_eq!(
-            before.get(p),
-            Some(v),
-            "{what}: {} changed or appeared",
-            p.display()
-        );
-    }
-    for p in before.keys() {
-        assert!(after.contains_key(p), "{what}: {} disappeared", p.display());
-    }
-}
 
 fn read_only(keyed: bool) -> StoreOptions {
     StoreOptions {
@@ -303,67 +255,6 @@ fn readers_share_the_directory_and_exclude_writers() {
     }
 }
 
-/// A read-only bind mount of a directory, unmounted on drop.
-struct ReadOnlyMount {
-    target: PathBuf,
-}
-
-impl ReadOnlyMount {
-    /// Mounts `src` read-only at `target`. As root (here and in CI) a real read-only mount is
-    /// the only thing that makes writes fail; where mounting is denied, `None`, and the caller
-    /// removes write permission instead (which makes writes fail for other users only).
-    fn new(src: &Path, target: &Path) -> Option<ReadOnlyMount> {
-        fs::create_dir_all(target).unwrap();
-        let run = |args: &[&str]| {
-            std::process::Command::new("mount")
-                .args(args)
-                .output()
-                .map(|o| {
-                    (
-                        o.status.success(),
-                        String::from_utf8_lossy(&o.stderr).into_owned(),
-                    )
-                })
-                .unwrap_or((false, "mount is not installed".into()))
-        };
-        let (s, t) = (src.to_str().unwrap(), target.to_str().unwrap());
-        let (ok, why) = run(&["--bind", s, t]);
-        let root = unsafe { libc::geteuid() } == 0;
-        if !ok {
-            // A machine that denies root mounting: the caller falls back to removing write
-            // permission, which root ignores, so only "nothing changed" is proven there.
-            eprintln!("no read-only bind mount (root: {root}): {why}");
-            return None;
-        }
-        let m = ReadOnlyMount {
-            target: target.to_path_buf(),
-        };
-        let (ok, why) = run(&["-o", "remount,bind,ro", t]);
-        assert!(ok, "remount read-only: {why}");
-        Some(m)
-    }
-}
-
-impl Drop for ReadOnlyMount {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg(&self.target)
-            .status();
-    }
-}
-
-/// Removes write permission from every entry (what a non-root test can do).
-fn chmod_read_only(p: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let m = fs::symlink_metadata(p).unwrap();
-    if m.is_dir() {
-        for e in fs::read_dir(p).unwrap() {
-            chmod_read_only(&e.unwrap().path());
-        }
-    }
-    fs::set_permissions(p, fs::Permissions::from_mode(m.mode() & 0o555)).unwrap();
-}
-
 #[test]
 fn both_stores_verify_on_a_read_only_file_system() {
     for kind in kinds() {
@@ -398,8 +289,7 @@ fn both_stores_verify_on_a_read_only_file_system() {
             }
             // A writable open is refused by the file system, not half done (root ignores the
             // permission bits of the fallback).
-            // SAFETY: geteuid has no preconditions.
-            if mount.is_some() || unsafe { libc::geteuid() } != 0 {
+            if writes_fail(&mount) {
                 assert!(open(kind, &at, keyed).is_err());
             }
             assert_unchanged(&before, &dir, "read-only mount");

@@ -1047,15 +1047,13 @@ impl Backend for JsonlBackend {
                 (header_len, header.clone(), false)
             }
             AnchorChoice::Unanchored { why } if self.accept_unanchored => {
-                let w = format!(
-                    "{why}; accepted (accept_unanchored): the chain was checked from seq 1, but nothing vouches that its last event is the last one acknowledged"
+                adopted(
+                    format!(
+                        "{why}; accepted (accept_unanchored): the chain was checked from seq 1, but nothing vouches that its last event is the last one acknowledged"
+                    ),
+                    &mut warnings,
+                    &mut repairs,
                 );
-                warnings.push(w.clone());
-                repairs.push(Repair {
-                    reason: w,
-                    truncated_bytes: 0,
-                    broken_file: None,
-                });
                 rebuild_anchor = true;
                 (header_len, header.clone(), false)
             }
@@ -1065,16 +1063,14 @@ impl Backend for JsonlBackend {
                 )));
             }
             AnchorChoice::Unkeyed { anchor } if self.accept_unanchored => {
-                let w = format!(
-                    "the head anchor carried no MAC (written without the rollout key); adopted under the key (accept_unanchored): seqs up to {} were not authenticated when written",
-                    anchor.seq.max(1)
+                adopted(
+                    format!(
+                        "the head anchor carried no MAC (written without the rollout key); adopted under the key (accept_unanchored): seqs up to {} were not authenticated when written",
+                        anchor.seq.max(1)
+                    ),
+                    &mut warnings,
+                    &mut repairs,
                 );
-                warnings.push(w.clone());
-                repairs.push(Repair {
-                    reason: w,
-                    truncated_bytes: 0,
-                    broken_file: None,
-                });
                 anchor_gen = anchor.gen;
                 (header_len, header.clone(), false)
             }
@@ -1085,16 +1081,14 @@ impl Backend for JsonlBackend {
                 ));
             }
             AnchorChoice::Unbound { anchor, why } if self.accept_unanchored => {
-                let w = format!(
-                    "{why}; adopted into this store (accept_unanchored): seqs up to {} were not bound to it when written",
-                    anchor.seq.max(1)
+                adopted(
+                    format!(
+                        "{why}; adopted into this store (accept_unanchored): seqs up to {} were not bound to it when written",
+                        anchor.seq.max(1)
+                    ),
+                    &mut warnings,
+                    &mut repairs,
                 );
-                warnings.push(w.clone());
-                repairs.push(Repair {
-                    reason: w,
-                    truncated_bytes: 0,
-                    broken_file: None,
-                });
                 anchor_gen = anchor.gen;
                 (header_len, header.clone(), false)
             }
@@ -1119,12 +1113,7 @@ impl Backend for JsonlBackend {
             let w = fb
                 .judge(prev.seq + tail.count, self.accept_unanchored)
                 .map_err(mismatch)?;
-            warnings.push(w.clone());
-            repairs.push(Repair {
-                reason: w,
-                truncated_bytes: 0,
-                broken_file: None,
-            });
+            adopted(w, &mut warnings, &mut repairs);
         }
         let writable = read_only.is_none();
         let mut committed = tail.end;
@@ -1271,14 +1260,7 @@ impl Backend for JsonlBackend {
         durable: bool,
     ) -> Vec<Result<(), StoreError>> {
         if self.read_only {
-            return sets
-                .iter()
-                .map(|_| {
-                    Err(StoreError::InvalidArgument(
-                        "the rollout store was opened read-only".into(),
-                    ))
-                })
-                .collect();
+            return super::refuse_read_only(sets);
         }
         let mut created = false;
         let out: Vec<Result<(), StoreError>> = sets
@@ -2015,6 +1997,16 @@ impl JsonlBackend {
         serde_json::from_slice(&buf[..buf.len() - 1])
             .map_err(|e| StoreError::Io(io_other(e.to_string())))
     }
+}
+
+/// A thread adopted as it is under accept_unanchored: warned about and recorded as a repair.
+fn adopted(warning: String, warnings: &mut Vec<String>, repairs: &mut Vec<Repair>) {
+    warnings.push(warning.clone());
+    repairs.push(Repair {
+        reason: warning,
+        truncated_bytes: 0,
+        broken_file: None,
+    });
 }
 
 #[cfg(test)]

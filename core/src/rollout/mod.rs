@@ -739,6 +739,17 @@ pub enum StoreKind {
 }
 
 /// Opens (creating if needed) a store in `state_dir`.
+/// What a read-only store answers every write set with.
+pub(crate) fn refuse_read_only<T>(sets: &[T]) -> Vec<Result<(), StoreError>> {
+    sets.iter()
+        .map(|_| {
+            Err(StoreError::InvalidArgument(
+                "the rollout store was opened read-only".into(),
+            ))
+        })
+        .collect()
+}
+
 pub fn open_store(
     kind: StoreKind,
     state_dir: &Path,

@@ -539,15 +539,7 @@ impl Backend for SqliteBackend {
             let w = format!(
                 "the thread row (head anchor) was missing; accepted (accept_unanchored): seqs 1..={m} were checked as a chain, but nothing vouches that seq {m} is the last one acknowledged"
             );
-            if !self.read_only {
-                Self::put_row(&c, id, &head, self.key.as_ref())?;
-                repairs.push(Repair {
-                    reason: w.clone(),
-                    truncated_bytes: 0,
-                    broken_file: None,
-                });
-            }
-            warnings.push(w);
+            self.adopt(&c, id, &head, w, &mut warnings, &mut repairs)?;
             return Ok(Some(Loaded {
                 head,
                 tx: (),
@@ -653,15 +645,7 @@ impl Backend for SqliteBackend {
         if let Some(w) = adopt {
             // Check what is being adopted before the key vouches for it.
             Self::range(&c, ctx, 1, seq)?;
-            if !self.read_only {
-                Self::put_row(&c, id, &head, self.key.as_ref())?;
-                repairs.push(Repair {
-                    reason: w.clone(),
-                    truncated_bytes: 0,
-                    broken_file: None,
-                });
-            }
-            warnings.push(w);
+            self.adopt(&c, id, &head, w, &mut warnings, &mut repairs)?;
         }
         Ok(Some(Loaded {
             head,
@@ -678,14 +662,7 @@ impl Backend for SqliteBackend {
     fn write(&self, sets: &mut [WriteSet<'_, ()>], durable: bool) -> Vec<Result<(), StoreError>> {
         let _ = durable; // synchronous=FULL (Sync) or NORMAL (Buffered) decides, set at open.
         if self.read_only {
-            return sets
-                .iter()
-                .map(|_| {
-                    Err(StoreError::InvalidArgument(
-                        "the rollout store was opened read-only".into(),
-                    ))
-                })
-                .collect();
+            return super::refuse_read_only(sets);
         }
         let mut c = self.conn();
         let res = (|| -> Result<(), StoreError> {
@@ -1142,5 +1119,28 @@ impl SqliteBackend {
             params![id, ZERO_HASH],
         )?;
         Self::update_row(c, id, h, key)
+    }
+
+    /// Adopts a thread under accept_unanchored: the row written and the repair recorded when
+    /// the store may write; the warning either way (a read-only store reports, never repairs).
+    fn adopt(
+        &self,
+        c: &Connection,
+        id: &str,
+        h: &Head,
+        warning: String,
+        warnings: &mut Vec<String>,
+        repairs: &mut Vec<Repair>,
+    ) -> Result<(), StoreError> {
+        if !self.read_only {
+            Self::put_row(c, id, h, self.key.as_ref())?;
+            repairs.push(Repair {
+                reason: warning.clone(),
+                truncated_bytes: 0,
+                broken_file: None,
+            });
+        }
+        warnings.push(warning);
+        Ok(())
     }
 }
