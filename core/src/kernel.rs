@@ -144,3 +144,36 @@ impl ToolExecutor for EchoToolExecutor {
         })
     }
 }
+
+thread_local! {
+    /// What a `summarize` on this thread may ask to know whether to give up.
+    static SUMMARY_CANCEL: std::cell::RefCell<Option<Box<dyn Fn() -> bool>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Whether the `thread/compact` this thread is writing a summary for was given up (the server
+/// is shutting down or the asking connection closed). `AgentKernel::summarize` has no cancel
+/// flag of its own: a kernel whose summary call may take long polls this and returns
+/// `KernelError::Cancelled` (the OpenAI-compatible kernel does, every 5 ms, and closes the
+/// model's connection). False outside a compaction.
+pub fn summary_cancelled() -> bool {
+    SUMMARY_CANCEL.with(|c| c.borrow().as_ref().is_some_and(|f| f()))
+}
+
+/// Runs `f` (a call into `AgentKernel::summarize`) with `cancelled` answering
+/// `summary_cancelled` on this thread meanwhile.
+pub(crate) fn with_summary_cancel<R>(
+    cancelled: impl Fn() -> bool + 'static,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Reset(Option<Box<dyn Fn() -> bool>>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            SUMMARY_CANCEL.with(|c| *c.borrow_mut() = previous);
+        }
+    }
+    let previous = SUMMARY_CANCEL.with(|c| c.borrow_mut().replace(Box::new(cancelled)));
+    let _reset = Reset(previous);
+    f()
+}

@@ -130,16 +130,8 @@ fn summarize(
 ) -> Result<Option<String>, crate::kernel::KernelError> {
     let options = lock(&thread.data).agent_options.clone();
     let call = || inner.config.kernel.summarize(&thread.id, &options, history);
-    #[cfg(feature = "openai")]
-    {
-        let (inner, conn) = (Arc::clone(inner), Arc::clone(conn));
-        crate::openai::with_summary_cancel(move || interrupted(&inner, &conn).is_some(), call)
-    }
-    #[cfg(not(feature = "openai"))]
-    {
-        let _ = conn;
-        call()
-    }
+    let (inner, conn) = (Arc::clone(inner), Arc::clone(conn));
+    crate::kernel::with_summary_cancel(move || interrupted(&inner, &conn).is_some(), call)
 }
 
 fn stopped(why: &str) -> RpcError {

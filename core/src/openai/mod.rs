@@ -986,7 +986,7 @@ impl AgentKernel for OpenAiCompatibleKernel {
         let mut text = String::new();
         loop {
             // Dropping `_abort` on the way out closes the model's connection.
-            if summary_cancelled() {
+            if crate::kernel::summary_cancelled() {
                 return Err(KernelError::Cancelled);
             }
             let event = self
@@ -1017,36 +1017,6 @@ impl AgentKernel for OpenAiCompatibleKernel {
             }
         }
     }
-}
-
-thread_local! {
-    /// What `summarize` on this thread asks, every `POLL`, to know whether to give up.
-    static SUMMARY_CANCEL: std::cell::RefCell<Option<Box<dyn Fn() -> bool>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-fn summary_cancelled() -> bool {
-    SUMMARY_CANCEL.with(|c| c.borrow().as_ref().is_some_and(|f| f()))
-}
-
-/// Runs `f` (a call into `AgentKernel::summarize`) with `cancelled` watched by this kernel's
-/// summary call on the same thread: once it says true the call returns `Cancelled` and the
-/// model's connection is closed. The engine's `thread/compact` passes "the server is shutting
-/// down or the asking connection closed"; the trait's `summarize` has no cancel flag of its own.
-pub(crate) fn with_summary_cancel<R>(
-    cancelled: impl Fn() -> bool + 'static,
-    f: impl FnOnce() -> R,
-) -> R {
-    struct Reset(Option<Box<dyn Fn() -> bool>>);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            let previous = self.0.take();
-            SUMMARY_CANCEL.with(|c| *c.borrow_mut() = previous);
-        }
-    }
-    let previous = SUMMARY_CANCEL.with(|c| c.borrow_mut().replace(Box::new(cancelled)));
-    let _reset = Reset(previous);
-    f()
 }
 
 #[cfg(test)]
