@@ -10,38 +10,9 @@ use cc_app_server::rollout::layout;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-/// Lowers the soft file-size limit; the hard limit stays, so the test can raise it back.
-struct FileSizeLimit(libc::rlimit);
-
-impl FileSizeLimit {
-    fn set(bytes: u64) -> FileSizeLimit {
-        // SAFETY: plain getrlimit/setrlimit/signal calls on this process.
-        unsafe {
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            let mut old: libc::rlimit = std::mem::zeroed();
-            assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &mut old), 0);
-            let new = libc::rlimit {
-                rlim_cur: bytes,
-                rlim_max: old.rlim_max,
-            };
-            assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &new), 0);
-            FileSizeLimit(old)
-        }
-    }
-
-    fn lift(&self) {
-        // SAFETY: restores the limits read in `set`.
-        unsafe {
-            assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &self.0), 0);
-        }
-    }
-}
-
-impl Drop for FileSizeLimit {
-    fn drop(&mut self) {
-        self.lift();
-    }
-}
+#[path = "fsize_support/mod.rs"]
+mod fsize_support;
+use fsize_support::FileSizeLimit;
 
 fn recv(conn: &cc_app_server::engine::Connection) -> Value {
     let text = conn.recv(Some(Duration::from_secs(20))).expect("a message");

@@ -12,34 +12,9 @@ use serde_json::json;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
-/// Lowers the soft file-size limit; the hard limit stays, so it can be raised back.
-struct FileSizeLimit(libc::rlimit);
-
-impl FileSizeLimit {
-    fn set(bytes: u64) -> FileSizeLimit {
-        // SAFETY: plain getrlimit/setrlimit/signal calls on this process.
-        unsafe {
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            let mut old: libc::rlimit = std::mem::zeroed();
-            assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &mut old), 0);
-            let new = libc::rlimit {
-                rlim_cur: bytes,
-                rlim_max: old.rlim_max,
-            };
-            assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &new), 0);
-            FileSizeLimit(old)
-        }
-    }
-}
-
-impl Drop for FileSizeLimit {
-    fn drop(&mut self) {
-        // SAFETY: restores the limits read in `set`.
-        unsafe {
-            assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &self.0), 0);
-        }
-    }
-}
+#[path = "fsize_support/mod.rs"]
+mod fsize_support;
+use fsize_support::FileSizeLimit;
 
 fn write(t: &WorkspaceTools, path: &str, content: &str) -> ToolResult {
     t.execute(

@@ -556,19 +556,7 @@ pub(super) fn resolve(rules: &Rules, rel: &Path, mode: Mode) -> Result<Walk, Too
             }
             Ok(st) if kind(&st) == libc::S_IFREG => {
                 rules.protect.check_file(Id::of(&st), rel)?;
-                rules.protect.check_names(&chain, Some(&name), rel)?;
-                if let Some(scope) = rules.scope {
-                    if !scope.allows(&chain, &name) {
-                        return Err(scope.refusal(rel, &chain, &name));
-                    }
-                }
-                return Ok(Walk {
-                    chain,
-                    found: Found::Entry {
-                        name,
-                        existing: Some(st),
-                    },
-                });
+                return entry(rules, rel, chain, name, Some(st));
             }
             Ok(st) if kind(&st) == libc::S_IFDIR && mode == Mode::Probe => {
                 // Named a directory: entered (and checked) as any directory is.
@@ -594,19 +582,7 @@ pub(super) fn resolve(rules: &Rules, rel: &Path, mode: Mode) -> Result<Walk, Too
                 });
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                rules.protect.check_names(&chain, Some(&name), rel)?;
-                if let Some(scope) = rules.scope {
-                    if !scope.allows(&chain, &name) {
-                        return Err(scope.refusal(rel, &chain, &name));
-                    }
-                }
-                return Ok(Walk {
-                    chain,
-                    found: Found::Entry {
-                        name,
-                        existing: None,
-                    },
-                });
+                return entry(rules, rel, chain, name, None);
             }
             Err(e) => return Err(io(e)),
         }
@@ -625,6 +601,27 @@ pub(super) fn resolve(rules: &Rules, rel: &Path, mode: Mode) -> Result<Walk, Too
 }
 
 /// The entries of an open directory: (name, type, size).
+/// The final name of a write, existing (`Some`) or to be created: refused if it is a protected
+/// name or, under a write scope, outside it; else the walk's result.
+fn entry(
+    rules: &Rules,
+    rel: &Path,
+    chain: Vec<Dir>,
+    name: OsString,
+    existing: Option<libc::stat>,
+) -> Result<Walk, ToolError> {
+    rules.protect.check_names(&chain, Some(&name), rel)?;
+    if let Some(scope) = rules.scope {
+        if !scope.allows(&chain, &name) {
+            return Err(scope.refusal(rel, &chain, &name));
+        }
+    }
+    Ok(Walk {
+        chain,
+        found: Found::Entry { name, existing },
+    })
+}
+
 pub(super) fn list(fd: OwnedFd) -> Result<Vec<(String, &'static str, u64)>, ToolError> {
     let raw = fd.as_raw_fd();
     // A second descriptor for fstatat: fdopendir takes ownership of the first.
