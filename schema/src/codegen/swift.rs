@@ -3,8 +3,12 @@
 //! the Kotlin target) and `Codable` conformances that route through them, so a value decoded with
 //! `JSONDecoder` is checked exactly like one decoded with `init(json:)`. Module `CcAppServerProtocol`.
 //!
-//! No Swift compiler exists on the Linux build machine: this output is freshness-checked here and
-//! type-checked and replayed by `.github/workflows/swift-protocol.yml` on macOS.
+//! Every type is `Hashable` and `Sendable` (Swift 6 strict concurrency). Definitions whose name
+//! would shadow a type a Swift host imports anyway (`Foundation.Thread`, `Foundation.OutputStream`,
+//! `SwiftUI.Text`) get a Swift name from [`RENAMES`]; the wire names, the decoder functions and the
+//! definition names the replay harness uses stay the schema's. The package is compiled and its
+//! replay tests run on Linux by `scripts/test-swift.sh`, inside the toolchain of
+//! `scripts/swift-toolchain.sh`.
 
 use super::emit::{
     lower_camel, per_def, slash_doc, union_tags, unique_idents, unknown_case, walk, Presence,
@@ -16,7 +20,6 @@ use super::GeneratedFile;
 use std::fmt::Write;
 use std::path::PathBuf;
 
-const DIR: &str = "bindings/swift";
 const SOURCES: &str = "bindings/swift/Sources/CcAppServerProtocol";
 
 /// Swift keywords (declarations, statements, expressions and the contextual ones that bite as
@@ -156,8 +159,30 @@ const TYPES: TypeNames = TypeNames {
     map: ["[String: ", "]"],
 };
 
+/// Schema definitions spelled differently in Swift, because the schema's name is a type every Swift
+/// host already imports: `import Foundation; import CcAppServer` must leave `Thread`, `OutputStream`
+/// (Foundation) and `Text` (SwiftUI) meaning what they mean there, and ours still nameable.
+pub const RENAMES: &[(&str, &str)] = &[
+    ("Thread", "AgentThread"),
+    ("OutputStream", "OutputStreamKind"),
+    ("Text", "WireText"),
+];
+
+/// The Swift type name of schema definition `def`.
+pub fn swift_name(def: &str) -> &str {
+    RENAMES
+        .iter()
+        .find(|(from, _)| *from == def)
+        .map_or(def, |(_, to)| to)
+}
+
 fn ty(t: &Ty) -> String {
-    TYPES.spell(t)
+    match t {
+        Ty::Named(n) => swift_name(n).to_string(),
+        Ty::Array(inner) => format!("[{}]", ty(inner)),
+        Ty::Map(inner) => format!("[String: {}]", ty(inner)),
+        other => TYPES.spell(other),
+    }
 }
 
 fn enc(t: &Ty, v: &str, depth: usize) -> String {
@@ -232,9 +257,10 @@ struct Gen {
 
 impl Gen {
     fn codable(out: &mut String, name: &str) {
+        let sw = swift_name(name);
         let _ = writeln!(
             out,
-            "extension {name}: Codable {{\n    public init(from decoder: Decoder) throws {{\n        self = try decode{name}(JSONValue(from: decoder), \"\", .receive)\n    }}\n\n    public func encode(to encoder: Encoder) throws {{\n        try encode{name}(self).encode(to: encoder)\n    }}\n}}\n"
+            "extension {sw}: Codable {{\n    public init(from decoder: Decoder) throws {{\n        self = try decode{name}(JSONValue(from: decoder), \"\", .receive)\n    }}\n\n    public func encode(to encoder: Encoder) throws {{\n        try encode{name}(self).encode(to: encoder)\n    }}\n}}\n"
         );
     }
 
@@ -253,26 +279,28 @@ impl Target for Gen {
 
     fn alias(&mut self, out: &mut String, d: &Def, t: &Ty) {
         let name = &d.name;
+        let sw = swift_name(name);
         let node = schema_info::def_node(self.readers.raw, name);
-        let _ = writeln!(out, "public typealias {name} = {}\n", ty(t));
+        let _ = writeln!(out, "public typealias {sw} = {}\n", ty(t));
         let dec = self.readers.dec(t, node, "j", "at", 1);
         let _ = writeln!(
             out,
-            "func decode{name}(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> {name} {{\n    try {dec}\n}}\n"
+            "func decode{name}(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> {sw} {{\n    try {dec}\n}}\n"
         );
         let _ = writeln!(
             out,
-            "func encode{name}(_ v: {name}) -> JSONValue {{\n    {}\n}}\n",
+            "func encode{name}(_ v: {sw}) -> JSONValue {{\n    {}\n}}\n",
             enc(t, "v", 1)
         );
     }
 
     fn string_enum(&mut self, out: &mut String, d: &Def, values: &[String], keep_unknown: bool) {
         let name = &d.name;
+        let sw = swift_name(name);
         let cases: Vec<String> = values.iter().map(|v| case_name(&pascal(v))).collect();
         let unknown = unknown_case(cases.iter().map(String::as_str), "unknown", "unknownValue");
         if keep_unknown {
-            let _ = writeln!(out, "public enum {name}: Hashable {{");
+            let _ = writeln!(out, "public enum {sw}: Hashable, Sendable {{");
             for c in &cases {
                 let _ = writeln!(out, "    case {c}");
             }
@@ -288,7 +316,10 @@ impl Target for Gen {
                 "        case .{unknown}(let raw): return raw\n        }}\n    }}\n"
             );
         } else {
-            let _ = writeln!(out, "public enum {name}: String, Hashable, CaseIterable {{");
+            let _ = writeln!(
+                out,
+                "public enum {sw}: String, Hashable, Sendable, CaseIterable {{"
+            );
             for (v, c) in values.iter().zip(&cases) {
                 let _ = writeln!(out, "    case {c} = {}", string_literal(v));
             }
@@ -301,7 +332,7 @@ impl Target for Gen {
         let _ = writeln!(out, "}}\n");
         let _ = writeln!(
             out,
-            "func decode{name}(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> {name} {{\n    let s = try readString(j, at)\n    switch s {{"
+            "func decode{name}(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> {sw} {{\n    let s = try readString(j, at)\n    switch s {{"
         );
         for (v, c) in values.iter().zip(&cases) {
             let _ = writeln!(out, "    case {}: return .{c}", string_literal(v));
@@ -319,7 +350,7 @@ impl Target for Gen {
         }
         let _ = writeln!(
             out,
-            "func encode{name}(_ v: {name}) -> JSONValue {{\n    .string(v.wire)\n}}\n"
+            "func encode{name}(_ v: {sw}) -> JSONValue {{\n    .string(v.wire)\n}}\n"
         );
         Self::codable(out, name);
     }
@@ -327,11 +358,12 @@ impl Target for Gen {
     fn union(&mut self, out: &mut String, d: &Def, u: UnionDef<'_>) {
         let (tag, branches, keep_unknown) = (u.tag, u.branches, u.keep_unknown);
         let name = &d.name;
+        let sw = swift_name(name);
         let cases: Vec<String> = branches.iter().map(|b| case_name(&b.variant)).collect();
         let unknown = unknown_case(cases.iter().map(String::as_str), "unknown", "unknownValue");
-        let _ = writeln!(out, "public enum {name}: Equatable {{");
+        let _ = writeln!(out, "public enum {sw}: Hashable, Sendable {{");
         for (b, c) in branches.iter().zip(&cases) {
-            let _ = writeln!(out, "    case {c}({})", b.def);
+            let _ = writeln!(out, "    case {c}({})", swift_name(&b.def));
         }
         if keep_unknown {
             let _ = writeln!(
@@ -345,7 +377,7 @@ impl Target for Gen {
         let tl = string_literal(tag);
         let _ = writeln!(
             out,
-            "func decode{name}(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> {name} {{\n    let o = try readObject(j, at){depth}\n    let t = try requireMember(o, {tl}, at)",
+            "func decode{name}(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> {sw} {{\n    let o = try readObject(j, at){depth}\n    let t = try requireMember(o, {tl}, at)",
             depth = schema_info::def_node(self.readers.raw, name)
                 .and_then(|d| d.get("x-max-depth"))
                 .and_then(serde_json::Value::as_u64)
@@ -370,7 +402,7 @@ impl Target for Gen {
         );
         let _ = writeln!(
             out,
-            "func encode{name}(_ v: {name}) -> JSONValue {{\n    switch v {{"
+            "func encode{name}(_ v: {sw}) -> JSONValue {{\n    switch v {{"
         );
         for (b, c) in branches.iter().zip(&cases) {
             let _ = writeln!(out, "    case .{c}(let x): return encode{}(x)", b.def);
@@ -384,6 +416,7 @@ impl Target for Gen {
 
     fn structure(&mut self, out: &mut String, d: &Def, fields: &[Field], strict: bool) {
         let name = &d.name;
+        let sw = swift_name(name);
         let idents = unique_idents(fields.iter().map(|f| f.wire.as_str()), ident);
         let members: Vec<(&Field, &String)> = fields
             .iter()
@@ -398,7 +431,7 @@ impl Target for Gen {
                 Presence::OptionalNullable => format!("JsonField<{base}>"),
             }
         };
-        let _ = writeln!(out, "public struct {name}: Equatable {{");
+        let _ = writeln!(out, "public struct {sw}: Hashable, Sendable {{");
         for (f, id) in &members {
             slash_doc(out, "    ", f.description.as_deref());
             let _ = writeln!(out, "    public var {id}: {}", full_ty(f));
@@ -452,7 +485,7 @@ impl Target for Gen {
         );
         let _ = writeln!(
             out,
-            "func decode{name}(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> {name} {{\n    let o = try readObject(j, at)"
+            "func decode{name}(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> {sw} {{\n    let o = try readObject(j, at)"
         );
         if strict {
             let _ = writeln!(out, "    try refuseUnknownMembers(o, at, members{name})");
@@ -467,11 +500,11 @@ impl Target for Gen {
             args.push(format!("        extra: extraMembers(o, members{name})"));
         }
         if args.is_empty() {
-            let _ = writeln!(out, "    return {name}()\n}}\n");
+            let _ = writeln!(out, "    return {sw}()\n}}\n");
         } else {
             let _ = writeln!(
                 out,
-                "    return try {name}(\n{}\n    )\n}}\n",
+                "    return try {sw}(\n{}\n    )\n}}\n",
                 args.join(",\n")
             );
         }
@@ -479,7 +512,7 @@ impl Target for Gen {
         // Encoder: unknown members first, so a known member always wins.
         let _ = writeln!(
             out,
-            "func encode{name}(_ v: {name}) -> JSONValue {{\n    var o: [String: JSONValue] = {}",
+            "func encode{name}(_ v: {sw}) -> JSONValue {{\n    var o: [String: JSONValue] = {}",
             if strict { "[:]" } else { "v.extra" }
         );
         for (f, id) in fields.iter().zip(&idents) {
@@ -535,9 +568,9 @@ impl Target for Gen {
             .collect();
         cases.push((case_name(&env.notifications), env.notifications.clone()));
         cases.push((case_name(&env.response), env.response.clone()));
-        out.push_str("/// One wire message, told apart the JSON-RPC way: `method` + `id` (request), `method` alone\n/// (notification), neither (response, matched to its request by id).\npublic enum ProtocolMessage: Equatable {\n");
+        out.push_str("/// One wire message, told apart the JSON-RPC way: `method` + `id` (request), `method` alone\n/// (notification), neither (response, matched to its request by id).\npublic enum ProtocolMessage: Hashable, Sendable {\n");
         for (c, t) in &cases {
-            let _ = writeln!(out, "    case {c}({t})");
+            let _ = writeln!(out, "    case {c}({})", swift_name(t));
         }
         out.push_str("\n    /// The wire form.\n    public func toJSON() -> JSONValue {\n        switch self {\n");
         for (c, t) in &cases {
@@ -598,21 +631,6 @@ impl Target for Gen {
 /// Swift. The generator only prepends the AUTO-GENERATED header.
 const RUNTIME: &str = include_str!("runtime/ProtocolRuntime.swift");
 
-const PACKAGE: &str = r#"// swift-tools-version:5.9
-// AUTO-GENERATED by `cc-agent-protocol generate`. DO NOT EDIT.
-import PackageDescription
-
-let package = Package(
-    name: "CcAppServerProtocol",
-    platforms: [.macOS(.v12), .iOS(.v15), .tvOS(.v15), .watchOS(.v8)],
-    products: [
-        .library(name: "CcAppServerProtocol", targets: ["CcAppServerProtocol"]),
-    ],
-    targets: [
-        .target(name: "CcAppServerProtocol", path: "Sources/CcAppServerProtocol"),
-    ]
-)
-"#;
 
 /// Every Swift file the generator writes.
 pub fn generate(model: &Model) -> Vec<GeneratedFile> {
@@ -630,28 +648,13 @@ pub fn generate(model: &Model) -> Vec<GeneratedFile> {
         string_literal(&model.schema_id)
     );
     gen.readers.pattern_decls(&mut types, |name, lit| {
-        format!("private let {name} = try! NSRegularExpression(pattern: {lit})")
+        format!("private let {name} = CompiledPattern({lit})")
     });
     types.push_str(&body);
 
     let mut runtime = header(model);
     runtime.push_str(RUNTIME);
-    let mut package = PACKAGE.replacen(
-        "// AUTO-GENERATED by `cc-agent-protocol generate`. DO NOT EDIT.",
-        &format!(
-            "// AUTO-GENERATED by `cc-agent-protocol generate`. DO NOT EDIT.\n// Schema digest: {}",
-            model.digest
-        ),
-        1,
-    );
-    if !package.ends_with('\n') {
-        package.push('\n');
-    }
     vec![
-        GeneratedFile {
-            path: PathBuf::from(format!("{DIR}/Package.swift")),
-            contents: package,
-        },
         GeneratedFile {
             path: PathBuf::from(format!("{SOURCES}/ProtocolRuntime.swift")),
             contents: runtime,
@@ -707,7 +710,7 @@ mod tests {
     #[test]
     fn schema_constraints_reach_the_decoders() {
         let files = generate(&crate::codegen::model::build(crate::schema()));
-        let types = &files[2].contents;
+        let types = &files[1].contents;
         assert!(
             types.contains("readString(j, at, minLength: 1, maxLength: 160, pattern: pattern0)")
         );

@@ -14,7 +14,7 @@ public enum DecodeMode: Equatable, Sendable {
 }
 
 /// A refusal: where (a JSON pointer into the decoded value, "" for the whole value) and why.
-public struct ProtocolDecodeError: Error, Equatable, CustomStringConvertible {
+public struct ProtocolDecodeError: Error, Hashable, Sendable, CustomStringConvertible {
     public let pointer: String
     public let reason: String
 
@@ -46,10 +46,12 @@ public enum JsonField<Wrapped> {
 }
 
 extension JsonField: Equatable where Wrapped: Equatable {}
+extension JsonField: Hashable where Wrapped: Hashable {}
+extension JsonField: Sendable where Wrapped: Sendable {}
 
 /// One JSON value. Numbers keep their literal text so nothing is rounded on the way through;
 /// objects compare without regard to member order.
-public enum JSONValue: Equatable {
+public enum JSONValue: Hashable, Sendable {
     case null
     case bool(Bool)
     case number(String)
@@ -141,6 +143,34 @@ public enum JSONValue: Equatable {
         case (.object(let x), .object(let y)): return x == y
         default: return false
         }
+    }
+    /// Consistent with `==`: a number hashes by its value, so `3` and `3.0` hash alike.
+    public func hash(into h: inout Hasher) {
+        switch self {
+        case .null: h.combine(0)
+        case .bool(let b): h.combine(1); h.combine(b)
+        case .number(let n):
+            h.combine(2)
+            if let d = Decimal(string: n, locale: Locale(identifier: "en_US_POSIX")) {
+                h.combine(NSDecimalNumber(decimal: d).doubleValue)
+            } else {
+                h.combine(n)
+            }
+        case .string(let s): h.combine(3); h.combine(s)
+        case .array(let a): h.combine(4); h.combine(a)
+        case .object(let o): h.combine(5); h.combine(o)
+        }
+    }
+}
+
+/// A compiled schema `pattern`. `NSRegularExpression` is immutable and safe to match from any
+/// thread (Apple's documentation says so) but is not declared `Sendable`; this wrapper says it
+/// once, so the generated pattern constants are concurrency-safe globals.
+final class CompiledPattern: @unchecked Sendable {
+    let regex: NSRegularExpression
+
+    init(_ pattern: String) {
+        regex = try! NSRegularExpression(pattern: pattern)
     }
 }
 
@@ -440,13 +470,13 @@ func optionalNullable<T>(_ o: [String: JSONValue], _ key: String, _ decode: (JSO
     return .value(try decode(j))
 }
 
-func readString(_ j: JSONValue, _ at: String, minLength: Int = 0, maxLength: Int = Int.max, pattern: NSRegularExpression? = nil) throws -> String {
+func readString(_ j: JSONValue, _ at: String, minLength: Int = 0, maxLength: Int = Int.max, pattern: CompiledPattern? = nil) throws -> String {
     guard case .string(let s) = j else { throw fail(at, "expected a string, found " + describeValue(j)) }
     // JSON Schema counts Unicode code points.
     let n = s.unicodeScalars.count
     if n < minLength { throw fail(at, "shorter than \(minLength) characters") }
     if n > maxLength { throw fail(at, "longer than \(maxLength) characters") }
-    if let p = pattern, p.firstMatch(in: s, options: [], range: NSRange(s.startIndex..., in: s)) == nil {
+    if let p = pattern?.regex, p.firstMatch(in: s, options: [], range: NSRange(s.startIndex..., in: s)) == nil {
         throw fail(at, "does not match " + p.pattern)
     }
     return s

@@ -10,20 +10,20 @@ public let schemaDigest = "sha256:ee6a426be61bada0bdcdb4d4961a697e914b7bfe5d0ce2
 /// The schema's `$id`.
 public let schemaId = "https://chainlesschain.dev/schemas/cc-agent-protocol/wire-v1.schema.json"
 
-private let pattern0 = try! NSRegularExpression(pattern: "^[A-Za-z0-9][A-Za-z0-9._:/-]{0,159}\\z")
-private let pattern1 = try! NSRegularExpression(pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,159}\\z")
-private let pattern2 = try! NSRegularExpression(pattern: "^sha256:[0-9a-f]{64}\\z")
-private let pattern3 = try! NSRegularExpression(pattern: "^[0-9a-f]{64}\\z")
-private let pattern4 = try! NSRegularExpression(pattern: "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})\\z")
-private let pattern5 = try! NSRegularExpression(pattern: "^[a-z][a-z0-9_]{0,63}\\z")
-private let pattern6 = try! NSRegularExpression(pattern: "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\\z")
-private let pattern7 = try! NSRegularExpression(pattern: "^[0-9a-f]{32,64}\\z")
-private let pattern8 = try! NSRegularExpression(pattern: "^[0-9a-f]{16}\\z")
-private let pattern9 = try! NSRegularExpression(pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\\z")
-private let pattern10 = try! NSRegularExpression(pattern: "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}(\\.[0-9]{1,5})?(/[A-Za-z0-9][A-Za-z0-9_-]{0,63}(\\.[0-9]{1,5})?){0,8}\\z")
-private let pattern11 = try! NSRegularExpression(pattern: "^(\\*|[a-z][a-z0-9_-]{0,31}(:[A-Za-z0-9*][A-Za-z0-9_.:*-]{0,127})?)\\z")
-private let pattern12 = try! NSRegularExpression(pattern: "^[A-Za-z0-9_.:@/*+=~-]{1,256}\\z")
-private let pattern13 = try! NSRegularExpression(pattern: "^[A-Za-z0-9_./:-]{1,700}\\z")
+private let pattern0 = CompiledPattern("^[A-Za-z0-9][A-Za-z0-9._:/-]{0,159}\\z")
+private let pattern1 = CompiledPattern("^[A-Za-z0-9][A-Za-z0-9_-]{0,159}\\z")
+private let pattern2 = CompiledPattern("^sha256:[0-9a-f]{64}\\z")
+private let pattern3 = CompiledPattern("^[0-9a-f]{64}\\z")
+private let pattern4 = CompiledPattern("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})\\z")
+private let pattern5 = CompiledPattern("^[a-z][a-z0-9_]{0,63}\\z")
+private let pattern6 = CompiledPattern("^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\\z")
+private let pattern7 = CompiledPattern("^[0-9a-f]{32,64}\\z")
+private let pattern8 = CompiledPattern("^[0-9a-f]{16}\\z")
+private let pattern9 = CompiledPattern("^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\\z")
+private let pattern10 = CompiledPattern("^[A-Za-z0-9][A-Za-z0-9_-]{0,63}(\\.[0-9]{1,5})?(/[A-Za-z0-9][A-Za-z0-9_-]{0,63}(\\.[0-9]{1,5})?){0,8}\\z")
+private let pattern11 = CompiledPattern("^(\\*|[a-z][a-z0-9_-]{0,31}(:[A-Za-z0-9*][A-Za-z0-9_.:*-]{0,127})?)\\z")
+private let pattern12 = CompiledPattern("^[A-Za-z0-9_.:@/*+=~-]{1,256}\\z")
+private let pattern13 = CompiledPattern("^[A-Za-z0-9_./:-]{1,700}\\z")
 
 /// The published v1 identifier: 1 to 160 ASCII letters, digits, '.', '_', ':', '/' and '-', starting with a letter or digit. Never trusted as a path: thread ids, which become file names, are further restricted to FileSafeIdentifier where a caller chooses them.
 public typealias Identifier = String
@@ -125,7 +125,7 @@ func encodeFeatureName(_ v: FeatureName) -> JSONValue {
 }
 
 /// The features wire v1 defines. A server advertises only those it implements.
-public enum Feature: String, Hashable, CaseIterable {
+public enum Feature: String, Hashable, Sendable, CaseIterable {
     case threadTurnItem = "thread_turn_item"
     case structuredApproval = "structured_approval"
     case typedGraph = "typed_graph"
@@ -183,13 +183,13 @@ extension Feature: Codable {
 }
 
 /// Free text (UTF-8), at most 1,000,000 characters.
-public typealias Text = String
+public typealias WireText = String
 
-func decodeText(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> Text {
+func decodeText(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> WireText {
     try readString(j, at, maxLength: 1000000)
 }
 
-func encodeText(_ v: Text) -> JSONValue {
+func encodeText(_ v: WireText) -> JSONValue {
     .string(v)
 }
 
@@ -227,7 +227,7 @@ func encodeMetadata(_ v: Metadata) -> JSONValue {
 }
 
 /// Who the client is.
-public struct ClientInfo: Equatable {
+public struct ClientInfo: Hashable, Sendable {
     public var name: String
     public var version: String
     /// Members this version does not know, kept so they survive a round trip.
@@ -279,7 +279,7 @@ extension ClientInfo: Codable {
 }
 
 /// Who the server is.
-public struct ServerInfo: Equatable {
+public struct ServerInfo: Hashable, Sendable {
     public var name: String
     public var version: String
     /// Members this version does not know, kept so they survive a round trip.
@@ -331,7 +331,7 @@ extension ServerInfo: Codable {
 }
 
 /// The client's highest and lowest supported wire versions and the features it wants.
-public struct InitializeParams: Equatable {
+public struct InitializeParams: Hashable, Sendable {
     public var protocolVersion: ProtocolVersion
     public var minimumProtocolVersion: ProtocolVersion
     public var client: ClientInfo
@@ -391,7 +391,7 @@ extension InitializeParams: Codable {
 }
 
 /// The negotiated version and the features both sides support.
-public struct InitializeResult: Equatable {
+public struct InitializeResult: Hashable, Sendable {
     public var protocolVersion: ProtocolVersion
     /// True when the chosen version is lower than the client's protocolVersion.
     public var downgraded: Bool
@@ -456,7 +456,7 @@ extension InitializeResult: Codable {
 }
 
 /// active while a turn runs, archived once archived (archived threads cannot start turns), idle otherwise.
-public enum ThreadStatus: String, Hashable, CaseIterable {
+public enum ThreadStatus: String, Hashable, Sendable, CaseIterable {
     case active = "active"
     case idle = "idle"
     case archived = "archived"
@@ -502,7 +502,7 @@ extension ThreadStatus: Codable {
 }
 
 /// queued -> running <-> waiting_approval | waiting_input -> completed | failed | interrupted; terminal states are irreversible. This server never enters waiting_input.
-public enum TurnStatus: String, Hashable, CaseIterable {
+public enum TurnStatus: String, Hashable, Sendable, CaseIterable {
     case queued = "queued"
     case running = "running"
     case waitingApproval = "waiting_approval"
@@ -556,7 +556,7 @@ extension TurnStatus: Codable {
 }
 
 /// Where a forked thread came from.
-public struct ForkOrigin: Equatable {
+public struct ForkOrigin: Hashable, Sendable {
     public var threadId: FileSafeIdentifier
     public var eventSeq: Int64
     public var eventHash: ChainHash
@@ -609,7 +609,7 @@ extension ForkOrigin: Codable {
 }
 
 /// A conversation and its durable rollout (the published v1 Thread). revision is the seq of the thread's last durable rollout event; parentThreadId the thread it was forked from.
-public struct Thread: Equatable {
+public struct AgentThread: Hashable, Sendable {
     public var id: Identifier
     public var status: ThreadStatus
     public var title: Title?
@@ -643,10 +643,10 @@ public struct Thread: Equatable {
 
 private let membersThread: Set<String> = ["id", "status", "title", "parentThreadId", "createdAt", "updatedAt", "revision", "metadata"]
 
-func decodeThread(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> Thread {
+func decodeThread(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> AgentThread {
     let o = try readObject(j, at)
     try refuseUnknownMembers(o, at, membersThread)
-    return try Thread(
+    return try AgentThread(
         id: decodeIdentifier(requireMember(o, "id", at), ptr(at, "id"), mode),
         status: decodeThreadStatus(requireMember(o, "status", at), ptr(at, "status"), mode),
         title: nullOr(requireMember(o, "title", at)) { m in try decodeTitle(m, ptr(at, "title"), mode) },
@@ -658,7 +658,7 @@ func decodeThread(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> Th
     )
 }
 
-func encodeThread(_ v: Thread) -> JSONValue {
+func encodeThread(_ v: AgentThread) -> JSONValue {
     var o: [String: JSONValue] = [:]
     o["id"] = encodeIdentifier(v.id)
     o["status"] = encodeThreadStatus(v.status)
@@ -671,7 +671,7 @@ func encodeThread(_ v: Thread) -> JSONValue {
     return .object(o)
 }
 
-extension Thread: Codable {
+extension AgentThread: Codable {
     public init(from decoder: Decoder) throws {
         self = try decodeThread(JSONValue(from: decoder), "", .receive)
     }
@@ -682,7 +682,7 @@ extension Thread: Codable {
 }
 
 /// Why a turn failed or was interrupted.
-public struct TurnError: Equatable {
+public struct TurnError: Hashable, Sendable {
     public var code: String
     public var message: ShortText
     /// Members this version does not know, kept so they survive a round trip.
@@ -734,7 +734,7 @@ extension TurnError: Codable {
 }
 
 /// What proves how a turn ended (published v1). eventDigest is 'sha256:' + the chain hash of the turn's terminal rollout event; outputDigest the digest of its last assistant message text.
-public struct TerminalEvidence: Equatable {
+public struct TerminalEvidence: Hashable, Sendable {
     public var status: String
     public var eventDigest: Digest
     public var outputDigest: JsonField<Digest>
@@ -807,7 +807,7 @@ extension TerminalEvidence: Codable {
 }
 
 /// One run of the agent kernel over a user input (the published v1 Turn). revision counts its recorded state changes (0 when queued; each status change, the terminal one included, adds one); why a turn failed travels beside it (turn/completed error).
-public struct Turn: Equatable {
+public struct Turn: Hashable, Sendable {
     public var id: Identifier
     public var threadId: Identifier
     public var status: TurnStatus
@@ -876,7 +876,7 @@ extension Turn: Codable {
 }
 
 /// What the user gives a turn. Strict: an unknown input kind is refused.
-public enum UserInput: Equatable {
+public enum UserInput: Hashable, Sendable {
     case text(TextInput)
 
     /// Decodes and checks `json`; `.receive` keeps unknown display values, `.conformance` refuses them.
@@ -913,10 +913,10 @@ extension UserInput: Codable {
     }
 }
 
-public struct TextInput: Equatable {
-    public var text: Text
+public struct TextInput: Hashable, Sendable {
+    public var text: WireText
 
-    public init(text: Text) {
+    public init(text: WireText) {
         self.text = text
     }
 
@@ -960,7 +960,7 @@ extension TextInput: Codable {
 }
 
 /// A tool invocation. Its operation digest is sha256 of its RFC 8785 form.
-public struct ToolCall: Equatable {
+public struct ToolCall: Hashable, Sendable {
     public var tool: String
     public var arguments: JsonValue
 
@@ -1009,7 +1009,7 @@ extension ToolCall: Codable {
 }
 
 /// The outcome of a tool request. Strict: a tool result is never guessed.
-public enum ToolResult: Equatable {
+public enum ToolResult: Hashable, Sendable {
     case ok(ToolResultOk)
     case error(ToolResultError)
     case denied(ToolResultDenied)
@@ -1052,7 +1052,7 @@ extension ToolResult: Codable {
     }
 }
 
-public struct ToolResultOk: Equatable {
+public struct ToolResultOk: Hashable, Sendable {
     public var output: JsonValue
 
     public init(output: JsonValue) {
@@ -1098,7 +1098,7 @@ extension ToolResultOk: Codable {
     }
 }
 
-public struct ToolResultError: Equatable {
+public struct ToolResultError: Hashable, Sendable {
     public var message: ShortText
 
     public init(message: ShortText) {
@@ -1145,7 +1145,7 @@ extension ToolResultError: Codable {
 }
 
 /// The approval gate failed closed or the user declined: the tool did not run.
-public struct ToolResultDenied: Equatable {
+public struct ToolResultDenied: Hashable, Sendable {
     public var reason: ShortText
 
     public init(reason: ShortText) {
@@ -1191,7 +1191,7 @@ extension ToolResultDenied: Codable {
     }
 }
 
-public enum ItemStatus: Hashable {
+public enum ItemStatus: Hashable, Sendable {
     case inProgress
     case completed
     case failed
@@ -1249,7 +1249,7 @@ extension ItemStatus: Codable {
 }
 
 /// What an item holds: the body a kernel reports and the rollout records, carried as the published Item's content. A display union: receivers keep unknown content types as Unknown(raw).
-public enum ItemContent: Equatable {
+public enum ItemContent: Hashable, Sendable {
     case userMessage(UserMessageItem)
     case agentMessage(AgentMessageItem)
     case reasoning(ReasoningItem)
@@ -1312,7 +1312,7 @@ extension ItemContent: Codable {
 }
 
 /// The published item kind.
-public enum ItemKind: String, Hashable, CaseIterable {
+public enum ItemKind: String, Hashable, Sendable, CaseIterable {
     case userMessage = "user_message"
     case assistantMessage = "assistant_message"
     case reasoning = "reasoning"
@@ -1370,7 +1370,7 @@ extension ItemKind: Codable {
 }
 
 /// The published item status.
-public enum ItemPhase: String, Hashable, CaseIterable {
+public enum ItemPhase: String, Hashable, Sendable, CaseIterable {
     case started = "started"
     case streaming = "streaming"
     case completed = "completed"
@@ -1420,7 +1420,7 @@ extension ItemPhase: Codable {
 }
 
 /// Where an item's data came from and where it may go (published v1).
-public struct DataPolicy: Equatable {
+public struct DataPolicy: Hashable, Sendable {
     public var origin: String
     public var trust: String
     public var sensitivity: String
@@ -1481,7 +1481,7 @@ extension DataPolicy: Codable {
 }
 
 /// One unit of a turn's output (the published v1 Item): its identity, kind and status, with the recorded body as content.
-public struct Item: Equatable {
+public struct Item: Hashable, Sendable {
     public var id: Identifier
     public var threadId: Identifier
     public var turnId: Identifier
@@ -1561,13 +1561,13 @@ extension Item: Codable {
     }
 }
 
-public struct UserMessageItem: Equatable {
+public struct UserMessageItem: Hashable, Sendable {
     public var id: Identifier
-    public var text: Text
+    public var text: WireText
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
 
-    public init(id: Identifier, text: Text, extra: [String: JSONValue] = [:]) {
+    public init(id: Identifier, text: WireText, extra: [String: JSONValue] = [:]) {
         self.id = id
         self.text = text
         self.extra = extra
@@ -1614,13 +1614,13 @@ extension UserMessageItem: Codable {
     }
 }
 
-public struct AgentMessageItem: Equatable {
+public struct AgentMessageItem: Hashable, Sendable {
     public var id: Identifier
-    public var text: Text
+    public var text: WireText
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
 
-    public init(id: Identifier, text: Text, extra: [String: JSONValue] = [:]) {
+    public init(id: Identifier, text: WireText, extra: [String: JSONValue] = [:]) {
         self.id = id
         self.text = text
         self.extra = extra
@@ -1667,13 +1667,13 @@ extension AgentMessageItem: Codable {
     }
 }
 
-public struct ReasoningItem: Equatable {
+public struct ReasoningItem: Hashable, Sendable {
     public var id: Identifier
-    public var text: Text
+    public var text: WireText
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
 
-    public init(id: Identifier, text: Text, extra: [String: JSONValue] = [:]) {
+    public init(id: Identifier, text: WireText, extra: [String: JSONValue] = [:]) {
         self.id = id
         self.text = text
         self.extra = extra
@@ -1720,7 +1720,7 @@ extension ReasoningItem: Codable {
     }
 }
 
-public struct ToolCallItem: Equatable {
+public struct ToolCallItem: Hashable, Sendable {
     public var id: Identifier
     public var call: ToolCall
     public var status: ItemStatus
@@ -1781,17 +1781,17 @@ extension ToolCallItem: Codable {
     }
 }
 
-public struct CommandExecutionItem: Equatable {
+public struct CommandExecutionItem: Hashable, Sendable {
     public var id: Identifier
     public var command: [String]
     public var cwd: JsonField<String>
     public var status: ItemStatus
     public var exitCode: Int64?
-    public var output: Text
+    public var output: WireText
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
 
-    public init(id: Identifier, command: [String], cwd: JsonField<String> = .absent, status: ItemStatus, exitCode: Int64?, output: Text, extra: [String: JSONValue] = [:]) {
+    public init(id: Identifier, command: [String], cwd: JsonField<String> = .absent, status: ItemStatus, exitCode: Int64?, output: WireText, extra: [String: JSONValue] = [:]) {
         self.id = id
         self.command = command
         self.cwd = cwd
@@ -1854,7 +1854,7 @@ extension CommandExecutionItem: Codable {
     }
 }
 
-public enum FileChangeKind: Hashable {
+public enum FileChangeKind: Hashable, Sendable {
     case add
     case delete
     case update
@@ -1908,14 +1908,14 @@ extension FileChangeKind: Codable {
     }
 }
 
-public struct FileChange: Equatable {
+public struct FileChange: Hashable, Sendable {
     public var path: String
     public var kind: FileChangeKind
-    public var diff: JsonField<Text>
+    public var diff: JsonField<WireText>
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
 
-    public init(path: String, kind: FileChangeKind, diff: JsonField<Text> = .absent, extra: [String: JSONValue] = [:]) {
+    public init(path: String, kind: FileChangeKind, diff: JsonField<WireText> = .absent, extra: [String: JSONValue] = [:]) {
         self.path = path
         self.kind = kind
         self.diff = diff
@@ -1967,7 +1967,7 @@ extension FileChange: Codable {
     }
 }
 
-public struct FileChangeItem: Equatable {
+public struct FileChangeItem: Hashable, Sendable {
     public var id: Identifier
     public var changes: [FileChange]
     public var status: ItemStatus
@@ -2024,7 +2024,7 @@ extension FileChangeItem: Codable {
     }
 }
 
-public enum PlanStepStatus: Hashable {
+public enum PlanStepStatus: Hashable, Sendable {
     case pending
     case inProgress
     case completed
@@ -2078,7 +2078,7 @@ extension PlanStepStatus: Codable {
     }
 }
 
-public struct PlanStep: Equatable {
+public struct PlanStep: Hashable, Sendable {
     public var text: ShortText
     public var status: PlanStepStatus
     /// Members this version does not know, kept so they survive a round trip.
@@ -2129,7 +2129,7 @@ extension PlanStep: Codable {
     }
 }
 
-public struct PlanItem: Equatable {
+public struct PlanItem: Hashable, Sendable {
     public var id: Identifier
     public var steps: [PlanStep]
     /// Members this version does not know, kept so they survive a round trip.
@@ -2182,7 +2182,7 @@ extension PlanItem: Codable {
     }
 }
 
-public struct ErrorItem: Equatable {
+public struct ErrorItem: Hashable, Sendable {
     public var id: Identifier
     public var message: ShortText
     /// Members this version does not know, kept so they survive a round trip.
@@ -2236,7 +2236,7 @@ extension ErrorItem: Codable {
 }
 
 /// An incremental change to an item in progress. A display union: receivers keep unknown delta types as Unknown(raw).
-public enum ItemDelta: Equatable {
+public enum ItemDelta: Hashable, Sendable {
     case text(TextDelta)
     case output(OutputDelta)
     /// A `type` this version does not know, kept as sent (receive mode only).
@@ -2280,12 +2280,12 @@ extension ItemDelta: Codable {
     }
 }
 
-public struct TextDelta: Equatable {
-    public var text: Text
+public struct TextDelta: Hashable, Sendable {
+    public var text: WireText
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
 
-    public init(text: Text, extra: [String: JSONValue] = [:]) {
+    public init(text: WireText, extra: [String: JSONValue] = [:]) {
         self.text = text
         self.extra = extra
     }
@@ -2329,7 +2329,7 @@ extension TextDelta: Codable {
     }
 }
 
-public enum OutputStream: Hashable {
+public enum OutputStreamKind: Hashable, Sendable {
     case stdout
     case stderr
     /// A value this version does not know, kept as sent (receive mode only).
@@ -2355,7 +2355,7 @@ public enum OutputStream: Hashable {
     }
 }
 
-func decodeOutputStream(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> OutputStream {
+func decodeOutputStream(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws -> OutputStreamKind {
     let s = try readString(j, at)
     switch s {
     case "stdout": return .stdout
@@ -2366,11 +2366,11 @@ func decodeOutputStream(_ j: JSONValue, _ at: String, _ mode: DecodeMode) throws
     }
 }
 
-func encodeOutputStream(_ v: OutputStream) -> JSONValue {
+func encodeOutputStream(_ v: OutputStreamKind) -> JSONValue {
     .string(v.wire)
 }
 
-extension OutputStream: Codable {
+extension OutputStreamKind: Codable {
     public init(from decoder: Decoder) throws {
         self = try decodeOutputStream(JSONValue(from: decoder), "", .receive)
     }
@@ -2380,13 +2380,13 @@ extension OutputStream: Codable {
     }
 }
 
-public struct OutputDelta: Equatable {
-    public var stream: OutputStream
-    public var chunk: Text
+public struct OutputDelta: Hashable, Sendable {
+    public var stream: OutputStreamKind
+    public var chunk: WireText
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
 
-    public init(stream: OutputStream, chunk: Text, extra: [String: JSONValue] = [:]) {
+    public init(stream: OutputStreamKind, chunk: WireText, extra: [String: JSONValue] = [:]) {
         self.stream = stream
         self.chunk = chunk
         self.extra = extra
@@ -2434,7 +2434,7 @@ extension OutputDelta: Codable {
 }
 
 /// Everything an approval is bound to (published v1). The server holds it against its approval/decide request id: a decision answers exactly that request, once, before expiresAt.
-public struct ApprovalBinding: Equatable {
+public struct ApprovalBinding: Hashable, Sendable {
     public var threadId: Identifier
     public var turnId: Identifier
     public var itemId: Identifier
@@ -2519,7 +2519,7 @@ extension ApprovalBinding: Codable {
 }
 
 /// A permission a decision grants (published v1). This server records what it is given and grants nothing beyond the operation, turn or session the decision names.
-public struct PermissionGrant: Equatable {
+public struct PermissionGrant: Hashable, Sendable {
     public var capability: String
     public var scope: String
     public var expiresAt: JsonField<Timestamp>
@@ -2576,7 +2576,7 @@ extension PermissionGrant: Codable {
 }
 
 /// The host's answer to approval/decide: the bare published decision, the whole result. Strict: an unknown decision fails closed.
-public enum ApprovalDecision: Equatable {
+public enum ApprovalDecision: Hashable, Sendable {
     case acceptOnce(AcceptOnce)
     case acceptForTurn(AcceptForTurn)
     case acceptForSession(AcceptForSession)
@@ -2626,7 +2626,7 @@ extension ApprovalDecision: Codable {
 }
 
 /// Run this one operation.
-public struct AcceptOnce: Equatable {
+public struct AcceptOnce: Hashable, Sendable {
 
     public init() {
     }
@@ -2668,7 +2668,7 @@ extension AcceptOnce: Codable {
 }
 
 /// Run this operation and identical ones for the rest of the turn, while policy and workspace digests hold.
-public struct AcceptForTurn: Equatable {
+public struct AcceptForTurn: Hashable, Sendable {
     public var permissions: [PermissionGrant]?
 
     public init(permissions: [PermissionGrant]? = nil) {
@@ -2715,7 +2715,7 @@ extension AcceptForTurn: Codable {
 }
 
 /// Run this operation and identical ones for the rest of the session, while policy and workspace digests hold.
-public struct AcceptForSession: Equatable {
+public struct AcceptForSession: Hashable, Sendable {
     public var permissions: [PermissionGrant]?
 
     public init(permissions: [PermissionGrant]? = nil) {
@@ -2762,7 +2762,7 @@ extension AcceptForSession: Codable {
 }
 
 /// Do not run it; the turn goes on.
-public struct Decline: Equatable {
+public struct Decline: Hashable, Sendable {
     public var reason: String?
 
     public init(reason: String? = nil) {
@@ -2809,7 +2809,7 @@ extension Decline: Codable {
 }
 
 /// Do not run it and interrupt the turn.
-public struct Cancel: Equatable {
+public struct Cancel: Hashable, Sendable {
     public var reason: String?
 
     public init(reason: String? = nil) {
@@ -2856,7 +2856,7 @@ extension Cancel: Codable {
 }
 
 /// How much harm the operation could do (published v1): read-only tools low, workspace writes medium, commands high.
-public enum ApprovalRisk: String, Hashable, CaseIterable {
+public enum ApprovalRisk: String, Hashable, Sendable, CaseIterable {
     case low = "low"
     case medium = "medium"
     case high = "high"
@@ -2904,7 +2904,7 @@ extension ApprovalRisk: Codable {
 }
 
 /// The params of approval/decide (the published v1 ApprovalRequest). id is 'approval-' + the binding's nonce.
-public struct ApprovalRequest: Equatable {
+public struct ApprovalRequest: Hashable, Sendable {
     public var id: Identifier
     public var binding: ApprovalBinding
     public var operation: ToolCall
@@ -2969,7 +2969,7 @@ extension ApprovalRequest: Codable {
 }
 
 /// What the approval gate concluded.
-public enum ApprovalOutcome: String, Hashable, CaseIterable {
+public enum ApprovalOutcome: String, Hashable, Sendable, CaseIterable {
     case approved = "approved"
     case declined = "declined"
     case cancelled = "cancelled"
@@ -3017,7 +3017,7 @@ extension ApprovalOutcome: Codable {
 }
 
 /// Why an approval failed closed.
-public enum ApprovalFailure: String, Hashable, CaseIterable {
+public enum ApprovalFailure: String, Hashable, Sendable, CaseIterable {
     case noHandler = "noHandler"
     case handlerError = "handlerError"
     case timeout = "timeout"
@@ -3072,7 +3072,7 @@ extension ApprovalFailure: Codable {
     }
 }
 
-public struct ThreadStartParams: Equatable {
+public struct ThreadStartParams: Hashable, Sendable {
     public var threadId: FileSafeIdentifier?
     public var title: Title?
     public var metadata: Metadata?
@@ -3135,12 +3135,12 @@ extension ThreadStartParams: Codable {
     }
 }
 
-public struct ThreadStartResult: Equatable {
-    public var thread: Thread
+public struct ThreadStartResult: Hashable, Sendable {
+    public var thread: AgentThread
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
 
-    public init(thread: Thread, extra: [String: JSONValue] = [:]) {
+    public init(thread: AgentThread, extra: [String: JSONValue] = [:]) {
         self.thread = thread
         self.extra = extra
     }
@@ -3183,14 +3183,14 @@ extension ThreadStartResult: Codable {
 }
 
 /// Options for the agent kernel. 'script' drives the scripted kernel.
-public struct AgentOptions: Equatable {
+public struct AgentOptions: Hashable, Sendable {
     public var model: String?
-    public var instructions: Text?
+    public var instructions: WireText?
     public var script: JsonValue?
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
 
-    public init(model: String? = nil, instructions: Text? = nil, script: JsonValue? = nil, extra: [String: JSONValue] = [:]) {
+    public init(model: String? = nil, instructions: WireText? = nil, script: JsonValue? = nil, extra: [String: JSONValue] = [:]) {
         self.model = model
         self.instructions = instructions
         self.script = script
@@ -3238,7 +3238,7 @@ extension AgentOptions: Codable {
     }
 }
 
-public struct ThreadReadParams: Equatable {
+public struct ThreadReadParams: Hashable, Sendable {
     public var threadId: Identifier
     public var afterEventSeq: Int64?
     public var limit: Int64?
@@ -3293,15 +3293,15 @@ extension ThreadReadParams: Codable {
     }
 }
 
-public struct ThreadReadResult: Equatable {
-    public var thread: Thread
+public struct ThreadReadResult: Hashable, Sendable {
+    public var thread: AgentThread
     public var events: [RolloutEvent]
     public var hasMore: Bool
     public var forkedFrom: ForkOrigin?
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
 
-    public init(thread: Thread, events: [RolloutEvent], hasMore: Bool, forkedFrom: ForkOrigin?, extra: [String: JSONValue] = [:]) {
+    public init(thread: AgentThread, events: [RolloutEvent], hasMore: Bool, forkedFrom: ForkOrigin?, extra: [String: JSONValue] = [:]) {
         self.thread = thread
         self.events = events
         self.hasMore = hasMore
@@ -3352,7 +3352,7 @@ extension ThreadReadResult: Codable {
     }
 }
 
-public struct ThreadResumeParams: Equatable {
+public struct ThreadResumeParams: Hashable, Sendable {
     public var threadId: Identifier
     public var afterEventSeq: Int64?
     public var limit: Int64?
@@ -3407,8 +3407,8 @@ extension ThreadResumeParams: Codable {
     }
 }
 
-public struct ThreadResumeResult: Equatable {
-    public var thread: Thread
+public struct ThreadResumeResult: Hashable, Sendable {
+    public var thread: AgentThread
     public var events: [RolloutEvent]
     public var hasMore: Bool
     public var activeTurn: Turn?
@@ -3416,7 +3416,7 @@ public struct ThreadResumeResult: Equatable {
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
 
-    public init(thread: Thread, events: [RolloutEvent], hasMore: Bool, activeTurn: Turn?, forkedFrom: ForkOrigin?, extra: [String: JSONValue] = [:]) {
+    public init(thread: AgentThread, events: [RolloutEvent], hasMore: Bool, activeTurn: Turn?, forkedFrom: ForkOrigin?, extra: [String: JSONValue] = [:]) {
         self.thread = thread
         self.events = events
         self.hasMore = hasMore
@@ -3470,7 +3470,7 @@ extension ThreadResumeResult: Codable {
     }
 }
 
-public struct ThreadForkParams: Equatable {
+public struct ThreadForkParams: Hashable, Sendable {
     public var threadId: Identifier
     public var newThreadId: Identifier?
     public var atEventSeq: Int64?
@@ -3533,13 +3533,13 @@ extension ThreadForkParams: Codable {
     }
 }
 
-public struct ThreadForkResult: Equatable {
-    public var thread: Thread
+public struct ThreadForkResult: Hashable, Sendable {
+    public var thread: AgentThread
     public var forkedFrom: ForkOrigin
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
 
-    public init(thread: Thread, forkedFrom: ForkOrigin, extra: [String: JSONValue] = [:]) {
+    public init(thread: AgentThread, forkedFrom: ForkOrigin, extra: [String: JSONValue] = [:]) {
         self.thread = thread
         self.forkedFrom = forkedFrom
         self.extra = extra
@@ -3584,7 +3584,7 @@ extension ThreadForkResult: Codable {
     }
 }
 
-public struct ThreadListParams: Equatable {
+public struct ThreadListParams: Hashable, Sendable {
     public var includeArchived: Bool?
     public var cursor: JsonField<String>
     public var limit: Int64?
@@ -3644,7 +3644,7 @@ extension ThreadListParams: Codable {
 }
 
 /// A thread whose rollout exists on disk but cannot be opened or verified (damaged, cut short, another thread's log, failing its key). thread/list reports it instead of hiding it; the host decides what to do (restore it, or accept it as it is).
-public struct UnreadableThread: Equatable {
+public struct UnreadableThread: Hashable, Sendable {
     public var threadId: Identifier
     public var status: String
     public var reason: ShortText
@@ -3699,15 +3699,15 @@ extension UnreadableThread: Codable {
     }
 }
 
-public struct ThreadListResult: Equatable {
-    public var threads: [Thread]
+public struct ThreadListResult: Hashable, Sendable {
+    public var threads: [AgentThread]
     public var nextCursor: String?
     /// Threads met on this page that exist on disk but cannot be read (absent when there are none). They count towards the page's limit together with threads.
     public var unreadable: [UnreadableThread]?
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
 
-    public init(threads: [Thread], nextCursor: String?, unreadable: [UnreadableThread]? = nil, extra: [String: JSONValue] = [:]) {
+    public init(threads: [AgentThread], nextCursor: String?, unreadable: [UnreadableThread]? = nil, extra: [String: JSONValue] = [:]) {
         self.threads = threads
         self.nextCursor = nextCursor
         self.unreadable = unreadable
@@ -3755,7 +3755,7 @@ extension ThreadListResult: Codable {
     }
 }
 
-public struct ThreadArchiveParams: Equatable {
+public struct ThreadArchiveParams: Hashable, Sendable {
     public var threadId: Identifier
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
@@ -3802,12 +3802,12 @@ extension ThreadArchiveParams: Codable {
     }
 }
 
-public struct ThreadArchiveResult: Equatable {
-    public var thread: Thread
+public struct ThreadArchiveResult: Hashable, Sendable {
+    public var thread: AgentThread
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
 
-    public init(thread: Thread, extra: [String: JSONValue] = [:]) {
+    public init(thread: AgentThread, extra: [String: JSONValue] = [:]) {
         self.thread = thread
         self.extra = extra
     }
@@ -3850,7 +3850,7 @@ extension ThreadArchiveResult: Codable {
 }
 
 /// Replaces the thread's conversation so far with a summary the history then starts from. Needs the negotiated feature thread_compact. Without summary the server's kernel writes it (a kernel that cannot is refused with -32602); the events stay in the rollout.
-public struct ThreadCompactParams: Equatable {
+public struct ThreadCompactParams: Hashable, Sendable {
     public var threadId: Identifier
     public var summary: String?
     /// Members this version does not know, kept so they survive a round trip.
@@ -3901,8 +3901,8 @@ extension ThreadCompactParams: Codable {
     }
 }
 
-public struct ThreadCompactResult: Equatable {
-    public var thread: Thread
+public struct ThreadCompactResult: Hashable, Sendable {
+    public var thread: AgentThread
     /// Seq of the compacted event.
     public var eventSeq: Int64
     public var fromSeq: Int64
@@ -3911,7 +3911,7 @@ public struct ThreadCompactResult: Equatable {
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
 
-    public init(thread: Thread, eventSeq: Int64, fromSeq: Int64, toSeq: Int64, summary: String, extra: [String: JSONValue] = [:]) {
+    public init(thread: AgentThread, eventSeq: Int64, fromSeq: Int64, toSeq: Int64, summary: String, extra: [String: JSONValue] = [:]) {
         self.thread = thread
         self.eventSeq = eventSeq
         self.fromSeq = fromSeq
@@ -3965,7 +3965,7 @@ extension ThreadCompactResult: Codable {
     }
 }
 
-public struct TurnStartParams: Equatable {
+public struct TurnStartParams: Hashable, Sendable {
     public var threadId: Identifier
     public var input: [UserInput]
     public var idempotencyKey: Identifier?
@@ -4020,7 +4020,7 @@ extension TurnStartParams: Codable {
     }
 }
 
-public struct TurnStartResult: Equatable {
+public struct TurnStartResult: Hashable, Sendable {
     public var turn: Turn
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
@@ -4067,7 +4067,7 @@ extension TurnStartResult: Codable {
     }
 }
 
-public struct TurnInterruptParams: Equatable {
+public struct TurnInterruptParams: Hashable, Sendable {
     public var threadId: Identifier
     public var turnId: Identifier
     /// Members this version does not know, kept so they survive a round trip.
@@ -4118,7 +4118,7 @@ extension TurnInterruptParams: Codable {
     }
 }
 
-public struct TurnInterruptResult: Equatable {
+public struct TurnInterruptResult: Hashable, Sendable {
     public var turn: Turn
     public var physicallySettled: Bool
     public var error: TurnError?
@@ -4174,7 +4174,7 @@ extension TurnInterruptResult: Codable {
 }
 
 /// One event of a thread's rollout. hash = sha256 of the RFC 8785 form of the event without 'hash'.
-public struct RolloutEvent: Equatable {
+public struct RolloutEvent: Hashable, Sendable {
     public var seq: Int64
     public var prevHash: ChainHash
     public var hash: ChainHash
@@ -4247,7 +4247,7 @@ extension RolloutEvent: Codable {
 }
 
 /// The rollout header: always seq 1.
-public struct ThreadStartedEvent: Equatable {
+public struct ThreadStartedEvent: Hashable, Sendable {
     public var formatVersion: Int64
     public var threadId: Identifier
     public var title: Title?
@@ -4317,7 +4317,7 @@ extension ThreadStartedEvent: Codable {
     }
 }
 
-public struct TurnStartedEvent: Equatable {
+public struct TurnStartedEvent: Hashable, Sendable {
     public var turnId: Identifier
     public var input: [UserInput]
     /// Members this version does not know, kept so they survive a round trip.
@@ -4370,7 +4370,7 @@ extension TurnStartedEvent: Codable {
     }
 }
 
-public struct TurnStatusChangedEvent: Equatable {
+public struct TurnStatusChangedEvent: Hashable, Sendable {
     public var turnId: Identifier
     public var status: TurnStatus
     /// Members this version does not know, kept so they survive a round trip.
@@ -4424,7 +4424,7 @@ extension TurnStatusChangedEvent: Codable {
 }
 
 /// Terminal evidence for a turn: exactly one per turn.
-public struct TurnCompletedEvent: Equatable {
+public struct TurnCompletedEvent: Hashable, Sendable {
     public var turnId: Identifier
     public var status: TurnStatus
     public var error: TurnError?
@@ -4485,7 +4485,7 @@ extension TurnCompletedEvent: Codable {
     }
 }
 
-public struct ItemStartedEvent: Equatable {
+public struct ItemStartedEvent: Hashable, Sendable {
     public var turnId: Identifier
     public var item: ItemContent
     /// Members this version does not know, kept so they survive a round trip.
@@ -4538,7 +4538,7 @@ extension ItemStartedEvent: Codable {
     }
 }
 
-public struct ItemDeltaEvent: Equatable {
+public struct ItemDeltaEvent: Hashable, Sendable {
     public var turnId: Identifier
     public var itemId: Identifier
     public var delta: ItemDelta
@@ -4595,7 +4595,7 @@ extension ItemDeltaEvent: Codable {
     }
 }
 
-public struct ItemCompletedEvent: Equatable {
+public struct ItemCompletedEvent: Hashable, Sendable {
     public var turnId: Identifier
     public var item: ItemContent
     /// Members this version does not know, kept so they survive a round trip.
@@ -4648,7 +4648,7 @@ extension ItemCompletedEvent: Codable {
     }
 }
 
-public struct ToolRequestedEvent: Equatable {
+public struct ToolRequestedEvent: Hashable, Sendable {
     public var turnId: Identifier
     public var itemId: Identifier
     public var call: ToolCall
@@ -4705,7 +4705,7 @@ extension ToolRequestedEvent: Codable {
     }
 }
 
-public struct ToolResultEvent: Equatable {
+public struct ToolResultEvent: Hashable, Sendable {
     public var turnId: Identifier
     public var itemId: Identifier
     public var result: ToolResult
@@ -4762,7 +4762,7 @@ extension ToolResultEvent: Codable {
     }
 }
 
-public struct ApprovalRequestedEvent: Equatable {
+public struct ApprovalRequestedEvent: Hashable, Sendable {
     public var turnId: Identifier
     public var itemId: Identifier
     public var binding: ApprovalBinding
@@ -4819,7 +4819,7 @@ extension ApprovalRequestedEvent: Codable {
     }
 }
 
-public struct ApprovalResolvedEvent: Equatable {
+public struct ApprovalResolvedEvent: Hashable, Sendable {
     public var turnId: Identifier
     public var itemId: Identifier
     public var nonce: String
@@ -4888,7 +4888,7 @@ extension ApprovalResolvedEvent: Codable {
     }
 }
 
-public struct ThreadArchivedEvent: Equatable {
+public struct ThreadArchivedEvent: Hashable, Sendable {
     public var archived: Bool
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
@@ -4937,7 +4937,7 @@ extension ThreadArchivedEvent: Codable {
     }
 }
 
-public struct CheckpointEvent: Equatable {
+public struct CheckpointEvent: Hashable, Sendable {
     public var label: ShortText
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
@@ -4987,7 +4987,7 @@ extension CheckpointEvent: Codable {
 }
 
 /// A summary of events fromSeq..toSeq; toHash pins the chain it replaces.
-public struct CompactedEvent: Equatable {
+public struct CompactedEvent: Hashable, Sendable {
     public var summary: String
     public var fromSeq: Int64
     public var toSeq: Int64
@@ -5049,7 +5049,7 @@ extension CompactedEvent: Codable {
 }
 
 /// A torn tail was cut after a crash.
-public struct RepairedEvent: Equatable {
+public struct RepairedEvent: Hashable, Sendable {
     public var reason: ShortText
     public var truncatedBytes: Int64
     public var brokenFile: String?
@@ -5106,7 +5106,7 @@ extension RepairedEvent: Codable {
     }
 }
 
-public struct MigratedEvent: Equatable {
+public struct MigratedEvent: Hashable, Sendable {
     public var fromFormat: Int64
     public var toFormat: Int64
     /// Members this version does not know, kept so they survive a round trip.
@@ -5160,7 +5160,7 @@ extension MigratedEvent: Codable {
 }
 
 /// Keyed tamper evidence, written by the store (never appended by callers) when a host supplied a rollout key: mac = HMAC-SHA256(key, 'cc-rollout-v1 seal\n' + threadId + '\n' + sealedSeq + '\n' + sealedHash), sealing the event just before this one. See docs/rollout-format.md.
-public struct SealedEvent: Equatable {
+public struct SealedEvent: Hashable, Sendable {
     public var sealedSeq: Int64
     public var sealedHash: ChainHash
     public var keyId: String
@@ -5222,7 +5222,7 @@ extension SealedEvent: Codable {
 }
 
 /// What a rollout event records. Receivers keep unknown payload types as Unknown(raw).
-public enum EventPayload: Equatable {
+public enum EventPayload: Hashable, Sendable {
     case threadStarted(ThreadStartedEvent)
     case turnStarted(TurnStartedEvent)
     case turnStatusChanged(TurnStatusChangedEvent)
@@ -5362,7 +5362,7 @@ extension EventPayload: Codable {
     }
 }
 
-public struct AgentItemStarted: Equatable {
+public struct AgentItemStarted: Hashable, Sendable {
     public var item: ItemContent
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
@@ -5411,7 +5411,7 @@ extension AgentItemStarted: Codable {
     }
 }
 
-public struct AgentItemDelta: Equatable {
+public struct AgentItemDelta: Hashable, Sendable {
     public var itemId: Identifier
     public var delta: ItemDelta
     /// Members this version does not know, kept so they survive a round trip.
@@ -5464,7 +5464,7 @@ extension AgentItemDelta: Codable {
     }
 }
 
-public struct AgentItemCompleted: Equatable {
+public struct AgentItemCompleted: Hashable, Sendable {
     public var item: ItemContent
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
@@ -5513,7 +5513,7 @@ extension AgentItemCompleted: Codable {
     }
 }
 
-public struct AgentToolRequested: Equatable {
+public struct AgentToolRequested: Hashable, Sendable {
     public var itemId: Identifier
     public var call: ToolCall
     /// Members this version does not know, kept so they survive a round trip.
@@ -5566,7 +5566,7 @@ extension AgentToolRequested: Codable {
     }
 }
 
-public struct AgentTurnFailed: Equatable {
+public struct AgentTurnFailed: Hashable, Sendable {
     public var message: ShortText
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
@@ -5616,7 +5616,7 @@ extension AgentTurnFailed: Codable {
 }
 
 /// What an agent kernel reports while it runs a turn. Receivers keep unknown event types as Unknown(raw).
-public enum AgentStreamEvent: Equatable {
+public enum AgentStreamEvent: Hashable, Sendable {
     case itemStarted(AgentItemStarted)
     case itemDelta(AgentItemDelta)
     case itemCompleted(AgentItemCompleted)
@@ -5670,14 +5670,14 @@ extension AgentStreamEvent: Codable {
 }
 
 /// Params of 'thread/updated'. eventSeq is the rollout seq that recorded it.
-public struct ThreadUpdatedParams: Equatable {
+public struct ThreadUpdatedParams: Hashable, Sendable {
     public var threadId: Identifier
     public var eventSeq: Int64
-    public var thread: Thread
+    public var thread: AgentThread
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
 
-    public init(threadId: Identifier, eventSeq: Int64, thread: Thread, extra: [String: JSONValue] = [:]) {
+    public init(threadId: Identifier, eventSeq: Int64, thread: AgentThread, extra: [String: JSONValue] = [:]) {
         self.threadId = threadId
         self.eventSeq = eventSeq
         self.thread = thread
@@ -5726,7 +5726,7 @@ extension ThreadUpdatedParams: Codable {
 }
 
 /// Params of 'turn/started'. eventSeq is the rollout seq that recorded it.
-public struct TurnStartedParams: Equatable {
+public struct TurnStartedParams: Hashable, Sendable {
     public var threadId: Identifier
     public var eventSeq: Int64
     public var turn: Turn
@@ -5782,7 +5782,7 @@ extension TurnStartedParams: Codable {
 }
 
 /// Params of 'turn/completed'. eventSeq is the rollout seq that recorded it; the one exception is a turn whose terminal event the store refused (disk full, I/O error): it ends failed with turn.error.code recordingFailed, eventSeq is then the thread's last durable seq, and the terminal event is recorded before anything else on the thread once the store accepts writes again (or by recovery on the next start). error says why a failed or interrupted turn ended (null when it completed).
-public struct TurnCompletedParams: Equatable {
+public struct TurnCompletedParams: Hashable, Sendable {
     public var threadId: Identifier
     public var eventSeq: Int64
     public var turn: Turn
@@ -5842,7 +5842,7 @@ extension TurnCompletedParams: Codable {
 }
 
 /// Params of 'item/started'. eventSeq is the rollout seq that recorded it.
-public struct ItemStartedParams: Equatable {
+public struct ItemStartedParams: Hashable, Sendable {
     public var threadId: Identifier
     public var eventSeq: Int64
     public var turnId: Identifier
@@ -5902,7 +5902,7 @@ extension ItemStartedParams: Codable {
 }
 
 /// Params of 'item/delta'. eventSeq is the rollout seq that recorded it.
-public struct ItemDeltaParams: Equatable {
+public struct ItemDeltaParams: Hashable, Sendable {
     public var threadId: Identifier
     public var eventSeq: Int64
     public var turnId: Identifier
@@ -5966,7 +5966,7 @@ extension ItemDeltaParams: Codable {
 }
 
 /// Params of 'item/completed'. eventSeq is the rollout seq that recorded it.
-public struct ItemCompletedParams: Equatable {
+public struct ItemCompletedParams: Hashable, Sendable {
     public var threadId: Identifier
     public var eventSeq: Int64
     public var turnId: Identifier
@@ -6026,7 +6026,7 @@ extension ItemCompletedParams: Codable {
 }
 
 /// Params of 'tool/requested'. eventSeq is the rollout seq that recorded it.
-public struct ToolRequestedParams: Equatable {
+public struct ToolRequestedParams: Hashable, Sendable {
     public var threadId: Identifier
     public var eventSeq: Int64
     public var turnId: Identifier
@@ -6090,7 +6090,7 @@ extension ToolRequestedParams: Codable {
 }
 
 /// Params of 'tool/result'. eventSeq is the rollout seq that recorded it.
-public struct ToolResultParams: Equatable {
+public struct ToolResultParams: Hashable, Sendable {
     public var threadId: Identifier
     public var eventSeq: Int64
     public var turnId: Identifier
@@ -6154,7 +6154,7 @@ extension ToolResultParams: Codable {
 }
 
 /// Params of 'approval/requested'. eventSeq is the rollout seq that recorded it.
-public struct ApprovalRequestedParams: Equatable {
+public struct ApprovalRequestedParams: Hashable, Sendable {
     public var threadId: Identifier
     public var eventSeq: Int64
     public var turnId: Identifier
@@ -6222,7 +6222,7 @@ extension ApprovalRequestedParams: Codable {
 }
 
 /// Params of 'approval/resolved'. eventSeq is the rollout seq that recorded it.
-public struct ApprovalResolvedParams: Equatable {
+public struct ApprovalResolvedParams: Hashable, Sendable {
     public var threadId: Identifier
     public var eventSeq: Int64
     public var turnId: Identifier
@@ -6298,7 +6298,7 @@ extension ApprovalResolvedParams: Codable {
 }
 
 /// Where and why, when that helps the caller; never internals or secrets.
-public struct ErrorDetail: Equatable {
+public struct ErrorDetail: Hashable, Sendable {
     public var pointer: String?
     public var reason: ShortText?
     /// Members this version does not know, kept so they survive a round trip.
@@ -6350,7 +6350,7 @@ extension ErrorDetail: Codable {
 }
 
 /// How long to wait before retrying.
-public struct OverloadedData: Equatable {
+public struct OverloadedData: Hashable, Sendable {
     public var retryAfterMs: Int64
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
@@ -6397,7 +6397,7 @@ extension OverloadedData: Codable {
     }
 }
 
-public struct ParseError: Equatable {
+public struct ParseError: Hashable, Sendable {
     public var message: String
     public var data: ErrorDetail?
 
@@ -6447,7 +6447,7 @@ extension ParseError: Codable {
     }
 }
 
-public struct InvalidRequestError: Equatable {
+public struct InvalidRequestError: Hashable, Sendable {
     public var message: String
     public var data: ErrorDetail?
 
@@ -6497,7 +6497,7 @@ extension InvalidRequestError: Codable {
     }
 }
 
-public struct MethodNotFoundError: Equatable {
+public struct MethodNotFoundError: Hashable, Sendable {
     public var message: String
     public var data: ErrorDetail?
 
@@ -6547,7 +6547,7 @@ extension MethodNotFoundError: Codable {
     }
 }
 
-public struct InvalidParamsError: Equatable {
+public struct InvalidParamsError: Hashable, Sendable {
     public var message: String
     public var data: ErrorDetail?
 
@@ -6597,7 +6597,7 @@ extension InvalidParamsError: Codable {
     }
 }
 
-public struct InternalError: Equatable {
+public struct InternalError: Hashable, Sendable {
     public var message: String
     public var data: ErrorDetail?
 
@@ -6647,7 +6647,7 @@ extension InternalError: Codable {
     }
 }
 
-public struct OverloadedError: Equatable {
+public struct OverloadedError: Hashable, Sendable {
     public var message: String
     public var data: OverloadedData
 
@@ -6697,7 +6697,7 @@ extension OverloadedError: Codable {
     }
 }
 
-public struct NotInitializedError: Equatable {
+public struct NotInitializedError: Hashable, Sendable {
     public var message: String
     public var data: ErrorDetail?
 
@@ -6747,7 +6747,7 @@ extension NotInitializedError: Codable {
     }
 }
 
-public struct NotFoundError: Equatable {
+public struct NotFoundError: Hashable, Sendable {
     public var message: String
     public var data: ErrorDetail?
 
@@ -6797,7 +6797,7 @@ extension NotFoundError: Codable {
     }
 }
 
-public struct ConflictError: Equatable {
+public struct ConflictError: Hashable, Sendable {
     public var message: String
     public var data: ErrorDetail?
 
@@ -6847,7 +6847,7 @@ extension ConflictError: Codable {
     }
 }
 
-public struct InterruptedError: Equatable {
+public struct InterruptedError: Hashable, Sendable {
     public var message: String
     public var data: ErrorDetail?
 
@@ -6898,7 +6898,7 @@ extension InterruptedError: Codable {
 }
 
 /// A JSON-RPC error. Typed data per code; receivers keep unknown codes as Unknown(raw).
-public enum ErrorObject: Equatable {
+public enum ErrorObject: Hashable, Sendable {
     case parseError(ParseError)
     case invalidRequestError(InvalidRequestError)
     case methodNotFoundError(MethodNotFoundError)
@@ -6966,7 +6966,7 @@ extension ErrorObject: Codable {
     }
 }
 
-public struct InitializeRequest: Equatable {
+public struct InitializeRequest: Hashable, Sendable {
     public var jsonrpc: String
     public var id: RequestId
     public var params: InitializeParams
@@ -7020,7 +7020,7 @@ extension InitializeRequest: Codable {
     }
 }
 
-public struct ThreadStartRequest: Equatable {
+public struct ThreadStartRequest: Hashable, Sendable {
     public var jsonrpc: String
     public var id: RequestId
     public var params: ThreadStartParams?
@@ -7074,7 +7074,7 @@ extension ThreadStartRequest: Codable {
     }
 }
 
-public struct ThreadReadRequest: Equatable {
+public struct ThreadReadRequest: Hashable, Sendable {
     public var jsonrpc: String
     public var id: RequestId
     public var params: ThreadReadParams
@@ -7128,7 +7128,7 @@ extension ThreadReadRequest: Codable {
     }
 }
 
-public struct ThreadResumeRequest: Equatable {
+public struct ThreadResumeRequest: Hashable, Sendable {
     public var jsonrpc: String
     public var id: RequestId
     public var params: ThreadResumeParams
@@ -7182,7 +7182,7 @@ extension ThreadResumeRequest: Codable {
     }
 }
 
-public struct ThreadForkRequest: Equatable {
+public struct ThreadForkRequest: Hashable, Sendable {
     public var jsonrpc: String
     public var id: RequestId
     public var params: ThreadForkParams
@@ -7236,7 +7236,7 @@ extension ThreadForkRequest: Codable {
     }
 }
 
-public struct ThreadListRequest: Equatable {
+public struct ThreadListRequest: Hashable, Sendable {
     public var jsonrpc: String
     public var id: RequestId
     public var params: ThreadListParams?
@@ -7290,7 +7290,7 @@ extension ThreadListRequest: Codable {
     }
 }
 
-public struct ThreadArchiveRequest: Equatable {
+public struct ThreadArchiveRequest: Hashable, Sendable {
     public var jsonrpc: String
     public var id: RequestId
     public var params: ThreadArchiveParams
@@ -7344,7 +7344,7 @@ extension ThreadArchiveRequest: Codable {
     }
 }
 
-public struct ThreadCompactRequest: Equatable {
+public struct ThreadCompactRequest: Hashable, Sendable {
     public var jsonrpc: String
     public var id: RequestId
     public var params: ThreadCompactParams
@@ -7398,7 +7398,7 @@ extension ThreadCompactRequest: Codable {
     }
 }
 
-public struct TurnStartRequest: Equatable {
+public struct TurnStartRequest: Hashable, Sendable {
     public var jsonrpc: String
     public var id: RequestId
     public var params: TurnStartParams
@@ -7452,7 +7452,7 @@ extension TurnStartRequest: Codable {
     }
 }
 
-public struct TurnInterruptRequest: Equatable {
+public struct TurnInterruptRequest: Hashable, Sendable {
     public var jsonrpc: String
     public var id: RequestId
     public var params: TurnInterruptParams
@@ -7507,7 +7507,7 @@ extension TurnInterruptRequest: Codable {
 }
 
 /// A request from the client. Strict: an unknown method gets -32601. A request nests at most 64 levels of arrays and objects, counting the envelope itself (x-max-depth; deeper is -32602, or -32600 when the excess is outside params): whatever a client stores (metadata, agentOptions, input) is served back at most 3 levels deeper (thread/read events), so every answer stays far inside the 127 levels every wire parser accepts.
-public enum ClientRequest: Equatable {
+public enum ClientRequest: Hashable, Sendable {
     case initialize(InitializeRequest)
     case threadStart(ThreadStartRequest)
     case threadRead(ThreadReadRequest)
@@ -7585,7 +7585,7 @@ extension ClientRequest: Codable {
 }
 
 /// A JSON-RPC response, in either direction: the server's answer to a ClientRequest or the client's answer to approval/decide. Exactly one of result and error. Its result is validated by name (e.g. ThreadStartResult) once the receiver has matched its id to the request.
-public struct ClientResponse: Equatable {
+public struct ClientResponse: Hashable, Sendable {
     public var jsonrpc: String
     /// The request's id; null only when the server could not read the id of the message it refuses (parse error, invalid request).
     public var id: RequestId?
@@ -7645,7 +7645,7 @@ extension ClientResponse: Codable {
 }
 
 /// The server asks the host to decide one tool call. The answer's result is a bare ApprovalDecision (x-result): the server holds the binding against this request's id.
-public struct ApprovalDecideRequest: Equatable {
+public struct ApprovalDecideRequest: Hashable, Sendable {
     public var jsonrpc: String
     public var id: RequestId
     public var params: ApprovalRequest
@@ -7700,7 +7700,7 @@ extension ApprovalDecideRequest: Codable {
 }
 
 /// A request from the server to the client.
-public enum ServerRequest: Equatable {
+public enum ServerRequest: Hashable, Sendable {
     case approvalDecide(ApprovalDecideRequest)
 
     /// Decodes and checks `json`; `.receive` keeps unknown display values, `.conformance` refuses them.
@@ -7737,7 +7737,7 @@ extension ServerRequest: Codable {
     }
 }
 
-public struct ThreadUpdatedNotification: Equatable {
+public struct ThreadUpdatedNotification: Hashable, Sendable {
     public var jsonrpc: String
     public var params: ThreadUpdatedParams
 
@@ -7787,7 +7787,7 @@ extension ThreadUpdatedNotification: Codable {
     }
 }
 
-public struct TurnStartedNotification: Equatable {
+public struct TurnStartedNotification: Hashable, Sendable {
     public var jsonrpc: String
     public var params: TurnStartedParams
 
@@ -7837,7 +7837,7 @@ extension TurnStartedNotification: Codable {
     }
 }
 
-public struct TurnCompletedNotification: Equatable {
+public struct TurnCompletedNotification: Hashable, Sendable {
     public var jsonrpc: String
     public var params: TurnCompletedParams
 
@@ -7887,7 +7887,7 @@ extension TurnCompletedNotification: Codable {
     }
 }
 
-public struct ItemStartedNotification: Equatable {
+public struct ItemStartedNotification: Hashable, Sendable {
     public var jsonrpc: String
     public var params: ItemStartedParams
 
@@ -7937,7 +7937,7 @@ extension ItemStartedNotification: Codable {
     }
 }
 
-public struct ItemDeltaNotification: Equatable {
+public struct ItemDeltaNotification: Hashable, Sendable {
     public var jsonrpc: String
     public var params: ItemDeltaParams
 
@@ -7987,7 +7987,7 @@ extension ItemDeltaNotification: Codable {
     }
 }
 
-public struct ItemCompletedNotification: Equatable {
+public struct ItemCompletedNotification: Hashable, Sendable {
     public var jsonrpc: String
     public var params: ItemCompletedParams
 
@@ -8037,7 +8037,7 @@ extension ItemCompletedNotification: Codable {
     }
 }
 
-public struct ToolRequestedNotification: Equatable {
+public struct ToolRequestedNotification: Hashable, Sendable {
     public var jsonrpc: String
     public var params: ToolRequestedParams
 
@@ -8087,7 +8087,7 @@ extension ToolRequestedNotification: Codable {
     }
 }
 
-public struct ToolResultNotification: Equatable {
+public struct ToolResultNotification: Hashable, Sendable {
     public var jsonrpc: String
     public var params: ToolResultParams
 
@@ -8137,7 +8137,7 @@ extension ToolResultNotification: Codable {
     }
 }
 
-public struct ApprovalRequestedNotification: Equatable {
+public struct ApprovalRequestedNotification: Hashable, Sendable {
     public var jsonrpc: String
     public var params: ApprovalRequestedParams
 
@@ -8187,7 +8187,7 @@ extension ApprovalRequestedNotification: Codable {
     }
 }
 
-public struct ApprovalResolvedNotification: Equatable {
+public struct ApprovalResolvedNotification: Hashable, Sendable {
     public var jsonrpc: String
     public var params: ApprovalResolvedParams
 
@@ -8238,7 +8238,7 @@ extension ApprovalResolvedNotification: Codable {
 }
 
 /// A notification from the server. A display union: receivers keep unknown methods as Unknown(raw).
-public enum ServerNotification: Equatable {
+public enum ServerNotification: Hashable, Sendable {
     case threadUpdated(ThreadUpdatedNotification)
     case turnStarted(TurnStartedNotification)
     case turnCompleted(TurnCompletedNotification)
@@ -8365,7 +8365,7 @@ func encodeGraphCapability(_ v: GraphCapability) -> JSONValue {
 }
 
 /// What a port carries. An edge may join equal types, integer to number, and anything to json.
-public enum GraphPortType: String, Hashable, CaseIterable {
+public enum GraphPortType: String, Hashable, Sendable, CaseIterable {
     case text = "text"
     case json = "json"
     case number = "number"
@@ -8441,7 +8441,7 @@ func encodeGraphValues(_ v: GraphValues) -> JSONValue {
 }
 
 /// A typed input or output of a node, a body or the graph.
-public struct GraphPort: Equatable {
+public struct GraphPort: Hashable, Sendable {
     public var name: GraphPortName
     public var type: GraphPortType
     public var description: ShortText?
@@ -8494,7 +8494,7 @@ extension GraphPort: Codable {
 }
 
 /// One end of an edge: a node's port, or without 'node' the enclosing body's own boundary (its inputs when the edge starts there, its outputs when it ends there).
-public struct GraphEndpoint: Equatable {
+public struct GraphEndpoint: Hashable, Sendable {
     public var node: GraphNodeId?
     public var port: GraphPortName
 
@@ -8543,7 +8543,7 @@ extension GraphEndpoint: Codable {
 }
 
 /// Carries every value the 'from' output produces to the 'to' input, as messages.
-public struct GraphEdge: Equatable {
+public struct GraphEdge: Hashable, Sendable {
     public var from: GraphEndpoint
     public var to: GraphEndpoint
 
@@ -8592,7 +8592,7 @@ extension GraphEdge: Codable {
 }
 
 /// Limits; a missing one is unbounded at this level. A node's budgets may not exceed the run's.
-public struct GraphBudgets: Equatable {
+public struct GraphBudgets: Hashable, Sendable {
     /// Node attempts (every retry and iteration counts one).
     public var maxSteps: Int64?
     /// Model tokens, as the kernel reports them in its items' usage.
@@ -8653,7 +8653,7 @@ extension GraphBudgets: Codable {
 }
 
 /// A turn on the server's agent kernel, on a thread of its own. Its input is the prompt followed by the input values as JSON; its output is the turn's last agent message (parsed as JSON for non-text ports; an object with one member per port when there are several).
-public struct GraphAgentNode: Equatable {
+public struct GraphAgentNode: Hashable, Sendable {
     public var id: GraphNodeId
     public var title: Title?
     public var inputs: [GraphPort]?
@@ -8665,11 +8665,11 @@ public struct GraphAgentNode: Equatable {
     public var writeScope: [GraphWriteScopeEntry]?
     /// Attempts before the node fails (default 3): an expired lease or a failed agent turn tries again; a tool call that ran is never repeated.
     public var maxAttempts: Int64?
-    public var instructions: Text?
-    public var prompt: Text?
+    public var instructions: WireText?
+    public var prompt: WireText?
     public var agentOptions: AgentOptions?
 
-    public init(id: GraphNodeId, title: Title? = nil, inputs: [GraphPort]? = nil, outputs: [GraphPort]? = nil, capabilities: [GraphCapability]? = nil, budgets: GraphBudgets? = nil, writeScope: [GraphWriteScopeEntry]? = nil, maxAttempts: Int64? = nil, instructions: Text? = nil, prompt: Text? = nil, agentOptions: AgentOptions? = nil) {
+    public init(id: GraphNodeId, title: Title? = nil, inputs: [GraphPort]? = nil, outputs: [GraphPort]? = nil, capabilities: [GraphCapability]? = nil, budgets: GraphBudgets? = nil, writeScope: [GraphWriteScopeEntry]? = nil, maxAttempts: Int64? = nil, instructions: WireText? = nil, prompt: WireText? = nil, agentOptions: AgentOptions? = nil) {
         self.id = id
         self.title = title
         self.inputs = inputs
@@ -8743,7 +8743,7 @@ extension GraphAgentNode: Codable {
 }
 
 /// One tool call through the approval gate, recorded as an effect with a receipt. A single output receives the result's output; with several, each takes the member of its name from the result's output object.
-public struct GraphToolNode: Equatable {
+public struct GraphToolNode: Hashable, Sendable {
     public var id: GraphNodeId
     public var title: Title?
     public var inputs: [GraphPort]?
@@ -8830,7 +8830,7 @@ extension GraphToolNode: Codable {
 }
 
 /// Waits for all of its inputs and passes them on together: one output, an object with a member per input (type object or json) or their values in input order (type array).
-public struct GraphJoinNode: Equatable {
+public struct GraphJoinNode: Hashable, Sendable {
     public var id: GraphNodeId
     public var title: Title?
     public var inputs: [GraphPort]?
@@ -8889,7 +8889,7 @@ extension GraphJoinNode: Codable {
 }
 
 /// Runs its body again and again, at most maxIterations times, stopping early when the boolean output named by 'until' is true. Iteration 0 gets the loop's inputs; each later one gets the previous iteration's output of the same name where there is one, else the loop's input again. The loop's outputs are the last iteration's.
-public struct GraphLoopNode: Equatable {
+public struct GraphLoopNode: Hashable, Sendable {
     public var id: GraphNodeId
     public var title: Title?
     public var inputs: [GraphPort]?
@@ -8961,7 +8961,7 @@ extension GraphLoopNode: Codable {
 }
 
 /// A body of nodes run as one node: its inputs feed the body's boundary, the body's boundary outputs are its outputs.
-public struct GraphSubgraphNode: Equatable {
+public struct GraphSubgraphNode: Hashable, Sendable {
     public var id: GraphNodeId
     public var title: Title?
     public var inputs: [GraphPort]?
@@ -9024,7 +9024,7 @@ extension GraphSubgraphNode: Codable {
 }
 
 /// A node of a graph. Strict: an unknown kind is refused.
-public enum GraphNode: Equatable {
+public enum GraphNode: Hashable, Sendable {
     case agent(GraphAgentNode)
     case tool(GraphToolNode)
     case join(GraphJoinNode)
@@ -9074,7 +9074,7 @@ extension GraphNode: Codable {
 }
 
 /// The nodes and edges inside a loop or subgraph; edges without 'node' reach the container's ports.
-public struct GraphBody: Equatable {
+public struct GraphBody: Hashable, Sendable {
     public var nodes: [GraphNode]
     public var edges: [GraphEdge]?
 
@@ -9123,7 +9123,7 @@ extension GraphBody: Codable {
 }
 
 /// A versioned Graph IR definition (typed_graph). Nothing in it runs before the compiler accepts it; its plan digest is sha256 of its RFC 8785 form.
-public struct GraphDefinition: Equatable {
+public struct GraphDefinition: Hashable, Sendable {
     /// The Graph IR version this definition is written in.
     public var graphVersion: Int64
     public var id: Identifier
@@ -9201,7 +9201,7 @@ extension GraphDefinition: Codable {
 }
 
 /// What a run may do: the capabilities it grants (nothing unless listed) and its budgets (the definition's own budgets apply where these say nothing).
-public struct GraphRunGrant: Equatable {
+public struct GraphRunGrant: Hashable, Sendable {
     public var capabilities: [GraphCapability]
     public var budgets: GraphBudgets?
 
@@ -9250,7 +9250,7 @@ extension GraphRunGrant: Codable {
 }
 
 /// An agent slot pool: attempts of agent and tool nodes run on workers, at most capacity at once each.
-public struct GraphWorker: Equatable {
+public struct GraphWorker: Hashable, Sendable {
     public var id: String
     public var capacity: Int64
 
@@ -9299,7 +9299,7 @@ extension GraphWorker: Codable {
 }
 
 /// How a run is scheduled; the server's defaults fill what is missing.
-public struct GraphRunOptions: Equatable {
+public struct GraphRunOptions: Hashable, Sendable {
     public var workers: [GraphWorker]?
     /// How long an attempt holds its node without progress before its lease expires and the node is assigned again under a new fence.
     public var leaseMs: Int64?
@@ -9349,7 +9349,7 @@ extension GraphRunOptions: Codable {
 }
 
 /// The rule a definition broke (docs/graph.md lists them).
-public enum GraphCompileErrorCode: Hashable {
+public enum GraphCompileErrorCode: Hashable, Sendable {
     case schemaInvalid
     case duplicateId
     case danglingNode
@@ -9443,7 +9443,7 @@ extension GraphCompileErrorCode: Codable {
 }
 
 /// One reason a definition was refused.
-public struct GraphCompileError: Equatable {
+public struct GraphCompileError: Hashable, Sendable {
     public var code: GraphCompileErrorCode
     /// JSON pointer into the definition.
     public var pointer: String
@@ -9500,7 +9500,7 @@ extension GraphCompileError: Codable {
 }
 
 /// A run's state; all but running are terminal.
-public enum GraphRunStatus: Hashable {
+public enum GraphRunStatus: Hashable, Sendable {
     case running
     case succeeded
     case failed
@@ -9558,7 +9558,7 @@ extension GraphRunStatus: Codable {
 }
 
 /// A node's kind.
-public enum GraphNodeKind: Hashable {
+public enum GraphNodeKind: Hashable, Sendable {
     case agent
     case tool
     case join
@@ -9619,7 +9619,7 @@ extension GraphNodeKind: Codable {
 }
 
 /// A node instance's state. reconcile: an effect of it has no known outcome and waits for the tool executor or the host.
-public enum GraphNodeStatus: Hashable {
+public enum GraphNodeStatus: Hashable, Sendable {
     case pending
     case ready
     case running
@@ -9689,7 +9689,7 @@ extension GraphNodeStatus: Codable {
 }
 
 /// Node instances by status.
-public struct GraphNodeCounts: Equatable {
+public struct GraphNodeCounts: Hashable, Sendable {
     public var total: Int64
     public var pending: Int64
     public var ready: Int64
@@ -9769,7 +9769,7 @@ extension GraphNodeCounts: Codable {
 }
 
 /// Why a run, node, attempt or effect failed: a stable camelCase code and a message.
-public struct GraphRunError: Equatable {
+public struct GraphRunError: Hashable, Sendable {
     public var code: String
     public var message: ShortText
     public var node: GraphNodeKey?
@@ -9825,7 +9825,7 @@ extension GraphRunError: Codable {
 }
 
 /// What a run (or attempt) has used of its budgets.
-public struct GraphUsage: Equatable {
+public struct GraphUsage: Hashable, Sendable {
     public var steps: Int64
     public var effects: Int64
     public var tokens: Int64
@@ -9881,7 +9881,7 @@ extension GraphUsage: Codable {
 }
 
 /// A run as its log reduces to. outputs (content) only when asked for with includeContent.
-public struct GraphRunSummary: Equatable {
+public struct GraphRunSummary: Hashable, Sendable {
     public var runId: GraphRunId
     public var graphId: Identifier
     public var title: Title?
@@ -9973,7 +9973,7 @@ extension GraphRunSummary: Codable {
 }
 
 /// A node instance: its latest attempt, fence and the thread that attempt ran on.
-public struct GraphNodeState: Equatable {
+public struct GraphNodeState: Hashable, Sendable {
     public var key: GraphNodeKey
     public var nodeId: GraphNodeId
     public var kind: GraphNodeKind
@@ -10053,7 +10053,7 @@ extension GraphNodeState: Codable {
 }
 
 /// Where a message comes from or goes to: a node instance's port, a body instance's boundary (a key ending in '.<n>'), or without 'node' the run's own inputs and outputs.
-public struct GraphPortRef: Equatable {
+public struct GraphPortRef: Hashable, Sendable {
     public var node: GraphNodeKey?
     public var port: GraphPortName
 
@@ -10113,7 +10113,7 @@ func encodeGraphChannel(_ v: GraphChannel) -> JSONValue {
 }
 
 /// Where a message is: sent (in the run's custody), delivered (in an attempt's custody), acked (consumed once, for good).
-public enum GraphMessageStatus: Hashable {
+public enum GraphMessageStatus: Hashable, Sendable {
     case sent
     case delivered
     case acked
@@ -10168,7 +10168,7 @@ extension GraphMessageStatus: Codable {
 }
 
 /// A message and its custody (causal_messages). value (content) only with includeContent.
-public struct GraphMessageState: Equatable {
+public struct GraphMessageState: Hashable, Sendable {
     public var messageId: Identifier
     public var from: GraphPortRef
     public var to: GraphPortRef
@@ -10252,7 +10252,7 @@ extension GraphMessageState: Codable {
 }
 
 /// An effect's state: intended (durable before the tool runs), succeeded/failed (with a receipt), reconcile (intended, outcome unknown).
-public enum GraphEffectStatus: Hashable {
+public enum GraphEffectStatus: Hashable, Sendable {
     case intended
     case succeeded
     case failed
@@ -10310,7 +10310,7 @@ extension GraphEffectStatus: Codable {
 }
 
 /// The status of the tool result a receipt is for.
-public enum GraphResultStatus: String, Hashable, CaseIterable {
+public enum GraphResultStatus: String, Hashable, Sendable, CaseIterable {
     case ok = "ok"
     case error = "error"
     case denied = "denied"
@@ -10356,7 +10356,7 @@ extension GraphResultStatus: Codable {
 }
 
 /// How the outcome was learnt: the call ran now (executed), found after a restart in the attempt thread's tool result (rollout), confirmed by the tool executor (executor) or by the host (host), or an earlier receipt for the same key reused (receipt).
-public enum GraphReceiptSource: String, Hashable, CaseIterable {
+public enum GraphReceiptSource: String, Hashable, Sendable, CaseIterable {
     case executed = "executed"
     case rollout = "rollout"
     case executor = "executor"
@@ -10406,7 +10406,7 @@ extension GraphReceiptSource: Codable {
 }
 
 /// Evidence of an effect's outcome (graph_effect_receipts): the operation and result digests, and where the tool result is recorded. result (content) is omitted where content is hidden.
-public struct GraphEffectReceipt: Equatable {
+public struct GraphEffectReceipt: Hashable, Sendable {
     public var idempotencyKey: Identifier
     public var operationDigest: Digest
     public var resultStatus: GraphResultStatus
@@ -10483,7 +10483,7 @@ extension GraphEffectReceipt: Codable {
 }
 
 /// An effect: applied is whether the side effect may have happened (null while unknown).
-public struct GraphEffectState: Equatable {
+public struct GraphEffectState: Hashable, Sendable {
     public var idempotencyKey: Identifier
     public var node: GraphNodeKey
     public var attemptId: Int64
@@ -10567,7 +10567,7 @@ extension GraphEffectState: Codable {
 }
 
 /// An attempt whose fence is now stale: nothing it reports settles its node.
-public struct GraphFencedAttempt: Equatable {
+public struct GraphFencedAttempt: Hashable, Sendable {
     public var attemptId: Int64
     public var node: GraphNodeKey
     public var fence: Int64
@@ -10620,7 +10620,7 @@ extension GraphFencedAttempt: Codable {
 }
 
 /// Compiles a definition without running it (typed_graph). Without grant nothing is granted, so agent and tool nodes report capabilityNotGranted.
-public struct GraphValidateParams: Equatable {
+public struct GraphValidateParams: Hashable, Sendable {
     public var definition: GraphDefinition
     public var grant: GraphRunGrant?
     /// Members this version does not know, kept so they survive a round trip.
@@ -10672,7 +10672,7 @@ extension GraphValidateParams: Codable {
 }
 
 /// The compiler's verdict; nodeCount counts nodes across all bodies.
-public struct GraphValidateResult: Equatable {
+public struct GraphValidateResult: Hashable, Sendable {
     public var valid: Bool
     public var planDigest: Digest?
     public var nodeCount: Int64
@@ -10732,7 +10732,7 @@ extension GraphValidateResult: Codable {
 }
 
 /// Compiles and starts a run (typed_graph); refused with -32602 (data.reason: the rule's code, data.pointer: where) if the definition does not compile. Returns once graphRunStarted is durable; the run goes on asynchronously.
-public struct GraphRunStartParams: Equatable {
+public struct GraphRunStartParams: Hashable, Sendable {
     public var definition: GraphDefinition
     public var runId: GraphRunId?
     public var inputs: GraphValues?
@@ -10799,7 +10799,7 @@ extension GraphRunStartParams: Codable {
     }
 }
 
-public struct GraphRunStartResult: Equatable {
+public struct GraphRunStartResult: Hashable, Sendable {
     public var run: GraphRunSummary
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
@@ -10847,7 +10847,7 @@ extension GraphRunStartResult: Codable {
 }
 
 /// A run's state reduced from its log, and optionally a page of the log itself.
-public struct GraphRunReadParams: Equatable {
+public struct GraphRunReadParams: Hashable, Sendable {
     public var runId: GraphRunId
     /// Include message values, effect results and run outputs (hidden by default).
     public var includeContent: Bool?
@@ -10908,7 +10908,7 @@ extension GraphRunReadParams: Codable {
     }
 }
 
-public struct GraphRunReadResult: Equatable {
+public struct GraphRunReadResult: Hashable, Sendable {
     public var run: GraphRunSummary
     public var nodes: [GraphNodeState]
     /// With causal_messages.
@@ -10978,7 +10978,7 @@ extension GraphRunReadResult: Codable {
 }
 
 /// Cancels a run: every outstanding attempt is fenced in one durable event before the answer, so no late result can settle a node.
-public struct GraphRunCancelParams: Equatable {
+public struct GraphRunCancelParams: Hashable, Sendable {
     public var runId: GraphRunId
     public var reason: ShortText?
     /// Members this version does not know, kept so they survive a round trip.
@@ -11029,7 +11029,7 @@ extension GraphRunCancelParams: Codable {
     }
 }
 
-public struct GraphRunCancelResult: Equatable {
+public struct GraphRunCancelResult: Hashable, Sendable {
     public var run: GraphRunSummary
     public var fenced: [GraphFencedAttempt]
     /// Members this version does not know, kept so they survive a round trip.
@@ -11080,7 +11080,7 @@ extension GraphRunCancelResult: Codable {
     }
 }
 
-public struct GraphValidateRequest: Equatable {
+public struct GraphValidateRequest: Hashable, Sendable {
     public var jsonrpc: String
     public var id: RequestId
     public var params: GraphValidateParams
@@ -11134,7 +11134,7 @@ extension GraphValidateRequest: Codable {
     }
 }
 
-public struct GraphRunStartRequest: Equatable {
+public struct GraphRunStartRequest: Hashable, Sendable {
     public var jsonrpc: String
     public var id: RequestId
     public var params: GraphRunStartParams
@@ -11188,7 +11188,7 @@ extension GraphRunStartRequest: Codable {
     }
 }
 
-public struct GraphRunReadRequest: Equatable {
+public struct GraphRunReadRequest: Hashable, Sendable {
     public var jsonrpc: String
     public var id: RequestId
     public var params: GraphRunReadParams
@@ -11242,7 +11242,7 @@ extension GraphRunReadRequest: Codable {
     }
 }
 
-public struct GraphRunCancelRequest: Equatable {
+public struct GraphRunCancelRequest: Hashable, Sendable {
     public var jsonrpc: String
     public var id: RequestId
     public var params: GraphRunCancelParams
@@ -11297,7 +11297,7 @@ extension GraphRunCancelRequest: Codable {
 }
 
 /// A 'graph/event' of type runUpdated: the run's state after the event at eventSeq (already durable).
-public struct GraphRunUpdatedParams: Equatable {
+public struct GraphRunUpdatedParams: Hashable, Sendable {
     public var runId: GraphRunId
     public var eventSeq: Int64
     public var run: GraphRunSummary
@@ -11355,7 +11355,7 @@ extension GraphRunUpdatedParams: Codable {
 }
 
 /// A 'graph/event' of type nodeUpdated: a node instance after the event at eventSeq (already durable).
-public struct GraphNodeUpdatedParams: Equatable {
+public struct GraphNodeUpdatedParams: Hashable, Sendable {
     public var runId: GraphRunId
     public var eventSeq: Int64
     public var node: GraphNodeState
@@ -11413,7 +11413,7 @@ extension GraphNodeUpdatedParams: Codable {
 }
 
 /// Params of 'graph/event' (the published method for graph runs): what changed, tagged by type. A display union: receivers keep unknown types as Unknown(raw).
-public enum GraphEventParams: Equatable {
+public enum GraphEventParams: Hashable, Sendable {
     case runUpdated(GraphRunUpdatedParams)
     case nodeUpdated(GraphNodeUpdatedParams)
     /// A `type` this version does not know, kept as sent (receive mode only).
@@ -11457,7 +11457,7 @@ extension GraphEventParams: Codable {
     }
 }
 
-public struct GraphEventNotification: Equatable {
+public struct GraphEventNotification: Hashable, Sendable {
     public var jsonrpc: String
     public var params: GraphEventParams
 
@@ -11508,7 +11508,7 @@ extension GraphEventNotification: Codable {
 }
 
 /// A graph run's first event after its header: everything the run is a reduction of.
-public struct GraphRunStartedEvent: Equatable {
+public struct GraphRunStartedEvent: Hashable, Sendable {
     public var runId: GraphRunId
     public var definition: GraphDefinition
     public var planDigest: Digest
@@ -11583,7 +11583,7 @@ extension GraphRunStartedEvent: Codable {
 }
 
 /// A node instance assigned to a worker under a new, higher fence and a lease.
-public struct GraphAttemptStartedEvent: Equatable {
+public struct GraphAttemptStartedEvent: Hashable, Sendable {
     public var attemptId: Int64
     /// The attempt's fencing token.
     public var fence: Int64
@@ -11659,7 +11659,7 @@ extension GraphAttemptStartedEvent: Codable {
 }
 
 /// An attempt made progress; its lease moves.
-public struct GraphLeaseRenewedEvent: Equatable {
+public struct GraphLeaseRenewedEvent: Hashable, Sendable {
     public var attemptId: Int64
     /// The attempt's fencing token.
     public var fence: Int64
@@ -11718,7 +11718,7 @@ extension GraphLeaseRenewedEvent: Codable {
 }
 
 /// An attempt's lease ran out: its fence is stale, its messages return to the run, and the node may be assigned again.
-public struct GraphLeaseExpiredEvent: Equatable {
+public struct GraphLeaseExpiredEvent: Hashable, Sendable {
     public var attemptId: Int64
     /// The attempt's fencing token.
     public var fence: Int64
@@ -11781,7 +11781,7 @@ extension GraphLeaseExpiredEvent: Codable {
 }
 
 /// How an attempt ended.
-public enum GraphAttemptStatus: String, Hashable, CaseIterable {
+public enum GraphAttemptStatus: String, Hashable, Sendable, CaseIterable {
     case succeeded = "succeeded"
     case failed = "failed"
 
@@ -11825,7 +11825,7 @@ extension GraphAttemptStatus: Codable {
 }
 
 /// An attempt under the current fence settled its node; its output messages and input acknowledgements are in the same batch.
-public struct GraphAttemptFinishedEvent: Equatable {
+public struct GraphAttemptFinishedEvent: Hashable, Sendable {
     public var attemptId: Int64
     /// The attempt's fencing token.
     public var fence: Int64
@@ -11901,7 +11901,7 @@ extension GraphAttemptFinishedEvent: Codable {
 }
 
 /// What a stale attempt tried to do.
-public enum GraphStaleWhat: String, Hashable, CaseIterable {
+public enum GraphStaleWhat: String, Hashable, Sendable, CaseIterable {
     case result = "result"
     case effect = "effect"
     case renewal = "renewal"
@@ -11947,7 +11947,7 @@ extension GraphStaleWhat: Codable {
 }
 
 /// A result, effect or renewal carrying a stale fence was refused; it settled nothing.
-public struct GraphStaleRefusedEvent: Equatable {
+public struct GraphStaleRefusedEvent: Hashable, Sendable {
     public var attemptId: Int64
     /// The attempt's fencing token.
     public var fence: Int64
@@ -12018,7 +12018,7 @@ extension GraphStaleRefusedEvent: Codable {
 }
 
 /// A value on its way to a port, in the run's custody until delivered.
-public struct GraphMessageSentEvent: Equatable {
+public struct GraphMessageSentEvent: Hashable, Sendable {
     public var messageId: Identifier
     public var from: GraphPortRef
     public var to: GraphPortRef
@@ -12097,7 +12097,7 @@ extension GraphMessageSentEvent: Codable {
 }
 
 /// A message consumed (once) by a node instance or a body boundary.
-public struct GraphMessageAckedEvent: Equatable {
+public struct GraphMessageAckedEvent: Hashable, Sendable {
     public var messageId: Identifier
     public var consumer: GraphNodeKey
     public var attemptId: Int64?
@@ -12160,7 +12160,7 @@ extension GraphMessageAckedEvent: Codable {
 }
 
 /// Why a body instance ended: a subgraph completed; a loop iteration continues into the next, or the loop stops on its until port or its bound.
-public enum GraphScopeReason: String, Hashable, CaseIterable {
+public enum GraphScopeReason: String, Hashable, Sendable, CaseIterable {
     case completed = "completed"
     case continue_ = "continue"
     case until = "until"
@@ -12208,7 +12208,7 @@ extension GraphScopeReason: Codable {
 }
 
 /// A container's body instance began; the messages relayed into it are in the same batch.
-public struct GraphScopeEnteredEvent: Equatable {
+public struct GraphScopeEnteredEvent: Hashable, Sendable {
     public var node: GraphNodeKey
     public var scope: GraphNodeKey
     public var iteration: Int64
@@ -12266,7 +12266,7 @@ extension GraphScopeEnteredEvent: Codable {
 }
 
 /// A body instance ended; unless it continues, the container succeeded and its outputs are sent in the same batch.
-public struct GraphScopeExitedEvent: Equatable {
+public struct GraphScopeExitedEvent: Hashable, Sendable {
     public var node: GraphNodeKey
     public var scope: GraphNodeKey
     public var iteration: Int64
@@ -12328,7 +12328,7 @@ extension GraphScopeExitedEvent: Codable {
 }
 
 /// Durable before the tool call goes to the approval gate and the executor (graph_effect_receipts).
-public struct GraphEffectIntendedEvent: Equatable {
+public struct GraphEffectIntendedEvent: Hashable, Sendable {
     public var attemptId: Int64
     /// The attempt's fencing token.
     public var fence: Int64
@@ -12411,7 +12411,7 @@ extension GraphEffectIntendedEvent: Codable {
 }
 
 /// The tool call ran and returned ok.
-public struct GraphEffectSucceededEvent: Equatable {
+public struct GraphEffectSucceededEvent: Hashable, Sendable {
     public var attemptId: Int64
     /// The attempt's fencing token.
     public var fence: Int64
@@ -12474,7 +12474,7 @@ extension GraphEffectSucceededEvent: Codable {
 }
 
 /// The tool call failed, was denied, or was found not to have happened.
-public struct GraphEffectFailedEvent: Equatable {
+public struct GraphEffectFailedEvent: Hashable, Sendable {
     public var attemptId: Int64
     /// The attempt's fencing token.
     public var fence: Int64
@@ -12546,7 +12546,7 @@ extension GraphEffectFailedEvent: Codable {
 }
 
 /// An intended effect without an outcome: it is never run again blindly; the executor or the host must say whether it happened.
-public struct GraphEffectReconcileEvent: Equatable {
+public struct GraphEffectReconcileEvent: Hashable, Sendable {
     public var idempotencyKey: Identifier
     public var node: GraphNodeKey
     public var reason: ShortText
@@ -12604,7 +12604,7 @@ extension GraphEffectReconcileEvent: Codable {
 }
 
 /// A server opened the run again after a stop: every attempt the old process held is fenced.
-public struct GraphRunResumedEvent: Equatable {
+public struct GraphRunResumedEvent: Hashable, Sendable {
     public var fenced: [GraphFencedAttempt]
     /// Members this version does not know, kept so they survive a round trip.
     public var extra: [String: JSONValue]
@@ -12654,7 +12654,7 @@ extension GraphRunResumedEvent: Codable {
 }
 
 /// The run was cancelled; every outstanding attempt is fenced.
-public struct GraphRunCancelledEvent: Equatable {
+public struct GraphRunCancelledEvent: Hashable, Sendable {
     public var reason: ShortText?
     public var fenced: [GraphFencedAttempt]
     /// Members this version does not know, kept so they survive a round trip.
@@ -12708,7 +12708,7 @@ extension GraphRunCancelledEvent: Codable {
 }
 
 /// The run's terminal event: nothing after it changes the run.
-public struct GraphRunCompletedEvent: Equatable {
+public struct GraphRunCompletedEvent: Hashable, Sendable {
     public var status: GraphRunStatus
     public var error: GraphRunError?
     /// The messages carrying the run's outputs.
@@ -12772,7 +12772,7 @@ extension GraphRunCompletedEvent: Codable {
 
 /// One wire message, told apart the JSON-RPC way: `method` + `id` (request), `method` alone
 /// (notification), neither (response, matched to its request by id).
-public enum ProtocolMessage: Equatable {
+public enum ProtocolMessage: Hashable, Sendable {
     case clientRequest(ClientRequest)
     case serverRequest(ServerRequest)
     case serverNotification(ServerNotification)
