@@ -631,7 +631,6 @@ impl Target for Gen {
 /// Swift. The generator only prepends the AUTO-GENERATED header.
 const RUNTIME: &str = include_str!("runtime/ProtocolRuntime.swift");
 
-
 /// Every Swift file the generator writes.
 pub fn generate(model: &Model) -> Vec<GeneratedFile> {
     let mut gen = Gen {
