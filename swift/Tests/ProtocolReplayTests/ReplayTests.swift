@@ -8,10 +8,10 @@ import XCTest
 
 final class ReplayTests: XCTestCase {
     private var fixtures: URL {
-        // Tests/ProtocolReplayTests/ReplayTests.swift -> repository root
+        // swift/Tests/ProtocolReplayTests/ReplayTests.swift -> repository root
         URL(fileURLWithPath: #filePath)
             .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
             .appendingPathComponent("schema/fixtures")
     }
 
@@ -91,17 +91,17 @@ final class ReplayTests: XCTestCase {
 
     func testUnknownItemIsKeptAndDecisionRefused() throws {
         let raw = try JSONValue.parse(#"{"type": "hologram", "id": "i1", "frames": 3}"#)
-        let item = try Item(json: raw)
+        let item = try ItemContent(json: raw)
         guard case .unknown(let kept) = item else { return XCTFail("expected .unknown, got \(item)") }
         XCTAssertEqual(kept, raw)
         XCTAssertEqual(item.toJSON(), raw)
-        XCTAssertThrowsError(try Item(json: raw, mode: .conformance))
+        XCTAssertThrowsError(try ItemContent(json: raw, mode: .conformance))
         for mode in [DecodeMode.receive, .conformance] {
-            XCTAssertThrowsError(try ApprovalDecision(json: JSONValue.parse(#"{"decision": "acceptAlways"}"#), mode: mode)) { error in
-                XCTAssertEqual((error as? ProtocolDecodeError)?.pointer, "/decision")
+            XCTAssertThrowsError(try ApprovalDecision(json: JSONValue.parse(#"{"kind": "acceptAlways"}"#), mode: mode)) { error in
+                XCTAssertEqual((error as? ProtocolDecodeError)?.pointer, "/kind")
             }
         }
-        XCTAssertEqual(try ApprovalDecision(json: JSONValue.parse(#"{"decision": "acceptOnce"}"#)), .acceptOnce(AcceptOnce()))
+        XCTAssertEqual(try ApprovalDecision(json: JSONValue.parse(#"{"kind": "acceptOnce"}"#)), .acceptOnce(AcceptOnce()))
     }
 
     func testKeywordMembersSurviveAndCodableRoutesThroughTheChecks() throws {
