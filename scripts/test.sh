@@ -8,6 +8,15 @@ export CARGO_TERM_COLOR=never
 
 step() { printf '\n=== %s\n' "$*"; }
 
+# The Swift toolchain root (minutes on a fresh machine, then cached) is set up in the background
+# while Rust builds; scripts/test-swift.sh waits for it (a flock). Host apt runs here, in front,
+# so it never races the other scripts' apt-get.
+if [ "$(id -u)" = 0 ] && ! command -v debootstrap >/dev/null && command -v apt-get >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+fi
+mkdir -p target
+bash scripts/swift-toolchain.sh >target/swift-toolchain.log 2>&1 &
+
 step "rust: format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
@@ -31,6 +40,8 @@ step "kotlin: kotlinc -Werror, fixture replay on the JVM"
 bash scripts/test-kotlin.sh
 step "host boundary: C ABI under valgrind, uniffi from Python, header freshness"
 bash scripts/test-ffi.sh
+step "swift: the package built (Swift 6, no warnings) and XCTested on Linux, the quickstart run"
+bash scripts/test-swift.sh
 step "python sdk: the wheel built, installed into a fresh venv, pytest + quickstart + mypy --strict against it"
 bash scripts/test-python-sdk.sh
 step "published clients: chainlesschain-agent-sdk 0.2.4 and 0.2.9 from PyPI against our release binary, both directions validated"
