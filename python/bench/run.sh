@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 n=${1:-20000}
-notes=${2:-100000}
+# 30,000 one-character deltas stay inside the per-turn output bound (8 MiB at 256 bytes per event).
+notes=${2:-30000}
 repeat=${3:-5}
 wheel=$(bash scripts/build-wheel.sh | tail -n 1)
 cargo build -q --release -p cc-app-server-ffi --example roundtrip --example notification_rate

@@ -195,10 +195,9 @@ public final class Client: Sendable {
     }
 
     /// `notifications()` as the raw JSON-RPC message text, for hosts that route or store them
-    /// without decoding (the fastest path).
-    public func rawNotifications() -> AsyncThrowingStream<String, any Error> {
-        let sub = Subscription(hub: hub, capacity: streamBuffer)
-        return AsyncThrowingStream { try await sub.nextText() }
+    /// without decoding (the fastest path: a buffered message is returned without suspending).
+    public func rawNotifications() -> RawNotifications {
+        RawNotifications(subscription: Subscription(hub: hub, capacity: streamBuffer))
     }
 
     /// Starts a turn and returns its events: subscribed before the turn starts, filtered to this
@@ -224,6 +223,30 @@ public final class Client: Sendable {
             return nil
         }
         return TurnEvents(turn: started.turn, stream: stream)
+    }
+}
+
+/// The raw notification messages of `Client.rawNotifications()`, in order, from the moment it was
+/// made. Same semantics as `notifications()`: iterate it from one task; cancelling that task or
+/// dropping the sequence unsubscribes; it ends when the client closes.
+public struct RawNotifications: AsyncSequence, Sendable {
+    public typealias Element = String
+    let subscription: Subscription
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        let subscription: Subscription
+
+        public mutating func next() async throws -> String? {
+            if Task.isCancelled {
+                subscription.cancel()
+                return nil
+            }
+            return try await subscription.nextText()
+        }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(subscription: subscription)
     }
 }
 

@@ -198,6 +198,11 @@ final class Subscription: @unchecked Sendable {
         hub?.unsubscribe(id)
     }
 
+    /// The reader's task was cancelled: unsubscribe now.
+    func cancel() {
+        hub?.unsubscribe(id)
+    }
+
     /// The next message's text, nil at the end. One reader at a time (as `AsyncThrowingStream` has).
     func nextText() async throws -> String? {
         while true {

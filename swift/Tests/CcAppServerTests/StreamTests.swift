@@ -84,6 +84,30 @@ final class StreamTests: XCTestCase {
         _ = try await client.threadList()
     }
 
+    func testACancelledRawReaderStopsEvenWithMessagesBuffered() async throws {
+        let server = try openServer(script([message(String(repeating: "y", count: 500), chunks: 500)]))
+        defer { server.close() }
+        let client = try await server.client()
+        let hub = try XCTUnwrap(Mirror(reflecting: client).descendant("hub") as? Hub)
+        let raw = client.rawNotifications()
+        let thread = try await client.threadStart().thread.id
+        _ = try await client.turnStart(threadId: thread, text: "go")
+        let reader = Task { () -> Int in
+            var n = 0
+            for try await _ in raw {
+                n += 1
+                // Cancel from inside once 10 are read: the next call must end the loop at once
+                // although the buffer still holds the rest of the turn.
+                if n == 10 { withUnsafeCurrentTask { $0?.cancel() } }
+            }
+            return n
+        }
+        let count = try await reader.value
+        XCTAssertEqual(count, 10)
+        XCTAssertEqual(hub.subscriberCount, 0, "a cancelled raw stream must unsubscribe")
+        _ = try await client.threadList()
+    }
+
     func testADroppedStreamUnsubscribes() async throws {
         let server = try openServer()
         defer { server.close() }
@@ -234,7 +258,7 @@ final class StreamTests: XCTestCase {
         return out
     }
 
-    private static func collectRaw(_ s: AsyncThrowingStream<String, any Error>, until method: String) async throws -> [String] {
+    private static func collectRaw(_ s: RawNotifications, until method: String) async throws -> [String] {
         var out: [String] = []
         for try await t in s {
             out.append(t)

@@ -2,7 +2,7 @@
 // schema/fixtures/valid must parse, decode and re-encode to the same JSON (member order ignored,
 // numbers by value) in both decode modes; every file under schema/fixtures/invalid must be refused
 // by the strict parser or the generated decoders in conformance mode. The folder is the Rust verdict.
-import CcAppServerProtocol
+@testable import CcAppServerProtocol
 import Foundation
 import XCTest
 
@@ -114,5 +114,60 @@ final class ReplayTests: XCTestCase {
         XCTAssertThrowsError(try JSONValue.parse(#"{"a": 1,}"#))
         XCTAssertThrowsError(try JSONValue.parse(#""\ud800""#))
         XCTAssertTrue(schemaDigest.hasPrefix("sha256:"))
+    }
+
+    func testStringsDecodeEscapesAndKeepNonASCII() throws {
+        XCTAssertEqual(try JSONValue.parse(#""a\u00e9\ud83d\ude00\n\"b\/\t""#), .string("a\u{e9}\u{1F600}\n\"b/\t"))
+        XCTAssertEqual(try JSONValue.parse("\"h\u{e9}llo \u{1F600} \u{4E16}\""), .string("h\u{e9}llo \u{1F600} \u{4E16}"))
+        XCTAssertEqual(try JSONValue.parse(#"{"k\u0041": ["x\u0000y", -0.5e3]}"#),
+                       .object(["kA": .array([.string("x\u{0}y"), .number("-0.5e3")])]))
+        XCTAssertThrowsError(try JSONValue.parse(#""\ude00""#))
+        XCTAssertThrowsError(try JSONValue.parse(#""\ud83dx""#))
+        XCTAssertThrowsError(try JSONValue.parse("\"a\u{1}b\""))
+        XCTAssertThrowsError(try JSONValue.parse(#""abc"#))
+        XCTAssertThrowsError(try JSONValue.parse(#""a\qb""#))
+        XCTAssertThrowsError(try JSONValue.parse(Data([0x22, 0xFF, 0x22])))
+        let round = JSONValue.string("caf\u{e9} \u{1F600} \"q\" \\ \n")
+        XCTAssertEqual(try JSONValue.parse(round.encoded), round)
+    }
+
+    /// Every pattern the generator emitted: the fast matcher (where it applies) agrees with
+    /// NSRegularExpression on valid ids, their edges and random mutations.
+    func testTheFastPatternMatcherAgreesWithTheRegexEngine() throws {
+        let types = fixtures.deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("bindings/swift/Sources/CcAppServerProtocol/ProtocolTypes.swift")
+        let source = try String(contentsOf: types, encoding: .utf8)
+        let literal = try NSRegularExpression(pattern: #"CompiledPattern\("((?:[^"\\]|\\.)*)"\)"#)
+        let found = literal.matches(in: source, range: NSRange(source.startIndex..., in: source)).map { m in
+            String(source[Range(m.range(at: 1), in: source)!]).replacingOccurrences(of: "\\\\", with: "\\")
+        }
+        XCTAssertGreaterThanOrEqual(found.count, 10)
+        var simple = 0
+        var rng = SystemRandomNumberGenerator()
+        let alphabet = Array("aZz09_-.:/@*+=~ \u{e9}\u{1F600}\nTs")
+        for pattern in found {
+            let compiled = CompiledPattern(pattern)
+            guard compiled.simple != nil else { continue }
+            simple += 1
+            let regex = try NSRegularExpression(pattern: pattern)
+            func agree(_ s: String) {
+                let expected = regex.firstMatch(in: s, range: NSRange(s.startIndex..., in: s)) != nil
+                XCTAssertEqual(compiled.matches(s), expected, "\(pattern) on \(s.debugDescription)")
+            }
+            for length in [0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128, 159, 160, 161, 700, 701] {
+                agree(String(repeating: "a", count: length))
+                agree(String(repeating: "0", count: length))
+                agree("sha256:" + String(repeating: "f", count: length))
+            }
+            for _ in 0..<400 {
+                let n = Int.random(in: 0...70, using: &rng)
+                agree(String((0..<n).map { _ in alphabet.randomElement(using: &rng)! }))
+            }
+        }
+        // The id patterns, sha256 digests and hex keys take the fast path; groups do not.
+        XCTAssertGreaterThanOrEqual(simple, 9)
+        XCTAssertNotNil(CompiledPattern("^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\\z").simple)
+        XCTAssertNil(CompiledPattern("^(\\*|[a-z]{1,3})\\z").simple)
+        XCTAssertNil(CompiledPattern("^[^a]\\z").simple)
     }
 }

@@ -61,12 +61,12 @@ public enum JSONValue: Hashable, Sendable {
         guard let text = String(data: data, encoding: .utf8) else {
             throw ProtocolDecodeError(pointer: "", reason: "parse error: not UTF-8")
         }
-        var parser = StrictParser(Array(text.utf16))
+        var parser = StrictParser(Array(text.utf8))
         return try parser.document()
     }
 
     public static func parse(_ text: String) throws -> JSONValue {
-        var parser = StrictParser(Array(text.utf16))
+        var parser = StrictParser(Array(text.utf8))
         return try parser.document()
     }
 
@@ -159,14 +159,160 @@ public enum JSONValue: Hashable, Sendable {
     }
 }
 
-/// A compiled schema `pattern`. `NSRegularExpression` is immutable and safe to match from any
-/// thread (Apple's documentation says so) but is not declared `Sendable`; this wrapper says it
-/// once, so the generated pattern constants are concurrency-safe globals.
+/// A compiled schema `pattern`. Most of the schema's patterns are anchored runs of ASCII
+/// literals and character classes with counts (`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\z`, the id
+/// patterns every notification carries); those are matched over the UTF-8 bytes by
+/// `SimplePattern`, without bridging to `NSString`. Anything else (groups, alternation, optional
+/// parts) goes to `NSRegularExpression`, which is immutable and safe to match from any thread
+/// (Apple's documentation says so) but not declared `Sendable`; this wrapper says it once, so the
+/// generated pattern constants are concurrency-safe globals.
 final class CompiledPattern: @unchecked Sendable {
-    let regex: NSRegularExpression
+    let pattern: String
+    let simple: SimplePattern?
+    private let regex: NSRegularExpression?
 
     init(_ pattern: String) {
-        regex = try! NSRegularExpression(pattern: pattern)
+        self.pattern = pattern
+        simple = SimplePattern(pattern)
+        regex = simple == nil ? try! NSRegularExpression(pattern: pattern) : nil
+    }
+
+    func matches(_ s: String) -> Bool {
+        if let simple { return simple.matches(s) }
+        return regex!.firstMatch(in: s, options: [], range: NSRange(s.startIndex..., in: s)) != nil
+    }
+}
+
+/// `^atom atom … \z` where each atom is an ASCII literal (or `\` + punctuation) or a
+/// bracket class of ASCII characters and ranges, optionally counted `{n}` or `{m,n}`. `init`
+/// returns nil for anything else, so the caller falls back to a full regex engine.
+struct SimplePattern: Sendable {
+    struct Atom: Sendable {
+        var low: UInt64 = 0
+        var high: UInt64 = 0
+        var min = 1
+        var max = 1
+
+        mutating func insert(_ b: UInt8) {
+            if b < 64 { low |= 1 << UInt64(b) } else { high |= 1 << UInt64(b - 64) }
+        }
+
+        func contains(_ b: UInt8) -> Bool {
+            b < 64 ? low & (1 << UInt64(b)) != 0 : b < 128 && high & (1 << UInt64(b - 64)) != 0
+        }
+    }
+
+    let atoms: [Atom]
+
+    init?(_ pattern: String) {
+        let p = Array(pattern.utf8)
+        guard p.count >= 3, p.allSatisfy({ $0 < 128 }), p[0] == UInt8(ascii: "^"),
+              p[p.count - 2] == UInt8(ascii: "\\"), p[p.count - 1] == UInt8(ascii: "z") else { return nil }
+        let end = p.count - 2
+        var atoms: [Atom] = []
+        var i = 1
+        func isPunct(_ b: UInt8) -> Bool {
+            !(b >= 48 && b <= 57) && !(b >= 65 && b <= 90) && !(b >= 97 && b <= 122) && b > 32
+        }
+        while i < end {
+            var atom = Atom()
+            let b = p[i]
+            if b == UInt8(ascii: "[") {
+                i += 1
+                guard i < end, p[i] != UInt8(ascii: "^") else { return nil }
+                var members: [UInt8] = []
+                while i < end && p[i] != UInt8(ascii: "]") {
+                    var c = p[i]
+                    if c == UInt8(ascii: "\\") {
+                        guard i + 1 < end, isPunct(p[i + 1]) else { return nil }
+                        i += 1
+                        c = p[i]
+                    } else if c == UInt8(ascii: "[") {
+                        return nil
+                    }
+                    members.append(c)
+                    i += 1
+                    // A range `a-b`; a `-` first or last in the class is literal.
+                    if i + 1 < end, p[i] == UInt8(ascii: "-"), p[i + 1] != UInt8(ascii: "]") {
+                        var hi = p[i + 1]
+                        i += 2
+                        if hi == UInt8(ascii: "\\") {
+                            guard i < end, isPunct(p[i]) else { return nil }
+                            hi = p[i]
+                            i += 1
+                        }
+                        guard hi >= c else { return nil }
+                        members.append(contentsOf: c...hi)
+                    }
+                }
+                guard i < end, !members.isEmpty else { return nil }
+                i += 1
+                for m in members { atom.insert(m) }
+            } else if b == UInt8(ascii: "\\") {
+                guard i + 1 < end, isPunct(p[i + 1]) else { return nil }
+                atom.insert(p[i + 1])
+                i += 2
+            } else if "()|?*+.{}$^]".utf8.contains(b) {
+                return nil
+            } else {
+                atom.insert(b)
+                i += 1
+            }
+            if i < end && p[i] == UInt8(ascii: "{") {
+                var j = i + 1
+                func number() -> Int? {
+                    var v = 0, digits = 0
+                    while j < end, p[j] >= 48, p[j] <= 57, digits < 6 {
+                        v = v * 10 + Int(p[j] - 48)
+                        j += 1
+                        digits += 1
+                    }
+                    return digits > 0 ? v : nil
+                }
+                guard let lo = number() else { return nil }
+                var hi = lo
+                if j < end && p[j] == UInt8(ascii: ",") {
+                    j += 1
+                    guard let h = number() else { return nil }
+                    hi = h
+                }
+                guard j < end, p[j] == UInt8(ascii: "}"), hi >= lo else { return nil }
+                atom.min = lo
+                atom.max = hi
+                i = j + 1
+            }
+            atoms.append(atom)
+        }
+        self.atoms = atoms
+    }
+
+    /// Whole-string match: the positions each atom can end at, atom by atom.
+    func matches(_ s: String) -> Bool {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(s.utf8.count)
+        for b in s.utf8 {
+            // Every class is ASCII: a string with any other character cannot match.
+            if b >= 128 { return false }
+            bytes.append(b)
+        }
+        let n = bytes.count
+        var reach = [Bool](repeating: false, count: n + 1)
+        reach[0] = true
+        for atom in atoms {
+            var next = [Bool](repeating: false, count: n + 1)
+            var any = false
+            for p in 0...n where reach[p] {
+                var q = p
+                while q < n && q - p < atom.max && atom.contains(bytes[q]) { q += 1 }
+                if q - p >= atom.min {
+                    for e in (p + atom.min)...q { next[e] = true }
+                    any = true
+                }
+            }
+            if !any { return false }
+            reach = next
+        }
+        return reach[n]
     }
 }
 
@@ -208,11 +354,13 @@ extension JSONValue: Codable {
     }
 }
 
+/// Over the UTF-8 bytes of a valid Swift string (every delimiter is ASCII; a byte of a multi-byte
+/// character is never below 0x80, so it is never taken for one). Offsets in errors are byte offsets.
 struct StrictParser {
-    private let s: [UInt16]
+    private let s: [UInt8]
     private var i = 0
 
-    init(_ s: [UInt16]) {
+    init(_ s: [UInt8]) {
         self.s = s
     }
 
@@ -220,7 +368,7 @@ struct StrictParser {
         ProtocolDecodeError(pointer: "", reason: "parse error at offset \(i): \(reason)")
     }
 
-    private func peek() -> UInt16 {
+    private func peek() -> UInt8 {
         i < s.count ? s[i] : 0
     }
 
@@ -250,7 +398,7 @@ struct StrictParser {
     }
 
     private mutating func word(_ w: String, _ v: JSONValue) throws -> JSONValue {
-        let units = Array(w.utf16)
+        let units = Array(w.utf8)
         if i + units.count > s.count || Array(s[i..<(i + units.count)]) != units { throw err("invalid literal") }
         i += units.count
         return v
@@ -312,7 +460,7 @@ struct StrictParser {
         if i + 4 > s.count { throw err("short \\u escape") }
         var v: UInt16 = 0
         for k in 0..<4 {
-            let c = s[i + k]
+            let c = UInt16(s[i + k])
             let d: UInt16
             switch c {
             case 0x30...0x39: d = c - 0x30
@@ -328,41 +476,55 @@ struct StrictParser {
 
     private mutating func string() throws -> String {
         i += 1
-        var units: [UInt16] = []
+        let start = i
+        // Most strings hold no escape: one scan, one validating copy.
+        while i < s.count {
+            let c = s[i]
+            if c == 0x22 {
+                let out = String(decoding: s[start..<i], as: UTF8.self)
+                i += 1
+                return out
+            }
+            if c == 0x5C { break }
+            if c < 0x20 { throw err("control character in string") }
+            i += 1
+        }
+        var bytes = Array(s[start..<i])
         while true {
             if i >= s.count { throw err("unterminated string") }
             let c = s[i]
             i += 1
-            if c == 0x22 { return String(decoding: units, as: UTF16.self) }
+            if c == 0x22 { return String(decoding: bytes, as: UTF8.self) }
             if c < 0x20 { throw err("control character in string") }
             if c != 0x5C {
-                units.append(c)
+                bytes.append(c)
                 continue
             }
             if i >= s.count { throw err("unterminated escape") }
             let e = s[i]
             i += 1
             switch e {
-            case 0x22, 0x5C, 0x2F: units.append(e)
-            case 0x62: units.append(0x08)
-            case 0x66: units.append(0x0C)
-            case 0x6E: units.append(0x0A)
-            case 0x72: units.append(0x0D)
-            case 0x74: units.append(0x09)
+            case 0x22, 0x5C, 0x2F: bytes.append(e)
+            case 0x62: bytes.append(0x08)
+            case 0x66: bytes.append(0x0C)
+            case 0x6E: bytes.append(0x0A)
+            case 0x72: bytes.append(0x0D)
+            case 0x74: bytes.append(0x09)
             case 0x75:
                 let u = try hex4()
+                let scalar: UInt32
                 if UTF16.isLeadSurrogate(u) {
                     if i + 2 > s.count || s[i] != 0x5C || s[i + 1] != 0x75 { throw err("lone surrogate escape") }
                     i += 2
                     let low = try hex4()
                     if !UTF16.isTrailSurrogate(low) { throw err("lone surrogate escape") }
-                    units.append(u)
-                    units.append(low)
+                    scalar = 0x10000 + ((UInt32(u) - 0xD800) << 10) + (UInt32(low) - 0xDC00)
                 } else if UTF16.isTrailSurrogate(u) {
                     throw err("lone surrogate escape")
                 } else {
-                    units.append(u)
+                    scalar = UInt32(u)
                 }
+                UTF8.encode(Unicode.Scalar(scalar)!) { bytes.append($0) }
             default: throw err("invalid escape")
             }
         }
@@ -391,12 +553,14 @@ struct StrictParser {
             if peek() == 0x2B || peek() == 0x2D { i += 1 }
             if digits() == 0 { throw err("invalid number") }
         }
-        return .number(String(decoding: s[start..<i], as: UTF16.self))
+        return .number(String(decoding: s[start..<i], as: UTF8.self))
     }
 }
 
 func ptr(_ at: String, _ key: String) -> String {
-    at + "/" + key.replacingOccurrences(of: "~", with: "~0").replacingOccurrences(of: "/", with: "~1")
+    // Member names almost never hold `~` or `/`: skip Foundation's replacing for those.
+    if !key.utf8.contains(where: { $0 == 0x7E || $0 == 0x2F }) { return at + "/" + key }
+    return at + "/" + key.replacingOccurrences(of: "~", with: "~0").replacingOccurrences(of: "/", with: "~1")
 }
 
 func ptr(_ at: String, _ index: Int) -> String {
@@ -472,7 +636,7 @@ func readString(_ j: JSONValue, _ at: String, minLength: Int = 0, maxLength: Int
     let n = s.unicodeScalars.count
     if n < minLength { throw fail(at, "shorter than \(minLength) characters") }
     if n > maxLength { throw fail(at, "longer than \(maxLength) characters") }
-    if let p = pattern?.regex, p.firstMatch(in: s, options: [], range: NSRange(s.startIndex..., in: s)) == nil {
+    if let p = pattern, !p.matches(s) {
         throw fail(at, "does not match " + p.pattern)
     }
     return s
