@@ -14,6 +14,24 @@ mkdir -p "$out"
 step "toolchain (Debian trixie root with swiftlang)"
 bash scripts/swift-toolchain.sh >/dev/null
 
+step "swift.sh: concurrent runs, no mount left on the host, a clear refusal without root"
+root=$(bash scripts/swift-toolchain.sh)
+before=$(grep -c " $root" /proc/self/mounts || true)
+scripts/swift.sh --version >"$out/v1.log" 2>&1 & p1=$!
+scripts/swift.sh --version >"$out/v2.log" 2>&1 & p2=$!
+wrapper_status=0
+wait $p1 || wrapper_status=1
+wait $p2 || wrapper_status=1
+grep -q "Swift version" "$out/v1.log" && grep -q "Swift version" "$out/v2.log" || wrapper_status=1
+after=$(grep -c " $root" /proc/self/mounts || true)
+[ "$before" = "$after" ] || { echo "mounts left on the host under $root"; wrapper_status=1; }
+if command -v setpriv >/dev/null; then
+    refusal=$(setpriv --reuid=65534 --regid=65534 --clear-groups bash scripts/swift.sh --version 2>&1) && wrapper_status=1
+    grep -q "needs root" <<<"$refusal" || { echo "without root: $refusal"; wrapper_status=1; }
+fi
+echo "swift wrapper: $((1 - wrapper_status)) passed, $wrapper_status failed"
+[ $wrapper_status = 0 ] || exit 1
+
 step "cdylib and pinned uniffi-bindgen; the checked-in glue is fresh"
 cargo build -q -p cc-app-server-ffi --features uniffi-cli --bins --lib
 glue_status=0
