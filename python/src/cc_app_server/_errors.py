@@ -11,7 +11,7 @@ from typing import Any
 
 from .protocol import Json
 
-# Wire v1 error codes (DESIGN §3).
+# Wire v1 error codes (the schema's error classes; docs/engine.md and docs/python.md list them).
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601

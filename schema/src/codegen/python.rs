@@ -52,7 +52,7 @@ const RUNTIME_NAMES: &[&str] = &[
     "DEFINITION_NAMES",
 ];
 
-/// The envelope's parts, as DESIGN §4 names them.
+/// The envelope's parts, as the schema profile (docs/schema.md) names them.
 const ENVELOPE: &[&str] = &[
     "ClientRequest",
     "ClientResponse",

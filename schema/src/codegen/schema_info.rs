@@ -139,7 +139,7 @@ pub fn exactly_one_of(raw: Option<&Value>, def: &str) -> Vec<RequiredBranch> {
         .collect()
 }
 
-/// The JSON-RPC envelope of DESIGN §4: (request unions, notification union, response struct).
+/// The JSON-RPC envelope of the schema profile (docs/schema.md): (request unions, notification union, response struct).
 pub struct Envelope {
     pub requests: Vec<String>,
     pub notifications: String,

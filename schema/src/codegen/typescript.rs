@@ -37,7 +37,7 @@ const RESERVED: &[&str] = &[
     "DEFINITION_NAMES",
 ];
 
-/// The envelope's parts, as DESIGN §4 names them.
+/// The envelope's parts, as the schema profile (docs/schema.md) names them.
 const ENVELOPE: &[&str] = &[
     "ClientRequest",
     "ClientResponse",
