@@ -6,7 +6,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
-step() { printf '\n=== %s\n' "$*"; }
+# Each step's wall time, printed as a table at the end (and on failure, up to the failing step).
+timings=()
+current="" started=$SECONDS t0=$SECONDS
+close_step() {
+  [ -n "$current" ] && timings+=("$(printf '%5d s  %s%s' $((SECONDS - started)) "$current" "${1:-}")")
+  current=""
+}
+step() {
+  close_step
+  current="$*" started=$SECONDS
+  printf '\n=== %s\n' "$*"
+}
+report() {
+  local rc=$?
+  [ $rc = 0 ] && close_step || close_step "  (failed, exit $rc)"
+  printf '\n=== time per suite\n'
+  printf '%s\n' "${timings[@]}"
+  printf '%5d s  total\n' $((SECONDS - t0))
+}
+trap report EXIT
 
 # The Swift toolchain root (minutes on a fresh machine, then cached) is set up in the background
 # while Rust builds; scripts/test-swift.sh waits for it (a flock). Host apt runs here, in front,
@@ -53,5 +72,6 @@ bash scripts/test-fuzz.sh
 step "soak: 60 s at 10x queue capacity, in-process and over stdio"
 bash scripts/test-soak.sh
 
+close_step
 echo
 echo "all suites passed"
