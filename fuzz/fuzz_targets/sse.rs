@@ -1,4 +1,4 @@
-//! The OpenAI-compatible kernel's SSE decoder (`core/src/openai/sse.rs`, compiled in by path: it
+//! The OpenAI-compatible kernel's SSE decoder (`core/kernel/src/openai/sse.rs`, compiled in by path: it
 //! is self-contained, and core's `openai` feature would pull tokio, reqwest and rustls into every
 //! target) fed arbitrary bytes in arbitrary chunkings. It must never panic; what it decodes — the
 //! events, and the error if the stream is refused — must not depend on where the reads split
@@ -13,7 +13,7 @@
 //! lengths (0 counts as 1; cycled), then the stream.
 #![no_main]
 
-#[path = "../../core/src/openai/sse.rs"]
+#[path = "../../core/kernel/src/openai/sse.rs"]
 #[allow(dead_code)]
 mod sse;
 

@@ -12,7 +12,7 @@ import pytest
 
 import cc_app_server as cc
 
-# Scripts for the built-in scripted kernel (core/src/scripted.rs).
+# Scripts for the built-in scripted kernel (core/kernel/src/scripted.rs).
 TOOL_SCRIPT: dict[str, Any] = {"steps": [
     {"type": "tool", "tool": "fs.write", "arguments": {"path": "a.txt", "text": "x"}},
     {"type": "message", "text": "done", "chunks": 2},

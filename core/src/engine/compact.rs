@@ -159,7 +159,7 @@ fn compact(
     let summary = match summary {
         Some(s) => s,
         None => {
-            let history = super::history::assemble(&*inner.store, &thread.id, None)?;
+            let history = crate::kernel::history::assemble(&*inner.store, &thread.id, None)?;
             if history.turns.is_empty() {
                 return Err(RpcError::new(
                     -32602,

@@ -6,7 +6,6 @@
 mod compact;
 mod config;
 mod dispatch;
-pub mod history;
 mod listing;
 mod pipeline;
 mod pool;
@@ -15,8 +14,8 @@ mod stats;
 pub(crate) mod threads;
 pub(crate) mod turn;
 
+pub use crate::kernel::history::{History, HistoryEntry, HistoryTurn};
 pub use config::{Limits, ServerConfig};
-pub use history::{History, HistoryEntry, HistoryTurn};
 pub use queue::{PushError, RecvError, RecvFuture};
 pub use stats::{FailedClosedCounts, Stats, StatsSnapshot};
 pub use turn::{EVENT_ENVELOPE_BYTES, OUTPUT_LIMIT_CODE};

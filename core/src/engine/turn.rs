@@ -579,11 +579,8 @@ struct Ctx<'a> {
     recording_failed: AtomicBool,
 }
 
-/// Levels of arrays and objects a kernel's item, delta or tool call, or a tool's result, may
-/// nest (the value itself being the first). Recorded values are served back at most 6 levels
-/// deeper (thread/read: envelope, result, events, event, payload, item), so every answer stays
-/// far inside the 127 levels a wire parser accepts. Stated in the schema (`JsonValue`).
-pub(crate) const MAX_OUTPUT_DEPTH: usize = 64;
+// How deep a kernel's output may nest: defined in the kernel layer, which builds within it.
+use crate::kernel::MAX_OUTPUT_DEPTH;
 
 /// What one event costs against `Limits::max_turn_output_bytes` beyond its text (or its delta's or
 /// result's JSON): the rest of the event on disk (`seq`, `time`, `prevHash`, `hash`, type and
@@ -1209,7 +1206,7 @@ impl TurnContext for Ctx<'_> {
     }
 
     fn history(&self) -> Result<super::History, KernelError> {
-        super::history::assemble(&*self.inner.store, &self.thread.id, Some(&self.turn.id))
+        crate::kernel::history::assemble(&*self.inner.store, &self.thread.id, Some(&self.turn.id))
             .map_err(|e| KernelError::Failed(format!("could not read the thread's history: {e}")))
     }
 

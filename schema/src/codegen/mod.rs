@@ -22,7 +22,7 @@ pub struct GeneratedFile {
 pub fn generate_all(schema: &serde_json::Value) -> Vec<GeneratedFile> {
     let model = model::build(schema);
     let mut files = vec![GeneratedFile {
-        path: PathBuf::from("core/src/protocol/generated.rs"),
+        path: PathBuf::from("core/protocol/src/generated.rs"),
         contents: rust::generate(&model),
     }];
     files.extend(typescript::generate(&model));

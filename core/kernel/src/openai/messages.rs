@@ -2,9 +2,9 @@
 //! our tool names (which may hold `.` and `:`) into the API's `^[a-zA-Z0-9_-]{1,64}$` and back,
 //! and tool results into `role: tool` messages the model can read.
 
-use crate::engine::{History, HistoryEntry};
-use crate::kernel::ToolSpec;
+use crate::history::{History, HistoryEntry};
 use crate::protocol::{ToolCall, ToolResult, UserInput};
+use crate::ToolSpec;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 

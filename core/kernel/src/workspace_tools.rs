@@ -26,8 +26,8 @@ mod resolve;
 #[cfg(target_os = "linux")]
 mod warden;
 
-use crate::kernel::{ToolExecutor, ToolSpec};
 use crate::protocol::{ToolCall, ToolResult, ToolResultError, ToolResultOk};
+use crate::{ToolExecutor, ToolSpec};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};

@@ -1,6 +1,31 @@
-//! The kernel boundary: what runs a turn (`AgentKernel`) and what runs a tool (`ToolExecutor`).
+//! Kernels and tools, the layer above the rollout store. It owns the kernel boundary — what runs a
+//! turn (`AgentKernel`) and what runs a tool (`ToolExecutor`) — the approval binding (`approval`:
+//! operation digests, nonces, grants), a turn's history as a kernel sees it (`history`), and the
+//! implementations: the scripted kernel, the OpenAI-compatible kernel (feature `openai`) and the
+//! workspace tools. It may use the protocol types and read the rollout store; it may not reach the
+//! engine, its connections or the Graph Kernel (cargo refuses the dependency).
+//!
 //! A kernel never touches a tool directly — it asks its `TurnContext`, which passes every request
 //! through the approval gate — so no kernel, scripted or host-written, can run a tool unapproved.
+
+use cc_app_server_protocol as protocol;
+use cc_app_server_rollout as rollout;
+
+pub mod approval;
+pub mod history;
+#[cfg(feature = "openai")]
+pub mod openai;
+pub mod scripted;
+pub mod workspace_tools;
+
+pub use history::{History, HistoryEntry, HistoryTurn};
+
+/// Levels of arrays and objects a kernel's item, delta or tool call, or a tool's result, may
+/// nest (the value itself being the first); the engine refuses to record deeper ones. Recorded
+/// values are served back at most 6 levels deeper (thread/read: envelope, result, events, event,
+/// payload, item), so every answer stays far inside the 127 levels a wire parser accepts. Stated
+/// in the schema (`JsonValue`).
+pub const MAX_OUTPUT_DEPTH: usize = 64;
 
 use crate::protocol::{
     ItemContent, ItemDelta, ItemStatus, ToolCall, ToolCallItem, ToolResult, UserInput,
@@ -64,8 +89,8 @@ pub trait TurnContext: Send + Sync {
     /// The thread's conversation before this turn, assembled from the rollout from the latest
     /// compaction on (also after a restart, and in a fork up to its fork point). Contexts that
     /// keep no history return an empty one.
-    fn history(&self) -> Result<crate::engine::History, KernelError> {
-        Ok(crate::engine::History::default())
+    fn history(&self) -> Result<crate::history::History, KernelError> {
+        Ok(crate::history::History::default())
     }
     /// The tools the engine's executor offers, so a model can be told about them.
     fn tool_specs(&self) -> Vec<ToolSpec> {
@@ -87,7 +112,7 @@ pub trait AgentKernel: Send + Sync {
         &self,
         _thread_id: &str,
         _agent_options: &Value,
-        _history: &crate::engine::History,
+        _history: &crate::history::History,
     ) -> Result<Option<String>, KernelError> {
         Ok(None)
     }
@@ -162,10 +187,7 @@ pub fn summary_cancelled() -> bool {
 
 /// Runs `f` (a call into `AgentKernel::summarize`) with `cancelled` answering
 /// `summary_cancelled` on this thread meanwhile.
-pub(crate) fn with_summary_cancel<R>(
-    cancelled: impl Fn() -> bool + 'static,
-    f: impl FnOnce() -> R,
-) -> R {
+pub fn with_summary_cancel<R>(cancelled: impl Fn() -> bool + 'static, f: impl FnOnce() -> R) -> R {
     struct Reset(Option<Box<dyn Fn() -> bool>>);
     impl Drop for Reset {
         fn drop(&mut self) {

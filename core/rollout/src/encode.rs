@@ -167,7 +167,7 @@ pub(crate) use cc_agent_protocol::jcs::{write_string, write_value};
 
 /// Decimal digits of `n` without the formatting machinery or a temporary string (a seq in every
 /// sealed line, a count in every listed thread).
-pub(crate) fn push_u64(out: &mut String, mut n: u64) {
+pub fn push_u64(out: &mut String, mut n: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
     loop {
@@ -239,7 +239,7 @@ mod tests {
 
 #[cfg(test)]
 mod shed_tests {
-    use crate::rollout::{CheckedEvent, NewEvent};
+    use crate::{CheckedEvent, NewEvent};
     use serde_json::json;
 
     /// A shed payload comes back whole from `into_inner` (for a store that seals from the
@@ -265,7 +265,7 @@ mod shed_tests {
 #[cfg(test)]
 mod text_delta_tests {
     use super::EncodedPayload;
-    use crate::rollout::{CheckedEvent, NewEvent, MAX_TEXT_CHARS};
+    use crate::{CheckedEvent, NewEvent, MAX_TEXT_CHARS};
     use serde_json::{json, Value};
 
     fn value(turn: &str, item: &str, text: &str) -> Value {

@@ -2,9 +2,12 @@
 //! survives crashes, can be resumed, forked and verified by a third party. See
 //! `docs/rollout-format.md` for the exact on-disk format.
 
+use cc_app_server_protocol as protocol;
+use cc_app_server_protocol::time;
+
 mod cache;
 mod encode;
-pub(crate) use encode::push_u64;
+pub use encode::push_u64;
 mod engine;
 mod fsutil;
 mod identity;
@@ -179,7 +182,7 @@ impl CheckedEvent {
     /// most `MAX_TEXT_CHARS` characters, checked here directly (a test holds this to the schema
     /// check over the edge cases). The payload is shed from the start (`shed_payload`). `None`
     /// when a part fails, so the caller takes the generic path and its wording of the refusal.
-    pub(crate) fn text_delta(turn_id: &str, item_id: &str, text: &str) -> Option<CheckedEvent> {
+    pub fn text_delta(turn_id: &str, item_id: &str, text: &str) -> Option<CheckedEvent> {
         let fits = text.len() <= MAX_TEXT_CHARS || text.chars().count() <= MAX_TEXT_CHARS;
         if !is_wire_identifier(turn_id) || !is_wire_identifier(item_id) || !fits {
             return None;
@@ -191,7 +194,7 @@ impl CheckedEvent {
     }
 
     /// Bytes of the encoded payload (for the in-flight bound).
-    pub(crate) fn encoded_len(&self) -> usize {
+    pub fn encoded_len(&self) -> usize {
         self.encoded.len_hint()
     }
 
@@ -215,7 +218,7 @@ impl CheckedEvent {
     /// text, and freeing a tree on the thread that allocated it is several times cheaper than on
     /// the committer's (glibc's arenas). `into_inner` parses it back for a store that needs it;
     /// `event().payload` is `null` from here on.
-    pub(crate) fn shed_payload(&mut self) {
+    pub fn shed_payload(&mut self) {
         if engine::is_hot_kind(&self.event.payload) {
             self.event.payload = Value::Null;
         }

@@ -158,7 +158,7 @@ impl History {
 
 /// Reads the thread's rollout from its latest compaction on and rebuilds the conversation,
 /// stopping at the turn `before_turn` (the running one) when given.
-pub(crate) fn assemble(
+pub fn assemble(
     store: &dyn RolloutStore,
     thread_id: &str,
     before_turn: Option<&str>,

@@ -9,13 +9,13 @@ mod http;
 pub mod messages;
 pub mod sse;
 
-use crate::engine::History;
-use crate::kernel::{AgentKernel, KernelError, ToolSpec, TurnContext};
+use crate::history::History;
 use crate::protocol::{
     AgentMessageItem, CommandExecutionItem, ErrorItem, FileChange, FileChangeItem, FileChangeKind,
     ItemContent, ItemDelta, ItemStatus, ReasoningItem, TextDelta, ToolCall, ToolCallItem,
     ToolResult, UserInput,
 };
+use crate::{AgentKernel, KernelError, ToolSpec, TurnContext};
 use http::{StreamEvent, StreamRequest};
 use messages::ToolNames;
 use serde_json::{json, Map, Value};
@@ -36,7 +36,7 @@ pub const DEFAULT_CALL_DEADLINE: Duration = Duration::from_secs(600);
 /// a generic `toolCall` item holds the arguments two levels down (item → call → arguments), so
 /// this is the most that records everywhere. Deeper arguments are answered with a tool error
 /// the model reads, like arguments that are not JSON.
-pub const MAX_ARGUMENT_DEPTH: usize = crate::engine::turn::MAX_OUTPUT_DEPTH - 2;
+pub const MAX_ARGUMENT_DEPTH: usize = crate::MAX_OUTPUT_DEPTH - 2;
 
 /// How deep the arrays and objects of JSON text nest, read off the brackets outside strings
 /// (for valid JSON this is the parsed value's depth; it is found without parsing, so text deeper
@@ -986,7 +986,7 @@ impl AgentKernel for OpenAiCompatibleKernel {
         let mut text = String::new();
         loop {
             // Dropping `_abort` on the way out closes the model's connection.
-            if crate::kernel::summary_cancelled() {
+            if crate::summary_cancelled() {
                 return Err(KernelError::Cancelled);
             }
             let event = self

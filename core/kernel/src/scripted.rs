@@ -9,10 +9,10 @@
 //! when cancelled), `{"type":"echo"}` (repeats the user's text). The script comes from the thread's
 //! `agentOptions.script`, else the kernel's own.
 
-use crate::kernel::{AgentKernel, KernelError, TurnContext};
 use crate::protocol::{
     AgentMessageItem, ItemContent, ItemDelta, ReasoningItem, TextDelta, ToolCall, UserInput,
 };
+use crate::{AgentKernel, KernelError, TurnContext};
 use serde_json::{json, Map, Value};
 use std::time::{Duration, Instant};
 
@@ -124,7 +124,7 @@ impl AgentKernel for ScriptedKernel {
                         "arguments": step.get("arguments").cloned().unwrap_or(Value::Null),
                     }))
                     .map_err(|e| KernelError::Failed(format!("bad tool step: {e}")))?;
-                    crate::kernel::run_tool_call(ctx, &call)?;
+                    crate::run_tool_call(ctx, &call)?;
                 }
                 Some("sleep") => {
                     if ctx.sleep_cancellable(Duration::from_millis(ms)) {

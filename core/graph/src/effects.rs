@@ -32,7 +32,7 @@ pub fn current_effect() -> Option<EffectContext> {
 }
 
 /// Sets the current effect for the duration of `f`.
-pub(crate) fn with_effect<T>(ctx: EffectContext, f: impl FnOnce() -> T) -> T {
+pub fn with_effect<T>(ctx: EffectContext, f: impl FnOnce() -> T) -> T {
     struct Reset(Option<EffectContext>);
     impl Drop for Reset {
         fn drop(&mut self) {
