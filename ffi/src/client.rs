@@ -4,6 +4,7 @@
 //! block the caller's event loop, a foreign approval handler, and a notification listener.
 
 use crate::approval::{ApprovalDecision, ApprovalRequest};
+use crate::delivery::{listener_failed, MAX_BATCH};
 use crate::errors::{signed, ClientError, HandlerError, ListenerError};
 use crate::server::AppServer;
 use crate::task::{TaskHandle, POLL};
@@ -36,9 +37,6 @@ pub trait NotificationListener: Send + Sync {
     /// no more notifications follow. Not called when the handle is cancelled.
     fn on_closed(&self) -> Result<(), ListenerError>;
 }
-
-/// Most notifications handed to a listener in one call.
-pub const MAX_BATCH: usize = 256;
 
 /// Client-side bounds; absent fields keep the defaults of docs/engine.md ("Default bounds").
 #[derive(Debug, Clone, Default, uniffi::Record)]
@@ -205,15 +203,6 @@ fn recv_text(client: &CoreClient, max: usize, timeout: Duration) -> Result<Strin
         }
     }
     Ok(text)
-}
-
-/// Listener failures are the host's bug, not the stream's end: say so and go on.
-pub(crate) fn listener_failed(kind: &str, e: &ListenerError) {
-    crate::server::LISTENER_ERRORS.fetch_add(1, Ordering::Relaxed);
-    tracing::warn!(
-        target: "cc_app_server::ffi",
-        "{kind} listener failed; delivery continues: {e}"
-    );
 }
 
 pub(crate) fn parse_params(params_json: &str) -> Result<Value, ClientError> {

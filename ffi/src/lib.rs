@@ -12,6 +12,7 @@ uniffi::setup_scaffolding!("cc_app_server");
 pub mod approval;
 pub mod capi;
 pub mod client;
+mod delivery;
 pub mod errors;
 #[cfg(feature = "jni")]
 pub mod jni;
@@ -22,7 +23,8 @@ pub mod store;
 mod task;
 
 pub use approval::{ApprovalBinding, ApprovalDecision, ApprovalPolicy, ApprovalRequest};
-pub use client::{ApprovalHandler, Client, ClientOptions, NotificationListener, MAX_BATCH};
+pub use client::{ApprovalHandler, Client, ClientOptions, NotificationListener};
+pub use delivery::MAX_BATCH;
 pub use errors::{
     BindingError, ClientError, HandlerError, KernelError, ListenerError, RecvError, SendError,
     ServerError, StoreError,

@@ -2,10 +2,10 @@
 //! JSON-RPC lines over bounded connections, or goes through `Client` (see `client`). Options are
 //! one record shared with the C ABI's JSON config, so both boundaries configure the same things.
 
-use crate::client::{listener_failed, MAX_BATCH};
+use crate::delivery::{listener_failed, LISTENER_ERRORS, MAX_BATCH};
 use crate::errors::{signed, ListenerError, RecvError, SendError, ServerError};
 use crate::kernel::{ForeignKernel, ForeignTools};
-use crate::store::{RolloutStore, StoreKind};
+use crate::store::{apply_store_security, RolloutStore, StoreKind};
 use crate::task::{TaskHandle, POLL};
 use crate::{AgentKernel, ApprovalPolicy, ToolExecutor};
 use cc_app_server::engine::{
@@ -13,7 +13,7 @@ use cc_app_server::engine::{
 };
 use cc_app_server::rollout::Durability as CoreDurability;
 use cc_app_server::scripted::ScriptedKernel;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -129,23 +129,6 @@ pub struct OpenAiOptions {
     /// Send the API key over plain http:// to a host that is not loopback (refused unless true).
     #[uniffi(default = None)]
     pub allow_insecure_http: Option<bool>,
-}
-
-/// The rollout key and the unanchored policy, for a server's store or one opened on its own.
-pub(crate) fn apply_store_security(
-    options: &mut cc_app_server::rollout::StoreOptions,
-    key: Option<&[u8]>,
-    accept_unanchored: Option<bool>,
-) -> Result<(), ServerError> {
-    if let Some(bytes) = key {
-        // The message names the length only, never the bytes.
-        let key = cc_app_server::rollout::RolloutKey::from_slice(bytes).map_err(invalid)?;
-        options.key = Some(key);
-    }
-    if let Some(accept) = accept_unanchored {
-        options.accept_unanchored = accept;
-    }
-    Ok(())
 }
 
 #[cfg(feature = "openai")]
@@ -462,9 +445,6 @@ pub struct FailedClosedStats {
     pub unknown_decision: i64,
     pub transport_closed: i64,
 }
-
-/// Listener callbacks that failed, across the process (see `ServerStats::listener_errors`).
-pub(crate) static LISTENER_ERRORS: AtomicU64 = AtomicU64::new(0);
 
 /// Receives a connection's messages on a delivery thread (see `Connection.listen`).
 #[uniffi::export(with_foreign)]

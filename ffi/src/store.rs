@@ -2,7 +2,7 @@
 //! page through events, verify a whole hash chain — either from a running server (`AppServer.store`)
 //! or opened on its own for a state directory no server is using.
 
-use crate::errors::{signed, StoreError};
+use crate::errors::{signed, ServerError, StoreError};
 use cc_app_server::rollout::{self, ListQuery, RolloutStore as CoreStore, StoreOptions};
 use std::sync::Arc;
 
@@ -163,10 +163,11 @@ impl RolloutStore {
     ) -> Result<Arc<RolloutStore>, StoreError> {
         let kind = kind.unwrap_or(StoreKind::Jsonl).into();
         let mut options = StoreOptions::default();
-        crate::server::apply_store_security(&mut options, key.as_deref(), accept_unanchored)
-            .map_err(|e| StoreError::InvalidArgument {
+        apply_store_security(&mut options, key.as_deref(), accept_unanchored).map_err(|e| {
+            StoreError::InvalidArgument {
                 reason: e.to_string(),
-            })?;
+            }
+        })?;
         let inner = rollout::open_store(kind, state_dir.as_ref(), options)?;
         Ok(Arc::new(RolloutStore {
             inner: std::sync::RwLock::new(Some(inner)),
@@ -257,4 +258,25 @@ impl RolloutStore {
             None => Ok(()),
         }
     }
+}
+
+/// The rollout key and the unanchored policy, for a server's store or one opened on its own.
+pub(crate) fn apply_store_security(
+    options: &mut cc_app_server::rollout::StoreOptions,
+    key: Option<&[u8]>,
+    accept_unanchored: Option<bool>,
+) -> Result<(), ServerError> {
+    if let Some(bytes) = key {
+        // The message names the length only, never the bytes.
+        let key = cc_app_server::rollout::RolloutKey::from_slice(bytes).map_err(|reason| {
+            ServerError::InvalidConfig {
+                reason: reason.to_string(),
+            }
+        })?;
+        options.key = Some(key);
+    }
+    if let Some(accept) = accept_unanchored {
+        options.accept_unanchored = accept;
+    }
+    Ok(())
 }

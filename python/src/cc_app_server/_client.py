@@ -21,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from . import _params
 from . import protocol as p
@@ -31,8 +31,13 @@ from ._logging import log
 from ._native import ffi
 from .protocol import JsonObject
 
-if TYPE_CHECKING:
-    from ._server import AppServer
+
+
+class _ServerLike(Protocol):
+    """What a client needs of its server (`cc_app_server.AppServer`): the open native server.
+    A protocol, so this module never imports `_server`, which builds clients."""
+
+    def _require(self) -> Any: ...
 
 T = TypeVar("T")
 
@@ -83,7 +88,7 @@ class _Options:
         self.approval_deadline = _DEFAULT_APPROVAL_TIMEOUT if approval_timeout is None else approval_timeout
 
 
-def _connect(server: AppServer, handler: NativeApprovals, options: _Options) -> Any:
+def _connect(server: _ServerLike, handler: NativeApprovals, options: _Options) -> Any:
     try:
         return ffi.Client.connect(server._require(), handler, options.native)
     except ffi.ClientError as e:
@@ -194,7 +199,7 @@ class _Worker:
 class _BaseClient:
     _native: Any
 
-    def __init__(self, server: AppServer) -> None:
+    def __init__(self, server: _ServerLike) -> None:
         self._server = server
         self._native = None
         self._initialize: p.InitializeResult | None = None
@@ -269,7 +274,7 @@ class _BaseClient:
 class AsyncClient(_BaseClient):
     """An initialized connection for asyncio code. Use `async with server.client(...) as client`."""
 
-    def __init__(self, server: AppServer, approvals: ApprovalHandler | None, options: _Options) -> None:
+    def __init__(self, server: _ServerLike, approvals: ApprovalHandler | None, options: _Options) -> None:
         super().__init__(server)
         self._approvals = approvals
         self._options = options
@@ -477,7 +482,7 @@ class BlockingClient(_BaseClient):
     """An initialized connection for plain (non-async) code. Every wait can be interrupted with
     Ctrl-C within about 50 ms. Use `with server.blocking_client(...) as client`."""
 
-    def __init__(self, server: AppServer, approvals: ApprovalHandler | None, options: _Options) -> None:
+    def __init__(self, server: _ServerLike, approvals: ApprovalHandler | None, options: _Options) -> None:
         super().__init__(server)
         handler = NativeApprovals(approvals, options.approval_deadline, None)
         self._native = _connect(server, handler, options)
