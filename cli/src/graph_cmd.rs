@@ -7,6 +7,7 @@ use cc_app_server::engine::AppServer;
 use cc_app_server::graph::compile;
 use cc_app_server::graph::state::{Custody, RunState};
 use cc_app_server::graph::store::{for_each_event, list_runs, open_runs, RUNS_DIR};
+use cc_app_server::protocol::error_code;
 use cc_app_server::protocol::{GraphBudgets, GraphRunGrant};
 use cc_app_server::rollout::{layout, RolloutStore, StoreKind, StoreOptions};
 use clap::{Args, Subcommand};
@@ -368,7 +369,11 @@ impl Session {
         let id = self.send(method, params);
         loop {
             let Some(m) = self.recv(Duration::from_secs(600)) else {
-                return Err((-32603, format!("no answer to {method}"), Value::Null));
+                return Err((
+                    error_code::INTERNAL,
+                    format!("no answer to {method}"),
+                    Value::Null,
+                ));
             };
             if m.get("method").is_none() && m["id"] == json!(id) {
                 return match m.get("error") {
@@ -576,7 +581,11 @@ fn drive(
                 .unwrap_or_default();
             return fail(
                 format!("graph/run/start refused ({code}): {m}{detail}"),
-                if code == -32602 { 2 } else { 1 },
+                if code == error_code::INVALID_PARAMS {
+                    2
+                } else {
+                    1
+                },
             );
         }
     };

@@ -8,6 +8,7 @@
 
 use crate::framing::{Frame, LineFramer};
 use cc_app_server::engine::{AppServer, Connection, RecvError, SendError};
+use cc_app_server::protocol::error_code;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{json, Value};
 use std::io::{self, Read, Write};
@@ -263,7 +264,7 @@ fn read_loop(shared: &Shared, input: impl Read, tx: &Sender<Event>) {
                         let message = format!(
                             "parse error: the line is not valid UTF-8 (first bad byte at offset {at}); send UTF-8 JSON"
                         );
-                        if let Err(e) = transport_error(shared, -32700, &message) {
+                        if let Err(e) = transport_error(shared, error_code::PARSE, &message) {
                             let _ = tx.send(Event::OutputFailed(e));
                             return;
                         }
@@ -276,7 +277,7 @@ fn read_loop(shared: &Shared, input: impl Read, tx: &Sender<Event>) {
                     "invalid request: the line exceeds the {}-byte limit; it was not parsed or run (split large inputs or raise the server's --max-line-bytes)",
                     shared.max_line_bytes
                 );
-                if let Err(e) = transport_error(shared, -32600, &message) {
+                if let Err(e) = transport_error(shared, error_code::INVALID_REQUEST, &message) {
                     let _ = tx.send(Event::OutputFailed(e));
                     return;
                 }
@@ -315,7 +316,7 @@ fn forward(shared: &Shared, text: String) -> bool {
                 let message = format!(
                     "invalid request: the line exceeds the {max}-byte limit; it was not parsed or run"
                 );
-                return transport_error(shared, -32600, &message).is_ok();
+                return transport_error(shared, error_code::INVALID_REQUEST, &message).is_ok();
             }
             Err(SendError::Closed) => return false,
         }

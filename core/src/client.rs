@@ -3,6 +3,7 @@
 //! language re-implements protocol state.
 
 use crate::engine::{AppServer, Connection, RecvError, SendError};
+use crate::protocol::error_code;
 use crate::protocol::{ApprovalDecision, ApprovalRequest, Decline};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -78,12 +79,12 @@ impl ClientError {
     /// The JSON-RPC code this error stands for.
     pub fn code(&self) -> i64 {
         match self {
-            ClientError::Overloaded { .. } => -32001,
-            ClientError::Timeout => -32010,
-            ClientError::Closed => -32603,
-            ClientError::LineTooLarge { .. } => -32600,
+            ClientError::Overloaded { .. } => error_code::OVERLOADED,
+            ClientError::Timeout => error_code::INTERRUPTED,
+            ClientError::Closed => error_code::INTERNAL,
+            ClientError::LineTooLarge { .. } => error_code::INVALID_REQUEST,
             ClientError::Protocol { code, .. } => *code,
-            ClientError::Decode(_) => -32603,
+            ClientError::Decode(_) => error_code::INTERNAL,
         }
     }
 }
@@ -346,7 +347,7 @@ fn route(text: &str, pending: &Pending, approvals: &mut Approvals) {
             if let Some(tx) = waiter {
                 let result = match message.get("error") {
                     Some(e) => Err(ClientError::Protocol {
-                        code: e["code"].as_i64().unwrap_or(-32603),
+                        code: e["code"].as_i64().unwrap_or(error_code::INTERNAL),
                         message: e["message"].as_str().unwrap_or_default().to_string(),
                         data: e.get("data").cloned(),
                     }),

@@ -6,6 +6,7 @@
 
 use cc_app_server::client::ClientError as CoreClientError;
 use cc_app_server::engine::{RecvError as CoreRecvError, SendError as CoreSendError};
+use cc_app_server::protocol::error_code;
 use cc_app_server::rollout::StoreError as CoreStoreError;
 
 /// Why `AppServer.open` (or a call on a shut-down server) failed.
@@ -100,13 +101,13 @@ impl ClientError {
     /// The JSON-RPC code this error stands for.
     pub fn code(&self) -> i64 {
         match self {
-            ClientError::Overloaded { .. } => -32001,
-            ClientError::Timeout => -32010,
-            ClientError::Closed => -32603,
-            ClientError::LineTooLarge { .. } => -32600,
+            ClientError::Overloaded { .. } => error_code::OVERLOADED,
+            ClientError::Timeout => error_code::INTERRUPTED,
+            ClientError::Closed => error_code::INTERNAL,
+            ClientError::LineTooLarge { .. } => error_code::INVALID_REQUEST,
             ClientError::Protocol { code, .. } => *code,
-            ClientError::InvalidJson { .. } => -32700,
-            ClientError::InvalidArgument { .. } => -32602,
+            ClientError::InvalidJson { .. } => error_code::PARSE,
+            ClientError::InvalidArgument { .. } => error_code::INVALID_PARAMS,
         }
     }
 }

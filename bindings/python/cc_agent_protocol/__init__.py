@@ -156,6 +156,21 @@ SCHEMA_DIGEST: Final = "sha256:ee6a426be61bada0bdcdb4d4961a697e914b7bfe5d0ce202e
 SCHEMA_ID: Final = "https://chainlesschain.dev/schemas/cc-agent-protocol/wire-v1.schema.json"
 
 
+class ErrorCode:
+    """The wire's error codes, one per error class of the schema's `ErrorObject`."""
+
+    PARSE: Final = -32700
+    INVALID_REQUEST: Final = -32600
+    METHOD_NOT_FOUND: Final = -32601
+    INVALID_PARAMS: Final = -32602
+    INTERNAL: Final = -32603
+    OVERLOADED: Final = -32001
+    NOT_INITIALIZED: Final = -32002
+    NOT_FOUND: Final = -32004
+    CONFLICT: Final = -32009
+    INTERRUPTED: Final = -32010
+
+
 # The published v1 identifier: 1 to 160 ASCII letters, digits, '.', '_', ':', '/' and '-', starting with a letter or digit. Never trusted as a path: thread ids, which become file names, are further restricted to FileSafeIdentifier where a caller chooses them.
 Identifier: TypeAlias = "str"
 

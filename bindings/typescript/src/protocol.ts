@@ -11,6 +11,20 @@ export const SCHEMA_DIGEST = "sha256:ee6a426be61bada0bdcdb4d4961a697e914b7bfe5d0
 /** The schema's `$id`. */
 export const SCHEMA_ID = "https://chainlesschain.dev/schemas/cc-agent-protocol/wire-v1.schema.json";
 
+/** The wire's error codes, one per error class of the schema's `ErrorObject`. */
+export const ErrorCode = {
+  parse: -32700,
+  invalidRequest: -32600,
+  methodNotFound: -32601,
+  invalidParams: -32602,
+  internal: -32603,
+  overloaded: -32001,
+  notInitialized: -32002,
+  notFound: -32004,
+  conflict: -32009,
+  interrupted: -32010,
+} as const;
+
 /** Any JSON value. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 

@@ -15,6 +15,30 @@ pub const SCHEMA_DIGEST: &str = "sha256:ee6a426be61bada0bdcdb4d4961a697e914b7bfe
 /// The schema's `$id`.
 pub const SCHEMA_ID: &str = "https://chainlesschain.dev/schemas/cc-agent-protocol/wire-v1.schema.json";
 
+/// The wire's error codes, one per error class of the schema's `ErrorObject`.
+pub mod error_code {
+    /// `ParseError`.
+    pub const PARSE: i64 = -32700;
+    /// `InvalidRequestError`.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// `MethodNotFoundError`.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// `InvalidParamsError`.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// `InternalError`.
+    pub const INTERNAL: i64 = -32603;
+    /// `OverloadedError`.
+    pub const OVERLOADED: i64 = -32001;
+    /// `NotInitializedError`.
+    pub const NOT_INITIALIZED: i64 = -32002;
+    /// `NotFoundError`.
+    pub const NOT_FOUND: i64 = -32004;
+    /// `ConflictError`.
+    pub const CONFLICT: i64 = -32009;
+    /// `InterruptedError`.
+    pub const INTERRUPTED: i64 = -32010;
+}
+
 /// A required member that may be `null`: present on the wire, `None` for null.
 fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
     Option::<T>::deserialize(d)

@@ -11,6 +11,7 @@ use super::dispatch::{
     announce_thread_update, reply, result, wire_thread, RawId, RpcError, RpcResult,
 };
 use super::{lock, ConnShared, Inner, ThreadState};
+use crate::protocol::error_code;
 use crate::protocol::ThreadCompactResult;
 use serde_json::{Map, Value};
 use std::sync::atomic::Ordering;
@@ -46,7 +47,7 @@ pub(crate) fn thread_compact(
             conn,
             &id,
             Err(RpcError::new(
-                -32601,
+                error_code::METHOD_NOT_FOUND,
                 "thread/compact needs the thread_compact feature: ask for it in initialize",
             )),
         );
@@ -57,7 +58,7 @@ pub(crate) fn thread_compact(
             conn,
             &id,
             Err(RpcError::new(
-                -32009,
+                error_code::CONFLICT,
                 "the thread has an active turn; interrupt it or wait for it to end, then compact",
             )),
         );
@@ -68,7 +69,7 @@ pub(crate) fn thread_compact(
             conn,
             &id,
             Err(RpcError::new(
-                -32009,
+                error_code::CONFLICT,
                 "a compaction of this thread is already running; wait for its answer",
             )),
         );
@@ -99,7 +100,7 @@ pub(crate) fn thread_compact(
             conn,
             &id,
             Err(RpcError::new(
-                -32603,
+                error_code::INTERNAL,
                 "internal error: could not start the compaction",
             )),
         );
@@ -136,7 +137,7 @@ fn summarize(
 
 fn stopped(why: &str) -> RpcError {
     RpcError::new(
-        -32603,
+        error_code::INTERNAL,
         format!("the compaction was interrupted: {why}; nothing was recorded"),
     )
 }
@@ -152,7 +153,7 @@ fn compact(
     // The newest event being a compaction means nothing happened since.
     if through <= head.compacted_through || head.last_compaction_seq == Some(through) {
         return Err(RpcError::new(
-            -32602,
+            error_code::INVALID_PARAMS,
             "nothing to compact: no event since the last compaction",
         ));
     }
@@ -162,7 +163,7 @@ fn compact(
             let history = crate::kernel::history::assemble(&*inner.store, &thread.id, None)?;
             if history.turns.is_empty() {
                 return Err(RpcError::new(
-                    -32602,
+                    error_code::INVALID_PARAMS,
                     "nothing to compact: no turn since the last compaction",
                 ));
             }
@@ -174,13 +175,13 @@ fn compact(
                 Ok(Some(s)) if !s.trim().is_empty() => s,
                 Ok(Some(_)) => {
                     return Err(RpcError::new(
-                        -32603,
+                        error_code::INTERNAL,
                         "the kernel wrote an empty summary; try again or pass params.summary",
                     ))
                 }
                 Ok(None) => {
                     return Err(RpcError::new(
-                        -32602,
+                        error_code::INVALID_PARAMS,
                         "this server's kernel cannot write summaries: pass params.summary",
                     ))
                 }
@@ -190,7 +191,7 @@ fn compact(
                         crate::kernel::KernelError::Failed(m) => m,
                     };
                     return Err(RpcError::new(
-                        -32603,
+                        error_code::INTERNAL,
                         format!("the kernel could not write the summary: {why}"),
                     ));
                 }

@@ -8,6 +8,7 @@ use super::{
     emit_locked, lock, ConnShared, Inner, Stats, ThreadData, ThreadState, IMPLEMENTED_FEATURES,
 };
 use crate::approval::digest_json;
+use crate::protocol::error_code;
 use crate::protocol::{
     EventPayload, InitializeResult, ServerInfo, ServerNotification, Thread, ThreadArchiveResult,
     ThreadForkResult, ThreadStartResult, ThreadStatus, ThreadUpdatedNotification,
@@ -56,7 +57,7 @@ impl RpcError {
 
     fn overloaded(message: impl Into<String>, retry_after_ms: u64) -> Self {
         RpcError {
-            code: -32001,
+            code: error_code::OVERLOADED,
             message: message.into(),
             data: Some(json!({"retry_after_ms": retry_after_ms.min(3_600_000)})),
         }
@@ -78,13 +79,15 @@ pub(crate) fn cap(text: &str, max: usize) -> String {
 impl From<StoreError> for RpcError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::NotFound(id) => RpcError::new(-32004, format!("thread {id:?} not found")),
+            StoreError::NotFound(id) => {
+                RpcError::new(error_code::NOT_FOUND, format!("thread {id:?} not found"))
+            }
             StoreError::AlreadyExists(id) => RpcError::new(
-                -32009,
+                error_code::CONFLICT,
                 format!("thread {id:?} already exists; resume it or pick another id"),
             ),
             e @ (StoreError::InvalidId { .. } | StoreError::InvalidArgument(_)) => {
-                RpcError::new(-32602, cap(&e.to_string(), 512))
+                RpcError::new(error_code::INVALID_PARAMS, cap(&e.to_string(), 512))
             }
             // Damaged history is the data's fault, not the server's: say which thread and what
             // to do, in data.reason, without file paths (the store's messages carry none).
@@ -97,7 +100,7 @@ impl From<StoreError> for RpcError {
                 // is first seen (a mobile host cannot read stderr).
                 tracing::warn!(target: "cc_app_server::engine", "thread {thread_id:?} is unreadable: first bad event at seq {seq}: {reason}");
                 RpcError::new(
-                -32603,
+                error_code::INTERNAL,
                 format!(
                     "thread {thread_id:?} is unreadable: its rollout fails verification; restore it from a backup (see `cc-app-server rollout verify`)"
                 ),
@@ -107,7 +110,7 @@ impl From<StoreError> for RpcError {
             StoreError::AnchorMismatch { thread_id, reason } => {
                 tracing::warn!(target: "cc_app_server::engine", "thread {thread_id:?} is unreadable: {reason}");
                 RpcError::new(
-                -32603,
+                error_code::INTERNAL,
                 format!(
                     "thread {thread_id:?} is unreadable: its rollout does not match its head anchor; restore it from a backup or accept it as it is (see `cc-app-server rollout verify`)"
                 ),
@@ -118,7 +121,7 @@ impl From<StoreError> for RpcError {
                 // Internals go to diagnostics, never to the wire.
                 tracing::error!(target: "cc_app_server::rollout", "rollout store error: {other}");
                 RpcError::new(
-                    -32603,
+                    error_code::INTERNAL,
                     "internal error: the rollout store failed; see the server's diagnostics",
                 )
             }
@@ -131,7 +134,7 @@ pub(crate) type RpcResult = Result<Value, RpcError>;
 /// A typed result on its way to the wire.
 pub(crate) fn result(value: impl Serialize) -> RpcResult {
     serde_json::to_value(value)
-        .map_err(|_| RpcError::new(-32603, "internal error: unencodable result"))
+        .map_err(|_| RpcError::new(error_code::INTERNAL, "internal error: unencodable result"))
 }
 
 /// Sends the one answer a request gets, echoing its id as written.
@@ -222,7 +225,7 @@ fn expire_interrupts(inner: &Inner, conn: &ConnShared) {
     });
     for turn in due {
         for w in turn.take_expired(conn.id, now) {
-            let e = RpcError::new(-32010, "the kernel has not stopped yet").with_reason(
+            let e = RpcError::new(error_code::INTERRUPTED, "the kernel has not stopped yet").with_reason(
                 "the turn stays live and ends as interrupted once the kernel stops; ask again or wait for turn/completed",
             );
             reply(inner, conn, &w.request_id, Err(e));
@@ -324,7 +327,7 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
                 conn,
                 "null",
                 Err(RpcError::new(
-                    -32700,
+                    error_code::PARSE,
                     cap(&format!("parse error: {e}"), 512),
                 )),
             )
@@ -355,7 +358,7 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
         Some(r) if id_is_usable(r.get()) => r.get(),
         Some(_) => {
             let e = RpcError::new(
-                -32600,
+                error_code::INVALID_REQUEST,
                 format!("invalid request: the id must be a string of at most {MAX_STRING_ID_CHARS} characters or an integer from 0 to 2^53-1"),
             )
             .with_reason("the id was refused, so this answer carries id null");
@@ -377,7 +380,7 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
                 conn,
                 id,
                 Err(RpcError::new(
-                    -32601,
+                    error_code::METHOD_NOT_FOUND,
                     format!("{method} is sent by the server, not to it"),
                 )),
             )
@@ -388,7 +391,7 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
                 conn,
                 id,
                 Err(RpcError::new(
-                    -32600,
+                    error_code::INVALID_REQUEST,
                     "clients send requests and approval answers only in wire v1",
                 )),
             )
@@ -399,11 +402,11 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
     let result = match (method.as_str(), initialized) {
         ("initialize", false) => initialize(inner, conn, &params),
         ("initialize", true) => Err(RpcError::new(
-            -32009,
+            error_code::CONFLICT,
             "already initialized on this connection",
         )),
         (_, false) => Err(RpcError::new(
-            -32002,
+            error_code::NOT_INITIALIZED,
             "not initialized: send initialize first",
         )),
         ("thread/start", true) => idempotent(inner, "thread/start", &params, || {
@@ -457,7 +460,7 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
             return crate::graph::wire::serve(inner, conn, graph, params, Box::new(answer));
         }
         (other, true) => Err(RpcError::new(
-            -32601,
+            error_code::METHOD_NOT_FOUND,
             format!("method {other:?} is not served"),
         )),
     };
@@ -470,16 +473,18 @@ fn initialize(inner: &Inner, conn: &ConnShared, params: &Value) -> RpcResult {
     let client_lo = params["minimumProtocolVersion"].as_u64().unwrap_or(0) as u32;
     if client_lo > client_hi {
         return Err(RpcError::new(
-            -32602,
+            error_code::INVALID_PARAMS,
             "minimumProtocolVersion is above protocolVersion",
         ));
     }
     let chosen = server_hi.min(client_hi);
     if chosen < server_lo.max(client_lo) {
         return Err(
-            RpcError::new(-32602, "no common protocol version").with_reason(format!(
-                "server speaks {server_lo}..={server_hi}, client {client_lo}..={client_hi}"
-            )),
+            RpcError::new(error_code::INVALID_PARAMS, "no common protocol version").with_reason(
+                format!(
+                    "server speaks {server_lo}..={server_hi}, client {client_lo}..={client_hi}"
+                ),
+            ),
         );
     }
     let wanted: Vec<&str> = params["features"]
@@ -583,7 +588,7 @@ fn idempotent(
             Ok(result.clone())
         } else {
             Err(RpcError::new(
-                -32009,
+                error_code::CONFLICT,
                 "idempotencyKey was already used with different params",
             ))
         }
@@ -685,7 +690,7 @@ fn str_param<'a>(params: &'a Value, name: &str) -> Option<&'a str> {
 
 fn user_input(params: &Value) -> Result<Vec<UserInput>, RpcError> {
     serde_json::from_value(params["input"].clone())
-        .map_err(|e| RpcError::new(-32602, cap(&format!("input: {e}"), 512)))
+        .map_err(|e| RpcError::new(error_code::INVALID_PARAMS, cap(&format!("input: {e}"), 512)))
 }
 
 /// Writes the terminal event of a turn the store refused to record (disk full) before anything
@@ -703,7 +708,7 @@ pub(crate) fn record_pending_terminal(inner: &Inner, thread: &ThreadState) -> Re
         Err(e) => {
             tracing::error!(target: "cc_app_server::turn", "thread {}: the end of the last turn still cannot be recorded: {e}", thread.id);
             Err(RpcError::new(
-                -32603,
+                error_code::INTERNAL,
                 "internal error: the rollout store refuses writes (disk full?), so the previous turn's end is not recorded yet; free space and retry",
             ))
         }
@@ -780,7 +785,7 @@ fn thread_fork(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcResu
     let at = match (requested, &live) {
         (Some(at), Some(turn)) if at > settled => {
             return Err(RpcError::new(
-                -32009,
+                error_code::CONFLICT,
                 format!("atEventSeq {at} is inside turn {turn}, which is still running; fork at {settled} or earlier, or after the turn ends"),
             ))
         }
@@ -816,7 +821,7 @@ fn thread_archive(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcR
         let data = lock(&thread.data);
         if data.active.is_some() {
             return Err(RpcError::new(
-                -32009,
+                error_code::CONFLICT,
                 "the thread has an active turn; interrupt it or wait for it to end",
             ));
         }
@@ -889,12 +894,12 @@ fn turn_start(inner: &Arc<Inner>, conn: &Arc<ConnShared>, params: &Value) -> Rpc
         let mut data = lock(&thread.data);
         if data.archived {
             Err(RpcError::new(
-                -32009,
+                error_code::CONFLICT,
                 "the thread is archived; fork it to continue",
             ))
         } else if let Some(active) = &data.active {
             Err(RpcError::new(
-                -32009,
+                error_code::CONFLICT,
                 format!(
                     "turn {} is still active on this thread; one turn at a time",
                     active.id
@@ -979,7 +984,7 @@ fn turn_interrupt(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: RawId, params:
         let result = match finished_turn(inner, &thread, &turn_id) {
             Ok(Some(turn)) => settled(turn),
             Ok(None) => Err(RpcError::new(
-                -32004,
+                error_code::NOT_FOUND,
                 format!("turn {turn_id:?} not found in this thread"),
             )),
             Err(e) => Err(e),

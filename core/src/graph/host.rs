@@ -10,6 +10,7 @@ use super::runtime::{lock, start_events, Run};
 use super::state::{RunState, DEFAULT_LEASE_MS, DEFAULT_WORKER};
 use super::store::{self, RunHeader};
 use crate::engine::{ConnShared, Inner, ServerConfig};
+use crate::protocol::error_code;
 use crate::protocol::{
     GraphDefinition, GraphFencedAttempt, GraphRunGrant, GraphRunOptions, GraphRunStartedEvent,
     GraphRunSummary, GraphWorker, ToolResult,
@@ -63,11 +64,11 @@ pub enum GraphError {
 impl GraphError {
     pub fn code(&self) -> i64 {
         match self {
-            GraphError::Invalid(_) | GraphError::Params(_) => -32602,
-            GraphError::NotFound(_) => -32004,
-            GraphError::Conflict(_) => -32009,
-            GraphError::Overloaded => -32001,
-            GraphError::Store(_) | GraphError::Closed => -32603,
+            GraphError::Invalid(_) | GraphError::Params(_) => error_code::INVALID_PARAMS,
+            GraphError::NotFound(_) => error_code::NOT_FOUND,
+            GraphError::Conflict(_) => error_code::CONFLICT,
+            GraphError::Overloaded => error_code::OVERLOADED,
+            GraphError::Store(_) | GraphError::Closed => error_code::INTERNAL,
         }
     }
 }

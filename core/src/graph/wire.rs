@@ -6,6 +6,7 @@ use super::compiler::compile;
 use super::host::{self, GraphError, StartRequest};
 use super::runtime::lock;
 use crate::engine::{ConnShared, Inner};
+use crate::protocol::error_code;
 use crate::protocol::{
     GraphRunCancelResult, GraphRunGrant, GraphRunOptions, GraphRunReadResult, GraphRunStartResult,
     GraphValidateResult,
@@ -66,7 +67,7 @@ pub(crate) fn serve(
     }
     let Some(slot) = inner.graph.compile_slot() else {
         return answer(Err(WireError {
-            code: -32001,
+            code: error_code::OVERLOADED,
             message: format!(
                 "server busy: {} large graph compiles are running, the most this server runs at once; retry when one has answered",
                 super::host::MAX_CONCURRENT_COMPILES
@@ -88,7 +89,7 @@ pub(crate) fn serve(
     if !started {
         if let Some(answer) = lock(&pending).take() {
             answer(Err(WireError {
-                code: -32603,
+                code: error_code::INTERNAL,
                 message: "internal error: could not start a thread for the compile".into(),
                 data: None,
             }));
@@ -129,7 +130,7 @@ impl From<GraphError> for WireError {
 
 fn params_error(message: impl Into<String>) -> WireError {
     WireError {
-        code: -32602,
+        code: error_code::INVALID_PARAMS,
         message: message.into(),
         data: None,
     }
@@ -163,7 +164,7 @@ pub(crate) fn handle(
 ) -> Result<Value, WireError> {
     if !conn.has_feature(TYPED_GRAPH) {
         return Err(WireError {
-            code: -32601,
+            code: error_code::METHOD_NOT_FOUND,
             message: format!("{method} needs the typed_graph feature: ask for it in initialize"),
             data: None,
         });
@@ -175,7 +176,7 @@ pub(crate) fn handle(
         "graph/run/cancel" => run_cancel(inner, conn, params)?,
         other => {
             return Err(WireError {
-                code: -32601,
+                code: error_code::METHOD_NOT_FOUND,
                 message: format!("method {other:?} is not served"),
                 data: None,
             })
@@ -186,7 +187,7 @@ pub(crate) fn handle(
 
 fn to_value(v: impl serde::Serialize) -> Result<Value, WireError> {
     serde_json::to_value(v).map_err(|_| WireError {
-        code: -32603,
+        code: error_code::INTERNAL,
         message: "internal error: unencodable result".into(),
         data: None,
     })

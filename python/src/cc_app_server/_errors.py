@@ -9,20 +9,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .protocol import Json
+from .protocol import ErrorCode, Json
 
-# Wire v1 error codes (the schema's error classes; docs/engine.md and docs/python.md list them).
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-OVERLOADED = -32001
-NOT_INITIALIZED = -32002
-NOT_FOUND = -32004
-CONFLICT = -32009
-INTERRUPTED = -32010
-
+# Wire v1 error codes, from the generated `ErrorCode` (one per error class of the schema).
+PARSE_ERROR = ErrorCode.PARSE
+INVALID_REQUEST = ErrorCode.INVALID_REQUEST
+METHOD_NOT_FOUND = ErrorCode.METHOD_NOT_FOUND
+INVALID_PARAMS = ErrorCode.INVALID_PARAMS
+INTERNAL_ERROR = ErrorCode.INTERNAL
+OVERLOADED = ErrorCode.OVERLOADED
+NOT_INITIALIZED = ErrorCode.NOT_INITIALIZED
+NOT_FOUND = ErrorCode.NOT_FOUND
+CONFLICT = ErrorCode.CONFLICT
+INTERRUPTED = ErrorCode.INTERRUPTED
 
 class Error(Exception):
     """Base of every error the SDK raises. `code` is the JSON-RPC code it stands for."""

@@ -151,6 +151,43 @@ pub fn union_tags<'m>(model: &'m Model, union: &str) -> Vec<&'m Value> {
     }
 }
 
+/// The wire's error classes, one per branch of the `ErrorObject` union whose tag is an integer
+/// `code`: (name, code, description). The name is the branch's definition without its `Error`
+/// suffix (`NotFoundError` → `NotFound`); each target spells it its own way (`NOT_FOUND`,
+/// `notFound`). In schema order, so every language lists them alike.
+pub fn error_codes(model: &Model) -> Vec<(String, i64, Option<String>)> {
+    let Some(DefKind::Union { branches, .. }) = model.def("ErrorObject").map(|d| &d.kind) else {
+        return Vec::new();
+    };
+    branches
+        .iter()
+        .filter_map(|b| {
+            let code = b.tag_value.as_i64()?;
+            let name = b
+                .def
+                .strip_suffix("Error")
+                .filter(|n| !n.is_empty())
+                .unwrap_or(&b.def);
+            let description = model.def(&b.def).and_then(|d| d.description.clone());
+            Some((name.to_string(), code, description))
+        })
+        .collect()
+}
+
+/// `NotFound` → `NOT_FOUND`.
+pub fn screaming(pascal: &str) -> String {
+    snake(pascal).trim_start_matches('_').to_ascii_uppercase()
+}
+
+/// `NotFound` → `notFound`.
+pub fn camel_from_pascal(pascal: &str) -> String {
+    let mut c = pascal.chars();
+    match c.next() {
+        Some(f) => f.to_ascii_lowercase().to_string() + c.as_str(),
+        None => String::new(),
+    }
+}
+
 /// Refuses a model whose definition names clash with what a target's runtime defines.
 pub fn assert_no_clash(model: &Model, reserved: &[&str], language: &str) {
     for d in &model.defs {
@@ -480,6 +517,43 @@ impl<S: ReaderSyntax> Readers<S> {
 mod tests {
     use super::*;
     use crate::codegen::model;
+
+    /// Every error class of the schema's `ErrorObject` becomes a named code in every language,
+    /// with the schema's number: no host has to write `-32004`.
+    #[test]
+    fn every_error_class_is_a_named_code_in_every_language() {
+        let m = model::build(crate::schema());
+        let codes = error_codes(&m);
+        let branches = crate::schema()["$defs"]["ErrorObject"]["oneOf"]
+            .as_array()
+            .unwrap()
+            .len();
+        assert_eq!(codes.len(), branches);
+        assert!(codes.contains(&("NotFound".to_string(), -32004, None)));
+        assert!(codes.contains(&("Internal".to_string(), -32603, None)));
+        let files = crate::codegen::generate_all(crate::schema());
+        let text = |suffix: &str| {
+            files
+                .iter()
+                .filter(|f| f.path.to_string_lossy().ends_with(suffix))
+                .map(|f| f.contents.clone())
+                .collect::<String>()
+        };
+        for (name, code, _) in &codes {
+            let (upper, lower) = (screaming(name), camel_from_pascal(name));
+            assert!(text("generated.rs").contains(&format!("pub const {upper}: i64 = {code};")));
+            assert!(text("protocol.ts").contains(&format!("  {lower}: {code},")));
+            assert!(text("cc_agent_protocol/__init__.py")
+                .contains(&format!("    {upper}: Final = {code}")));
+            assert!(
+                text("ProtocolTypes.kt").contains(&format!("    const val {upper}: Int = {code}"))
+            );
+            assert!(text("ProtocolTypes.swift")
+                .contains(&format!("    public static let `{lower}`: Int = {code}")));
+        }
+        assert_eq!(screaming("MethodNotFound"), "METHOD_NOT_FOUND");
+        assert_eq!(camel_from_pascal("MethodNotFound"), "methodNotFound");
+    }
 
     /// A target that only records what the walk asked for, in order.
     #[derive(Default)]

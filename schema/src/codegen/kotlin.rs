@@ -7,8 +7,9 @@
 //! patterns, bounds); [`schema_info`] reads them from the canonical schema the model was built from.
 
 use super::emit::{
-    lower_camel, max_depth, per_def, union_tags, unique_idents, unknown_case, walk, Presence,
-    ReaderSyntax, Readers, Target, TypeNames, UnionDef,
+    assert_no_clash, error_codes, lower_camel, max_depth, per_def, screaming, union_tags,
+    unique_idents, unknown_case, walk, Presence, ReaderSyntax, Readers, Target, TypeNames,
+    UnionDef,
 };
 use super::model::{pascal, Def, Field, Model, Ty};
 use super::GeneratedFile;
@@ -569,6 +570,7 @@ const RUNTIME: &str = include_str!("runtime/ProtocolRuntime.kt");
 
 /// Every Kotlin file the generator writes.
 pub fn generate(model: &Model) -> Vec<GeneratedFile> {
+    assert_no_clash(model, &["ErrorCode"], "Kotlin");
     let mut gen = Gen {
         readers: Readers::new(schema_info::raw(model)),
     };
@@ -586,6 +588,11 @@ pub fn generate(model: &Model) -> Vec<GeneratedFile> {
         string_literal(&model.digest),
         string_literal(&model.schema_id)
     );
+    types.push_str("/** The wire's error codes, one per error class of the schema's `ErrorObject`. */\nobject ErrorCode {\n");
+    for (name, code, _) in error_codes(model) {
+        let _ = writeln!(types, "    const val {}: Int = {code}", screaming(&name));
+    }
+    types.push_str("}\n\n");
     gen.readers.pattern_decls(&mut types, |name, lit| {
         format!("private val {name}: Regex = Regex({lit})")
     });

@@ -16,7 +16,8 @@
 //!   wire name never changes.
 
 use super::emit::{
-    assert_no_clash, per_def, snake, union_tags, walk, Presence, Target, TypeNames, UnionDef,
+    assert_no_clash, error_codes, per_def, screaming, snake, union_tags, walk, Presence, Target,
+    TypeNames, UnionDef,
 };
 use super::model::{Def, DefKind, Field, Model, Ty};
 use super::GeneratedFile;
@@ -50,6 +51,7 @@ const RUNTIME_NAMES: &[&str] = &[
     "SCHEMA_DIGEST",
     "SCHEMA_ID",
     "DEFINITION_NAMES",
+    "ErrorCode",
 ];
 
 /// The envelope's parts, as the schema profile (docs/schema.md) names them.
@@ -551,6 +553,11 @@ pub fn module(model: &Model) -> String {
         json_string(&model.digest),
         json_string(&model.schema_id)
     );
+    out.push_str("class ErrorCode:\n    \"\"\"The wire's error codes, one per error class of the schema's `ErrorObject`.\"\"\"\n\n");
+    for (name, code, _) in error_codes(model) {
+        let _ = writeln!(out, "    {}: Final = {code}", screaming(&name));
+    }
+    out.push_str("\n\n");
     walk(model, &mut Python, &mut out);
     out
 }

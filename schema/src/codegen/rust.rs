@@ -2,7 +2,7 @@
 //! (`Option` that must be present) and optional-nullable (`Option<Option>`) survive a round trip as
 //! themselves, and every tagged union is an enum whose tag lives only in the enum.
 
-use super::emit::{slash_doc as doc, snake, Presence, TypeNames};
+use super::emit::{error_codes, screaming, slash_doc as doc, snake, Presence, TypeNames};
 use super::model::{pascal, Def, DefKind, Field, Model, Ty};
 use std::fmt::Write;
 
@@ -213,6 +213,15 @@ pub fn generate(model: &Model) -> String {
         "/// The schema's `$id`.\npub const SCHEMA_ID: &str = {:?};\n",
         model.schema_id
     );
+    out.push_str("/// The wire's error codes, one per error class of the schema's `ErrorObject`.\npub mod error_code {\n");
+    for (name, code, _) in error_codes(model) {
+        let _ = writeln!(
+            out,
+            "    /// `{name}Error`.\n    pub const {}: i64 = {code};",
+            screaming(&name)
+        );
+    }
+    out.push_str("}\n\n");
     out.push_str(
         "/// A required member that may be `null`: present on the wire, `None` for null.\n\
          fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {\n    Option::<T>::deserialize(d)\n}\n\n\

@@ -11,8 +11,9 @@
 //! `scripts/swift-toolchain.sh`.
 
 use super::emit::{
-    lower_camel, per_def, slash_doc, union_tags, unique_idents, unknown_case, walk, Presence,
-    ReaderSyntax, Readers, Target, TypeNames, UnionDef,
+    assert_no_clash, camel_from_pascal, error_codes, lower_camel, per_def, slash_doc, union_tags,
+    unique_idents, unknown_case, walk, Presence, ReaderSyntax, Readers, Target, TypeNames,
+    UnionDef,
 };
 use super::model::{pascal, Def, Field, Model, Ty};
 use super::schema_info;
@@ -633,6 +634,7 @@ const RUNTIME: &str = include_str!("runtime/ProtocolRuntime.swift");
 
 /// Every Swift file the generator writes.
 pub fn generate(model: &Model) -> Vec<GeneratedFile> {
+    assert_no_clash(model, &["ErrorCode"], "Swift");
     let mut gen = Gen {
         readers: Readers::new(schema_info::raw(model)),
     };
@@ -646,6 +648,15 @@ pub fn generate(model: &Model) -> Vec<GeneratedFile> {
         string_literal(&model.digest),
         string_literal(&model.schema_id)
     );
+    types.push_str("/// The wire's error codes, one per error class of the schema's `ErrorObject`.\npublic enum ErrorCode {\n");
+    for (name, code, _) in error_codes(model) {
+        let _ = writeln!(
+            types,
+            "    public static let `{}`: Int = {code}",
+            camel_from_pascal(&name)
+        );
+    }
+    types.push_str("}\n\n");
     gen.readers.pattern_decls(&mut types, |name, lit| {
         format!("private let {name} = CompiledPattern({lit})")
     });

@@ -14,7 +14,10 @@
 //! - the decoders check shapes (types, presence, null, constants, tags); lengths, patterns and
 //!   ranges are the schema validator's job.
 
-use super::emit::{assert_no_clash, per_def, union_tags, walk, Target, TypeNames, UnionDef};
+use super::emit::{
+    assert_no_clash, camel_from_pascal, error_codes, per_def, union_tags, walk, Target, TypeNames,
+    UnionDef,
+};
 use super::model::{Def, Field, Model, Ty};
 use super::GeneratedFile;
 use serde_json::Value;
@@ -35,6 +38,7 @@ const RESERVED: &[&str] = &[
     "SCHEMA_DIGEST",
     "SCHEMA_ID",
     "DEFINITION_NAMES",
+    "ErrorCode",
 ];
 
 /// The envelope's parts, as the schema profile (docs/schema.md) names them.
@@ -465,6 +469,11 @@ pub fn module(model: &Model) -> String {
         "/** The schema's `$id`. */\nexport const SCHEMA_ID = {};\n",
         json_string(&model.schema_id)
     );
+    out.push_str("/** The wire's error codes, one per error class of the schema's `ErrorObject`. */\nexport const ErrorCode = {\n");
+    for (name, code, _) in error_codes(model) {
+        let _ = writeln!(out, "  {}: {code},", camel_from_pascal(&name));
+    }
+    out.push_str("} as const;\n\n");
     out.push_str(RUNTIME);
     walk(model, &mut TypeScript, &mut out);
     out

@@ -39,9 +39,9 @@ public enum AppServerError: Error, Hashable, Sendable, CustomStringConvertible {
         case .invalidParams: return ErrorCode.invalidParams
         case .overloaded: return ErrorCode.overloaded
         case .timeout: return ErrorCode.interrupted
-        case .closed, .store: return ErrorCode.internalError
+        case .closed, .store: return ErrorCode.internal
         case .lineTooLarge: return ErrorCode.invalidRequest
-        case .invalidJSON: return ErrorCode.parseError
+        case .invalidJSON: return ErrorCode.parse
         case .server(let code, _, _): return code
         }
     }
@@ -62,19 +62,8 @@ public enum AppServerError: Error, Hashable, Sendable, CustomStringConvertible {
     public var description: String { "AppServerError(\(code)): \(message)" }
 }
 
-/// Wire v1 error codes.
-public enum ErrorCode {
-    public static let parseError = -32700
-    public static let invalidRequest = -32600
-    public static let methodNotFound = -32601
-    public static let invalidParams = -32602
-    public static let internalError = -32603
-    public static let overloaded = -32001
-    public static let notInitialized = -32002
-    public static let notFound = -32004
-    public static let conflict = -32009
-    public static let interrupted = -32010
-}
+// The wire's error codes are the generated `ErrorCode` (CcAppServerProtocol, re-exported):
+// `ErrorCode.notFound`, `ErrorCode.internal`, … — one per error class of the schema.
 
 extension AppServerError {
     /// A JSON-RPC error answer as the case a caller matches on.

@@ -95,7 +95,7 @@ private func kernelCall<T>(_ body: () throws -> T) throws -> T {
         case .Cancelled: throw TurnCancelled()
         case .Expired: throw AppServerError.closed(message: "this KernelTurn belongs to a turn whose runTurn has returned")
         case .Invalid(let reason): throw AppServerError.invalidParams(message: reason)
-        case .Failed(let reason): throw AppServerError.server(code: ErrorCode.internalError, message: reason, data: nil)
+        case .Failed(let reason): throw AppServerError.server(code: ErrorCode.internal, message: reason, data: nil)
         }
     }
 }

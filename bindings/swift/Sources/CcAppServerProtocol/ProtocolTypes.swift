@@ -10,6 +10,20 @@ public let schemaDigest = "sha256:ee6a426be61bada0bdcdb4d4961a697e914b7bfe5d0ce2
 /// The schema's `$id`.
 public let schemaId = "https://chainlesschain.dev/schemas/cc-agent-protocol/wire-v1.schema.json"
 
+/// The wire's error codes, one per error class of the schema's `ErrorObject`.
+public enum ErrorCode {
+    public static let `parse`: Int = -32700
+    public static let `invalidRequest`: Int = -32600
+    public static let `methodNotFound`: Int = -32601
+    public static let `invalidParams`: Int = -32602
+    public static let `internal`: Int = -32603
+    public static let `overloaded`: Int = -32001
+    public static let `notInitialized`: Int = -32002
+    public static let `notFound`: Int = -32004
+    public static let `conflict`: Int = -32009
+    public static let `interrupted`: Int = -32010
+}
+
 private let pattern0 = CompiledPattern("^[A-Za-z0-9][A-Za-z0-9._:/-]{0,159}\\z")
 private let pattern1 = CompiledPattern("^[A-Za-z0-9][A-Za-z0-9_-]{0,159}\\z")
 private let pattern2 = CompiledPattern("^sha256:[0-9a-f]{64}\\z")

@@ -7,6 +7,7 @@ import com.chainlesschain.appserver.ffi.HandlerException
 import com.chainlesschain.appserver.ffi.KernelException
 import com.chainlesschain.appserver.ffi.ServerException
 import com.chainlesschain.appserver.ffi.StoreException
+import com.chainlesschain.appserver.protocol.ErrorCode
 import com.chainlesschain.appserver.protocol.ProtocolDecodeException
 
 /**
@@ -18,27 +19,27 @@ sealed class AppServerException(message: String, val code: Int, cause: Throwable
 
     /** Too many requests in flight, or the server's queue is full: wait [retryAfterMs] and retry. */
     class Overloaded(val retryAfterMs: Long) :
-        AppServerException("overloaded; retry after $retryAfterMs ms", -32001)
+        AppServerException("overloaded; retry after $retryAfterMs ms", ErrorCode.OVERLOADED)
 
     /** No answer within the request timeout. Never read this as success: the request may still run. */
-    class Timeout : AppServerException("no answer within the request timeout", -32010)
+    class Timeout : AppServerException("no answer within the request timeout", ErrorCode.INTERRUPTED)
 
     /** The client (or the server) is closed. Open a new client to go on. */
-    class Closed(message: String = "the client is closed") : AppServerException(message, -32603)
+    class Closed(message: String = "the client is closed") : AppServerException(message, ErrorCode.INTERNAL)
 
     /** The request is larger than the server's line limit; nothing was sent. */
     class LineTooLarge(val size: Long, val max: Long) :
-        AppServerException("request of $size bytes exceeds the $max-byte limit", -32600)
+        AppServerException("request of $size bytes exceeds the $max-byte limit", ErrorCode.INVALID_REQUEST)
 
     /** Parameters or a result were not the JSON expected. */
     class InvalidJson(reason: String, cause: Throwable? = null) :
-        AppServerException("invalid JSON: $reason", -32700, cause)
+        AppServerException("invalid JSON: $reason", ErrorCode.PARSE, cause)
 
     /** An argument was out of range (a negative timeout, a zero count, an empty state dir…). */
-    class InvalidArgument(reason: String) : AppServerException("invalid argument: $reason", -32602)
+    class InvalidArgument(reason: String) : AppServerException("invalid argument: $reason", ErrorCode.INVALID_PARAMS)
 
     /** The server could not open its rollout store (permissions, lock, corruption): see the message. */
-    class Store(reason: String) : AppServerException(reason, -32603)
+    class Store(reason: String) : AppServerException(reason, ErrorCode.INTERNAL)
 }
 
 /**
@@ -67,7 +68,7 @@ internal fun ServerException.toSdk(): AppServerException = when (this) {
 internal fun StoreException.toSdk(): AppServerException = when (this) {
     is StoreException.Closed -> AppServerException.Closed("the rollout store is closed; open it again")
     is StoreException.InvalidArgument -> AppServerException.InvalidArgument(reason)
-    is StoreException.NotFound -> ProtocolException(-32004, reason, null)
+    is StoreException.NotFound -> ProtocolException(ErrorCode.NOT_FOUND, reason, null)
     else -> AppServerException.Store(message ?: toString())
 }
 

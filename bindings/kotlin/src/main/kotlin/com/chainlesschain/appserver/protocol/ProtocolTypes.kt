@@ -14,6 +14,20 @@ const val SCHEMA_DIGEST: String = "sha256:ee6a426be61bada0bdcdb4d4961a697e914b7b
 /** The schema's `$id`. */
 const val SCHEMA_ID: String = "https://chainlesschain.dev/schemas/cc-agent-protocol/wire-v1.schema.json"
 
+/** The wire's error codes, one per error class of the schema's `ErrorObject`. */
+object ErrorCode {
+    const val PARSE: Int = -32700
+    const val INVALID_REQUEST: Int = -32600
+    const val METHOD_NOT_FOUND: Int = -32601
+    const val INVALID_PARAMS: Int = -32602
+    const val INTERNAL: Int = -32603
+    const val OVERLOADED: Int = -32001
+    const val NOT_INITIALIZED: Int = -32002
+    const val NOT_FOUND: Int = -32004
+    const val CONFLICT: Int = -32009
+    const val INTERRUPTED: Int = -32010
+}
+
 private val PATTERN_0: Regex = Regex("^[A-Za-z0-9][A-Za-z0-9._:/-]{0,159}\\z")
 private val PATTERN_1: Regex = Regex("^[A-Za-z0-9][A-Za-z0-9_-]{0,159}\\z")
 private val PATTERN_2: Regex = Regex("^sha256:[0-9a-f]{64}\\z")
