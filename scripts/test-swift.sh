@@ -73,10 +73,19 @@ echo "xctest: $((total - failed)) passed, $failed failed"
 [ $test_status = 0 ] && [ "$failed" = 0 ] || exit 1
 
 step "examples/swift: the quickstart of docs/swift.md"
+doc_block=$(awk '/^## Quickstart/ {q=1} q && /^```swift$/ {f=1; next} f && /^```$/ {exit} f' docs/swift.md)
+if [ "$doc_block" = "$(cat examples/swift/Quickstart/main.swift)" ]; then
+    echo "quickstart doc block: 1 passed, 0 failed"
+else
+    diff <(printf '%s\n' "$doc_block") examples/swift/Quickstart/main.swift || true
+    echo "quickstart doc block: 0 passed, 1 failed (docs/swift.md and examples/swift/Quickstart/main.swift differ)"
+    exit 1
+fi
 # (Its state directory is under /tmp inside the toolchain's private namespace: gone afterwards.)
 quick=$(scripts/swift.sh run --skip-build --scratch-path "$scratch" Quickstart 2>&1) || { echo "$quick"; exit 1; }
 echo "$quick"
-if grep -q "approve fs.write" <<<"$quick" && grep -q "I wrote hello.txt." <<<"$quick" && grep -q "turn completed" <<<"$quick"; then
+if grep -q "approve write_file" <<<"$quick" && grep -q "I wrote hello.txt." <<<"$quick" \
+    && grep -q "turn completed" <<<"$quick" && grep -qx "hello.txt holds: hi" <<<"$quick"; then
     echo "quickstart: 1 passed, 0 failed"
 else
     echo "quickstart: 0 passed, 1 failed"

@@ -1,12 +1,13 @@
-// The quickstart of docs/swift.md: open an in-process server, start a thread, stream a turn, answer its approval.
+// The quickstart of docs/swift.md: an in-process server, a thread, a turn streamed, its approval answered.
 import CcAppServer
 import Foundation
 
-let script = #"{"steps": [{"type": "tool", "tool": "fs.write", "arguments": {"path": "hello.txt", "text": "hi"}},"#
+let script = #"{"steps": [{"type": "tool", "tool": "write_file", "arguments": {"path": "hello.txt", "content": "hi"}},"#
     + #" {"type": "message", "text": "I wrote hello.txt.", "chunks": 3}]}"#
-let stateDirectory = CommandLine.arguments.dropFirst().first ?? NSTemporaryDirectory() + "cc-quickstart-\(getpid())"
-
-let server = try AppServer.open(stateDirectory: stateDirectory, options: ServerOptions(scriptJSON: script))
+let base = CommandLine.arguments.dropFirst().first ?? NSTemporaryDirectory() + "cc-quickstart-\(getpid())"
+try FileManager.default.createDirectory(atPath: base + "/workspace", withIntermediateDirectories: true)
+let options = ServerOptions(scriptJSON: script, workspaceToolsDirectory: base + "/workspace")
+let server = try AppServer.open(stateDirectory: base + "/state", options: options)
 let client = try await server.client { request in
     print("approve \(request.operation.tool) \(request.operation.arguments.encoded) (risk \(request.risk))? yes")
     return .acceptOnce
@@ -19,4 +20,5 @@ for try await event in try await client.turn(threadId: thread.id, text: "write h
     default: break
     }
 }
+print("hello.txt holds: " + (try String(contentsOfFile: base + "/workspace/hello.txt", encoding: .utf8)))
 server.close()
