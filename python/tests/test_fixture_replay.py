@@ -346,3 +346,30 @@ def test_generated_module_carries_the_digest() -> None:
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", p.SCHEMA_DIGEST)
     assert p.SCHEMA_ID == SCHEMA["$id"]
     assert list(p.DEFINITION_NAMES) == list(SCHEMA["$defs"])
+
+
+def test_decoded_values_are_the_dataclasses_a_constructor_builds() -> None:
+    # The decoders build frozen dataclasses without their __init__ (the hot path); the result must
+    # be indistinguishable from one built by the constructor: equal, same repr, frozen,
+    # fixed members present, `replace` working.
+    import dataclasses
+
+    raw: p.JsonObject = {"jsonrpc": "2.0", "method": "item/delta", "params": {"threadId": "t1", "eventSeq": 7,
+           "turnId": "u1", "itemId": "i1", "delta": {"type": "text", "text": "x"}, "later": 1}}
+    decoded = p.decode_ServerNotification(raw)
+    built = p.ItemDeltaNotification(params=p.ItemDeltaParams(
+        thread_id="t1", event_seq=7, turn_id="u1", item_id="i1",
+        delta=p.TextDelta(text="x"), extra={"later": 1}))
+    assert decoded == built and repr(decoded) == repr(built)
+    assert isinstance(decoded, p.ItemDeltaNotification)
+    assert decoded.method == "item/delta" and decoded.jsonrpc == "2.0"
+    assert isinstance(decoded.params.delta, p.TextDelta) and decoded.params.delta.type_ == "text"
+    assert vars(decoded.params.delta)["type_"] == "text"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        decoded.params.thread_id = "other"  # type: ignore[misc]
+    assert dataclasses.replace(decoded.params, event_seq=8).event_seq == 8
+    assert p.encode_ServerNotification(decoded) == raw
+    # Tags compared inline still refuse a non-string and a wrong value with the same messages.
+    for bad in (1, "image", None):
+        with pytest.raises(p.DecodeError, match="expected 'text'"):
+            p.decode_TextDelta({"type": bad, "text": "x"})

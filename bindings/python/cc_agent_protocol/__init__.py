@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Final, Literal, NoReturn, TypeAlias
+from typing import Any, Final, Literal, NoReturn, TypeAlias, TypeVar
 
 Json: TypeAlias = "None | bool | int | float | str | list[Json] | dict[str, Json]"
 JsonObject: TypeAlias = "dict[str, Json]"
@@ -144,6 +144,18 @@ def _is_tag(raw: object, expected: str | int | bool) -> bool:
     if isinstance(expected, int):
         return isinstance(raw, (int, float)) and raw == expected
     return isinstance(raw, str) and raw == expected
+
+
+_Built = TypeVar("_Built")
+
+
+def _build(cls: type[_Built], members: dict[str, Any]) -> _Built:
+    """A frozen dataclass from members the decoder has already checked, every field given.
+    Skips the generated `__init__`, whose `object.__setattr__` per field was most of the cost of
+    a typed notification; equality, hashing, repr and `dataclasses.replace` read the same fields."""
+    obj = cls.__new__(cls)
+    obj.__dict__.update(members)
+    return obj
 
 
 def _const(raw: Json, path: str, expected: str | int | bool) -> None:
@@ -373,11 +385,11 @@ _ClientInfo_MEMBERS: Final = frozenset(("name", "version"))
 def decode_ClientInfo(raw: Json, path: str = "$") -> ClientInfo:
     o = _object(raw, path)
     _require(o, path, ("name", "version"))
-    return ClientInfo(
-        name=(_str(o["name"], _member_path(path, "name"))),
-        version=(_str(o["version"], _member_path(path, "version"))),
-        extra={k: v for k, v in o.items() if k not in _ClientInfo_MEMBERS},
-    )
+    return _build(ClientInfo, {
+        "name": (_str(o["name"], path + ".name")),
+        "version": (_str(o["version"], path + ".version")),
+        "extra": ({} if o.keys() <= _ClientInfo_MEMBERS else {k: v for k, v in o.items() if k not in _ClientInfo_MEMBERS}),
+    })
 
 
 def encode_ClientInfo(value: ClientInfo) -> Json:
@@ -405,11 +417,11 @@ _ServerInfo_MEMBERS: Final = frozenset(("name", "version"))
 def decode_ServerInfo(raw: Json, path: str = "$") -> ServerInfo:
     o = _object(raw, path)
     _require(o, path, ("name", "version"))
-    return ServerInfo(
-        name=(_str(o["name"], _member_path(path, "name"))),
-        version=(_str(o["version"], _member_path(path, "version"))),
-        extra={k: v for k, v in o.items() if k not in _ServerInfo_MEMBERS},
-    )
+    return _build(ServerInfo, {
+        "name": (_str(o["name"], path + ".name")),
+        "version": (_str(o["version"], path + ".version")),
+        "extra": ({} if o.keys() <= _ServerInfo_MEMBERS else {k: v for k, v in o.items() if k not in _ServerInfo_MEMBERS}),
+    })
 
 
 def encode_ServerInfo(value: ServerInfo) -> Json:
@@ -441,13 +453,13 @@ _InitializeParams_MEMBERS: Final = frozenset(("protocolVersion", "minimumProtoco
 def decode_InitializeParams(raw: Json, path: str = "$") -> InitializeParams:
     o = _object(raw, path)
     _require(o, path, ("protocolVersion", "minimumProtocolVersion", "client"))
-    return InitializeParams(
-        protocol_version=(decode_ProtocolVersion(o["protocolVersion"], _member_path(path, "protocolVersion"))),
-        minimum_protocol_version=(decode_ProtocolVersion(o["minimumProtocolVersion"], _member_path(path, "minimumProtocolVersion"))),
-        client=(decode_ClientInfo(o["client"], _member_path(path, "client"))),
-        features=([decode_FeatureName(r0, _index_path(_member_path(path, "features"), i0)) for i0, r0 in enumerate(_list(o["features"], _member_path(path, "features")))] if "features" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _InitializeParams_MEMBERS},
-    )
+    return _build(InitializeParams, {
+        "protocol_version": (decode_ProtocolVersion(o["protocolVersion"], path + ".protocolVersion")),
+        "minimum_protocol_version": (decode_ProtocolVersion(o["minimumProtocolVersion"], path + ".minimumProtocolVersion")),
+        "client": (decode_ClientInfo(o["client"], path + ".client")),
+        "features": ([decode_FeatureName(r0, _index_path(path + ".features", i0)) for i0, r0 in enumerate(_list(o["features"], path + ".features"))] if "features" in o else MISSING),
+        "extra": ({} if o.keys() <= _InitializeParams_MEMBERS else {k: v for k, v in o.items() if k not in _InitializeParams_MEMBERS}),
+    })
 
 
 def encode_InitializeParams(value: InitializeParams) -> Json:
@@ -484,14 +496,14 @@ _InitializeResult_MEMBERS: Final = frozenset(("protocolVersion", "downgraded", "
 def decode_InitializeResult(raw: Json, path: str = "$") -> InitializeResult:
     o = _object(raw, path)
     _require(o, path, ("protocolVersion", "downgraded", "features", "server", "schemaDigest"))
-    return InitializeResult(
-        protocol_version=(decode_ProtocolVersion(o["protocolVersion"], _member_path(path, "protocolVersion"))),
-        downgraded=(_bool(o["downgraded"], _member_path(path, "downgraded"))),
-        features=([decode_FeatureName(r0, _index_path(_member_path(path, "features"), i0)) for i0, r0 in enumerate(_list(o["features"], _member_path(path, "features")))]),
-        server=(decode_ServerInfo(o["server"], _member_path(path, "server"))),
-        schema_digest=(decode_Digest(o["schemaDigest"], _member_path(path, "schemaDigest"))),
-        extra={k: v for k, v in o.items() if k not in _InitializeResult_MEMBERS},
-    )
+    return _build(InitializeResult, {
+        "protocol_version": (decode_ProtocolVersion(o["protocolVersion"], path + ".protocolVersion")),
+        "downgraded": (_bool(o["downgraded"], path + ".downgraded")),
+        "features": ([decode_FeatureName(r0, _index_path(path + ".features", i0)) for i0, r0 in enumerate(_list(o["features"], path + ".features"))]),
+        "server": (decode_ServerInfo(o["server"], path + ".server")),
+        "schema_digest": (decode_Digest(o["schemaDigest"], path + ".schemaDigest")),
+        "extra": ({} if o.keys() <= _InitializeResult_MEMBERS else {k: v for k, v in o.items() if k not in _InitializeResult_MEMBERS}),
+    })
 
 
 def encode_InitializeResult(value: InitializeResult) -> Json:
@@ -571,11 +583,11 @@ def decode_ForkOrigin(raw: Json, path: str = "$") -> ForkOrigin:
     o = _object(raw, path)
     _require(o, path, ("threadId", "eventSeq", "eventHash"))
     _only(o, path, _ForkOrigin_MEMBERS, "ForkOrigin")
-    return ForkOrigin(
-        thread_id=(decode_FileSafeIdentifier(o["threadId"], _member_path(path, "threadId"))),
-        event_seq=(_uint(o["eventSeq"], _member_path(path, "eventSeq"))),
-        event_hash=(decode_ChainHash(o["eventHash"], _member_path(path, "eventHash"))),
-    )
+    return _build(ForkOrigin, {
+        "thread_id": (decode_FileSafeIdentifier(o["threadId"], path + ".threadId")),
+        "event_seq": (_uint(o["eventSeq"], path + ".eventSeq")),
+        "event_hash": (decode_ChainHash(o["eventHash"], path + ".eventHash")),
+    })
 
 
 def encode_ForkOrigin(value: ForkOrigin) -> Json:
@@ -609,16 +621,16 @@ def decode_Thread(raw: Json, path: str = "$") -> Thread:
     o = _object(raw, path)
     _require(o, path, ("id", "status", "title", "parentThreadId", "createdAt", "updatedAt", "revision", "metadata"))
     _only(o, path, _Thread_MEMBERS, "Thread")
-    return Thread(
-        id=(decode_Identifier(o["id"], _member_path(path, "id"))),
-        status=(decode_ThreadStatus(o["status"], _member_path(path, "status"))),
-        title=(None if o["title"] is None else decode_Title(o["title"], _member_path(path, "title"))),
-        parent_thread_id=(None if o["parentThreadId"] is None else decode_Identifier(o["parentThreadId"], _member_path(path, "parentThreadId"))),
-        created_at=(decode_Timestamp(o["createdAt"], _member_path(path, "createdAt"))),
-        updated_at=(decode_Timestamp(o["updatedAt"], _member_path(path, "updatedAt"))),
-        revision=(_uint(o["revision"], _member_path(path, "revision"))),
-        metadata=(decode_Metadata(o["metadata"], _member_path(path, "metadata"))),
-    )
+    return _build(Thread, {
+        "id": (decode_Identifier(o["id"], path + ".id")),
+        "status": (decode_ThreadStatus(o["status"], path + ".status")),
+        "title": (None if o["title"] is None else decode_Title(o["title"], path + ".title")),
+        "parent_thread_id": (None if o["parentThreadId"] is None else decode_Identifier(o["parentThreadId"], path + ".parentThreadId")),
+        "created_at": (decode_Timestamp(o["createdAt"], path + ".createdAt")),
+        "updated_at": (decode_Timestamp(o["updatedAt"], path + ".updatedAt")),
+        "revision": (_uint(o["revision"], path + ".revision")),
+        "metadata": (decode_Metadata(o["metadata"], path + ".metadata")),
+    })
 
 
 def encode_Thread(value: Thread) -> Json:
@@ -649,11 +661,11 @@ _TurnError_MEMBERS: Final = frozenset(("code", "message"))
 def decode_TurnError(raw: Json, path: str = "$") -> TurnError:
     o = _object(raw, path)
     _require(o, path, ("code", "message"))
-    return TurnError(
-        code=(_str(o["code"], _member_path(path, "code"))),
-        message=(decode_ShortText(o["message"], _member_path(path, "message"))),
-        extra={k: v for k, v in o.items() if k not in _TurnError_MEMBERS},
-    )
+    return _build(TurnError, {
+        "code": (_str(o["code"], path + ".code")),
+        "message": (decode_ShortText(o["message"], path + ".message")),
+        "extra": ({} if o.keys() <= _TurnError_MEMBERS else {k: v for k, v in o.items() if k not in _TurnError_MEMBERS}),
+    })
 
 
 def encode_TurnError(value: TurnError) -> Json:
@@ -688,14 +700,14 @@ def decode_TerminalEvidence(raw: Json, path: str = "$") -> TerminalEvidence:
     o = _object(raw, path)
     _require(o, path, ("status", "eventDigest"))
     _only(o, path, _TerminalEvidence_MEMBERS, "TerminalEvidence")
-    return TerminalEvidence(
-        status=(_str(o["status"], _member_path(path, "status"))),
-        event_digest=(decode_Digest(o["eventDigest"], _member_path(path, "eventDigest"))),
-        output_digest=(MISSING if "outputDigest" not in o else None if o["outputDigest"] is None else decode_Digest(o["outputDigest"], _member_path(path, "outputDigest"))),
-        artifact_ids=([decode_Identifier(r0, _index_path(_member_path(path, "artifactIds"), i0)) for i0, r0 in enumerate(_list(o["artifactIds"], _member_path(path, "artifactIds")))] if "artifactIds" in o else MISSING),
-        commit=(MISSING if "commit" not in o else None if o["commit"] is None else _str(o["commit"], _member_path(path, "commit"))),
-        test_receipt_ids=([decode_Identifier(r0, _index_path(_member_path(path, "testReceiptIds"), i0)) for i0, r0 in enumerate(_list(o["testReceiptIds"], _member_path(path, "testReceiptIds")))] if "testReceiptIds" in o else MISSING),
-    )
+    return _build(TerminalEvidence, {
+        "status": (_str(o["status"], path + ".status")),
+        "event_digest": (decode_Digest(o["eventDigest"], path + ".eventDigest")),
+        "output_digest": (MISSING if "outputDigest" not in o else None if o["outputDigest"] is None else decode_Digest(o["outputDigest"], path + ".outputDigest")),
+        "artifact_ids": ([decode_Identifier(r0, _index_path(path + ".artifactIds", i0)) for i0, r0 in enumerate(_list(o["artifactIds"], path + ".artifactIds"))] if "artifactIds" in o else MISSING),
+        "commit": (MISSING if "commit" not in o else None if o["commit"] is None else _str(o["commit"], path + ".commit")),
+        "test_receipt_ids": ([decode_Identifier(r0, _index_path(path + ".testReceiptIds", i0)) for i0, r0 in enumerate(_list(o["testReceiptIds"], path + ".testReceiptIds"))] if "testReceiptIds" in o else MISSING),
+    })
 
 
 def encode_TerminalEvidence(value: TerminalEvidence) -> Json:
@@ -736,15 +748,15 @@ def decode_Turn(raw: Json, path: str = "$") -> Turn:
     o = _object(raw, path)
     _require(o, path, ("id", "threadId", "status", "createdAt", "completedAt", "revision", "terminalEvidence"))
     _only(o, path, _Turn_MEMBERS, "Turn")
-    return Turn(
-        id=(decode_Identifier(o["id"], _member_path(path, "id"))),
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        status=(decode_TurnStatus(o["status"], _member_path(path, "status"))),
-        created_at=(decode_Timestamp(o["createdAt"], _member_path(path, "createdAt"))),
-        completed_at=(None if o["completedAt"] is None else decode_Timestamp(o["completedAt"], _member_path(path, "completedAt"))),
-        revision=(_uint(o["revision"], _member_path(path, "revision"))),
-        terminal_evidence=(None if o["terminalEvidence"] is None else decode_TerminalEvidence(o["terminalEvidence"], _member_path(path, "terminalEvidence"))),
-    )
+    return _build(Turn, {
+        "id": (decode_Identifier(o["id"], path + ".id")),
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "status": (decode_TurnStatus(o["status"], path + ".status")),
+        "created_at": (decode_Timestamp(o["createdAt"], path + ".createdAt")),
+        "completed_at": (None if o["completedAt"] is None else decode_Timestamp(o["completedAt"], path + ".completedAt")),
+        "revision": (_uint(o["revision"], path + ".revision")),
+        "terminal_evidence": (None if o["terminalEvidence"] is None else decode_TerminalEvidence(o["terminalEvidence"], path + ".terminalEvidence")),
+    })
 
 
 def encode_Turn(value: Turn) -> Json:
@@ -766,8 +778,9 @@ UserInput: TypeAlias = "TextInput"
 def decode_UserInput(raw: Json, path: str = "$") -> UserInput:
     o = _object(raw, path)
     tag = o.get("type", MISSING)
-    if _is_tag(tag, "text"):
-        return decode_TextInput(o, path)
+    if isinstance(tag, str):
+        if tag == "text":
+            return decode_TextInput(o, path)
     if isinstance(tag, Missing):
         raise DecodeError(_member_path(path, "type"), "missing tag of UserInput")
     raise DecodeError(_member_path(path, "type"), "unknown type " + repr(tag) + " of UserInput")
@@ -793,10 +806,12 @@ def decode_TextInput(raw: Json, path: str = "$") -> TextInput:
     o = _object(raw, path)
     _require(o, path, ("type", "text"))
     _only(o, path, _TextInput_MEMBERS, "TextInput")
-    _const(o["type"], _member_path(path, "type"), "text")
-    return TextInput(
-        text=(decode_Text(o["text"], _member_path(path, "text"))),
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "text"):
+        raise DecodeError(path + ".type", "expected " + repr("text"))
+    return _build(TextInput, {
+        "type_": "text",
+        "text": (decode_Text(o["text"], path + ".text")),
+    })
 
 
 def encode_TextInput(value: TextInput) -> Json:
@@ -820,10 +835,10 @@ def decode_ToolCall(raw: Json, path: str = "$") -> ToolCall:
     o = _object(raw, path)
     _require(o, path, ("tool", "arguments"))
     _only(o, path, _ToolCall_MEMBERS, "ToolCall")
-    return ToolCall(
-        tool=(_str(o["tool"], _member_path(path, "tool"))),
-        arguments=(decode_JsonValue(o["arguments"], _member_path(path, "arguments"))),
-    )
+    return _build(ToolCall, {
+        "tool": (_str(o["tool"], path + ".tool")),
+        "arguments": (decode_JsonValue(o["arguments"], path + ".arguments")),
+    })
 
 
 def encode_ToolCall(value: ToolCall) -> Json:
@@ -840,12 +855,13 @@ ToolResult: TypeAlias = "ToolResultOk | ToolResultError | ToolResultDenied"
 def decode_ToolResult(raw: Json, path: str = "$") -> ToolResult:
     o = _object(raw, path)
     tag = o.get("status", MISSING)
-    if _is_tag(tag, "ok"):
-        return decode_ToolResultOk(o, path)
-    if _is_tag(tag, "error"):
-        return decode_ToolResultError(o, path)
-    if _is_tag(tag, "denied"):
-        return decode_ToolResultDenied(o, path)
+    if isinstance(tag, str):
+        if tag == "ok":
+            return decode_ToolResultOk(o, path)
+        if tag == "error":
+            return decode_ToolResultError(o, path)
+        if tag == "denied":
+            return decode_ToolResultDenied(o, path)
     if isinstance(tag, Missing):
         raise DecodeError(_member_path(path, "status"), "missing tag of ToolResult")
     raise DecodeError(_member_path(path, "status"), "unknown status " + repr(tag) + " of ToolResult")
@@ -874,10 +890,12 @@ def decode_ToolResultOk(raw: Json, path: str = "$") -> ToolResultOk:
     o = _object(raw, path)
     _require(o, path, ("status", "output"))
     _only(o, path, _ToolResultOk_MEMBERS, "ToolResultOk")
-    _const(o["status"], _member_path(path, "status"), "ok")
-    return ToolResultOk(
-        output=(decode_JsonValue(o["output"], _member_path(path, "output"))),
-    )
+    if not (isinstance(o["status"], str) and o["status"] == "ok"):
+        raise DecodeError(path + ".status", "expected " + repr("ok"))
+    return _build(ToolResultOk, {
+        "status": "ok",
+        "output": (decode_JsonValue(o["output"], path + ".output")),
+    })
 
 
 def encode_ToolResultOk(value: ToolResultOk) -> Json:
@@ -900,10 +918,12 @@ def decode_ToolResultError(raw: Json, path: str = "$") -> ToolResultError:
     o = _object(raw, path)
     _require(o, path, ("status", "message"))
     _only(o, path, _ToolResultError_MEMBERS, "ToolResultError")
-    _const(o["status"], _member_path(path, "status"), "error")
-    return ToolResultError(
-        message=(decode_ShortText(o["message"], _member_path(path, "message"))),
-    )
+    if not (isinstance(o["status"], str) and o["status"] == "error"):
+        raise DecodeError(path + ".status", "expected " + repr("error"))
+    return _build(ToolResultError, {
+        "status": "error",
+        "message": (decode_ShortText(o["message"], path + ".message")),
+    })
 
 
 def encode_ToolResultError(value: ToolResultError) -> Json:
@@ -927,10 +947,12 @@ def decode_ToolResultDenied(raw: Json, path: str = "$") -> ToolResultDenied:
     o = _object(raw, path)
     _require(o, path, ("status", "reason"))
     _only(o, path, _ToolResultDenied_MEMBERS, "ToolResultDenied")
-    _const(o["status"], _member_path(path, "status"), "denied")
-    return ToolResultDenied(
-        reason=(decode_ShortText(o["reason"], _member_path(path, "reason"))),
-    )
+    if not (isinstance(o["status"], str) and o["status"] == "denied"):
+        raise DecodeError(path + ".status", "expected " + repr("denied"))
+    return _build(ToolResultDenied, {
+        "status": "denied",
+        "reason": (decode_ShortText(o["reason"], path + ".reason")),
+    })
 
 
 def encode_ToolResultDenied(value: ToolResultDenied) -> Json:
@@ -967,22 +989,23 @@ ItemContent: TypeAlias = "UserMessageItem | AgentMessageItem | ReasoningItem | T
 def decode_ItemContent(raw: Json, path: str = "$") -> ItemContent:
     o = _object(raw, path)
     tag = o.get("type", MISSING)
-    if _is_tag(tag, "userMessage"):
-        return decode_UserMessageItem(o, path)
-    if _is_tag(tag, "agentMessage"):
-        return decode_AgentMessageItem(o, path)
-    if _is_tag(tag, "reasoning"):
-        return decode_ReasoningItem(o, path)
-    if _is_tag(tag, "toolCall"):
-        return decode_ToolCallItem(o, path)
-    if _is_tag(tag, "commandExecution"):
-        return decode_CommandExecutionItem(o, path)
-    if _is_tag(tag, "fileChange"):
-        return decode_FileChangeItem(o, path)
-    if _is_tag(tag, "plan"):
-        return decode_PlanItem(o, path)
-    if _is_tag(tag, "error"):
-        return decode_ErrorItem(o, path)
+    if isinstance(tag, str):
+        if tag == "userMessage":
+            return decode_UserMessageItem(o, path)
+        if tag == "agentMessage":
+            return decode_AgentMessageItem(o, path)
+        if tag == "reasoning":
+            return decode_ReasoningItem(o, path)
+        if tag == "toolCall":
+            return decode_ToolCallItem(o, path)
+        if tag == "commandExecution":
+            return decode_CommandExecutionItem(o, path)
+        if tag == "fileChange":
+            return decode_FileChangeItem(o, path)
+        if tag == "plan":
+            return decode_PlanItem(o, path)
+        if tag == "error":
+            return decode_ErrorItem(o, path)
     return UnknownCase(raw=o)
 
 
@@ -1079,13 +1102,13 @@ def decode_DataPolicy(raw: Json, path: str = "$") -> DataPolicy:
     o = _object(raw, path)
     _require(o, path, ("origin", "trust", "sensitivity", "allowedSinks"))
     _only(o, path, _DataPolicy_MEMBERS, "DataPolicy")
-    return DataPolicy(
-        origin=(_str(o["origin"], _member_path(path, "origin"))),
-        trust=(_str(o["trust"], _member_path(path, "trust"))),
-        sensitivity=(_str(o["sensitivity"], _member_path(path, "sensitivity"))),
-        allowed_sinks=([_str(r0, _index_path(_member_path(path, "allowedSinks"), i0)) for i0, r0 in enumerate(_list(o["allowedSinks"], _member_path(path, "allowedSinks")))]),
-        declassification_decision_id=(decode_Identifier(o["declassificationDecisionId"], _member_path(path, "declassificationDecisionId")) if "declassificationDecisionId" in o else MISSING),
-    )
+    return _build(DataPolicy, {
+        "origin": (_str(o["origin"], path + ".origin")),
+        "trust": (_str(o["trust"], path + ".trust")),
+        "sensitivity": (_str(o["sensitivity"], path + ".sensitivity")),
+        "allowed_sinks": ([_str(r0, _index_path(path + ".allowedSinks", i0)) for i0, r0 in enumerate(_list(o["allowedSinks"], path + ".allowedSinks"))]),
+        "declassification_decision_id": (decode_Identifier(o["declassificationDecisionId"], path + ".declassificationDecisionId") if "declassificationDecisionId" in o else MISSING),
+    })
 
 
 def encode_DataPolicy(value: DataPolicy) -> Json:
@@ -1127,18 +1150,18 @@ def decode_Item(raw: Json, path: str = "$") -> Item:
     o = _object(raw, path)
     _require(o, path, ("id", "threadId", "turnId", "parentId", "kind", "status", "content", "dataPolicy", "createdAt", "completedAt"))
     _only(o, path, _Item_MEMBERS, "Item")
-    return Item(
-        id=(decode_Identifier(o["id"], _member_path(path, "id"))),
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        parent_id=(None if o["parentId"] is None else decode_Identifier(o["parentId"], _member_path(path, "parentId"))),
-        kind=(decode_ItemKind(o["kind"], _member_path(path, "kind"))),
-        status=(decode_ItemPhase(o["status"], _member_path(path, "status"))),
-        content=(decode_ItemContent(o["content"], _member_path(path, "content"))),
-        data_policy=(decode_DataPolicy(o["dataPolicy"], _member_path(path, "dataPolicy"))),
-        created_at=(decode_Timestamp(o["createdAt"], _member_path(path, "createdAt"))),
-        completed_at=(None if o["completedAt"] is None else decode_Timestamp(o["completedAt"], _member_path(path, "completedAt"))),
-    )
+    return _build(Item, {
+        "id": (decode_Identifier(o["id"], path + ".id")),
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "parent_id": (None if o["parentId"] is None else decode_Identifier(o["parentId"], path + ".parentId")),
+        "kind": (decode_ItemKind(o["kind"], path + ".kind")),
+        "status": (decode_ItemPhase(o["status"], path + ".status")),
+        "content": (decode_ItemContent(o["content"], path + ".content")),
+        "data_policy": (decode_DataPolicy(o["dataPolicy"], path + ".dataPolicy")),
+        "created_at": (decode_Timestamp(o["createdAt"], path + ".createdAt")),
+        "completed_at": (None if o["completedAt"] is None else decode_Timestamp(o["completedAt"], path + ".completedAt")),
+    })
 
 
 def encode_Item(value: Item) -> Json:
@@ -1172,12 +1195,14 @@ _UserMessageItem_MEMBERS: Final = frozenset(("type", "id", "text"))
 def decode_UserMessageItem(raw: Json, path: str = "$") -> UserMessageItem:
     o = _object(raw, path)
     _require(o, path, ("type", "id", "text"))
-    _const(o["type"], _member_path(path, "type"), "userMessage")
-    return UserMessageItem(
-        id=(decode_Identifier(o["id"], _member_path(path, "id"))),
-        text=(decode_Text(o["text"], _member_path(path, "text"))),
-        extra={k: v for k, v in o.items() if k not in _UserMessageItem_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "userMessage"):
+        raise DecodeError(path + ".type", "expected " + repr("userMessage"))
+    return _build(UserMessageItem, {
+        "type_": "userMessage",
+        "id": (decode_Identifier(o["id"], path + ".id")),
+        "text": (decode_Text(o["text"], path + ".text")),
+        "extra": ({} if o.keys() <= _UserMessageItem_MEMBERS else {k: v for k, v in o.items() if k not in _UserMessageItem_MEMBERS}),
+    })
 
 
 def encode_UserMessageItem(value: UserMessageItem) -> Json:
@@ -1207,12 +1232,14 @@ _AgentMessageItem_MEMBERS: Final = frozenset(("type", "id", "text"))
 def decode_AgentMessageItem(raw: Json, path: str = "$") -> AgentMessageItem:
     o = _object(raw, path)
     _require(o, path, ("type", "id", "text"))
-    _const(o["type"], _member_path(path, "type"), "agentMessage")
-    return AgentMessageItem(
-        id=(decode_Identifier(o["id"], _member_path(path, "id"))),
-        text=(decode_Text(o["text"], _member_path(path, "text"))),
-        extra={k: v for k, v in o.items() if k not in _AgentMessageItem_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "agentMessage"):
+        raise DecodeError(path + ".type", "expected " + repr("agentMessage"))
+    return _build(AgentMessageItem, {
+        "type_": "agentMessage",
+        "id": (decode_Identifier(o["id"], path + ".id")),
+        "text": (decode_Text(o["text"], path + ".text")),
+        "extra": ({} if o.keys() <= _AgentMessageItem_MEMBERS else {k: v for k, v in o.items() if k not in _AgentMessageItem_MEMBERS}),
+    })
 
 
 def encode_AgentMessageItem(value: AgentMessageItem) -> Json:
@@ -1242,12 +1269,14 @@ _ReasoningItem_MEMBERS: Final = frozenset(("type", "id", "text"))
 def decode_ReasoningItem(raw: Json, path: str = "$") -> ReasoningItem:
     o = _object(raw, path)
     _require(o, path, ("type", "id", "text"))
-    _const(o["type"], _member_path(path, "type"), "reasoning")
-    return ReasoningItem(
-        id=(decode_Identifier(o["id"], _member_path(path, "id"))),
-        text=(decode_Text(o["text"], _member_path(path, "text"))),
-        extra={k: v for k, v in o.items() if k not in _ReasoningItem_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "reasoning"):
+        raise DecodeError(path + ".type", "expected " + repr("reasoning"))
+    return _build(ReasoningItem, {
+        "type_": "reasoning",
+        "id": (decode_Identifier(o["id"], path + ".id")),
+        "text": (decode_Text(o["text"], path + ".text")),
+        "extra": ({} if o.keys() <= _ReasoningItem_MEMBERS else {k: v for k, v in o.items() if k not in _ReasoningItem_MEMBERS}),
+    })
 
 
 def encode_ReasoningItem(value: ReasoningItem) -> Json:
@@ -1279,14 +1308,16 @@ _ToolCallItem_MEMBERS: Final = frozenset(("type", "id", "call", "status", "resul
 def decode_ToolCallItem(raw: Json, path: str = "$") -> ToolCallItem:
     o = _object(raw, path)
     _require(o, path, ("type", "id", "call", "status", "result"))
-    _const(o["type"], _member_path(path, "type"), "toolCall")
-    return ToolCallItem(
-        id=(decode_Identifier(o["id"], _member_path(path, "id"))),
-        call=(decode_ToolCall(o["call"], _member_path(path, "call"))),
-        status=(decode_ItemStatus(o["status"], _member_path(path, "status"))),
-        result=(None if o["result"] is None else decode_ToolResult(o["result"], _member_path(path, "result"))),
-        extra={k: v for k, v in o.items() if k not in _ToolCallItem_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "toolCall"):
+        raise DecodeError(path + ".type", "expected " + repr("toolCall"))
+    return _build(ToolCallItem, {
+        "type_": "toolCall",
+        "id": (decode_Identifier(o["id"], path + ".id")),
+        "call": (decode_ToolCall(o["call"], path + ".call")),
+        "status": (decode_ItemStatus(o["status"], path + ".status")),
+        "result": (None if o["result"] is None else decode_ToolResult(o["result"], path + ".result")),
+        "extra": ({} if o.keys() <= _ToolCallItem_MEMBERS else {k: v for k, v in o.items() if k not in _ToolCallItem_MEMBERS}),
+    })
 
 
 def encode_ToolCallItem(value: ToolCallItem) -> Json:
@@ -1323,16 +1354,18 @@ _CommandExecutionItem_MEMBERS: Final = frozenset(("type", "id", "command", "cwd"
 def decode_CommandExecutionItem(raw: Json, path: str = "$") -> CommandExecutionItem:
     o = _object(raw, path)
     _require(o, path, ("type", "id", "command", "status", "exitCode", "output"))
-    _const(o["type"], _member_path(path, "type"), "commandExecution")
-    return CommandExecutionItem(
-        id=(decode_Identifier(o["id"], _member_path(path, "id"))),
-        command=([_str(r0, _index_path(_member_path(path, "command"), i0)) for i0, r0 in enumerate(_list(o["command"], _member_path(path, "command")))]),
-        cwd=(MISSING if "cwd" not in o else None if o["cwd"] is None else _str(o["cwd"], _member_path(path, "cwd"))),
-        status=(decode_ItemStatus(o["status"], _member_path(path, "status"))),
-        exit_code=(None if o["exitCode"] is None else _int(o["exitCode"], _member_path(path, "exitCode"))),
-        output=(decode_Text(o["output"], _member_path(path, "output"))),
-        extra={k: v for k, v in o.items() if k not in _CommandExecutionItem_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "commandExecution"):
+        raise DecodeError(path + ".type", "expected " + repr("commandExecution"))
+    return _build(CommandExecutionItem, {
+        "type_": "commandExecution",
+        "id": (decode_Identifier(o["id"], path + ".id")),
+        "command": ([_str(r0, _index_path(path + ".command", i0)) for i0, r0 in enumerate(_list(o["command"], path + ".command"))]),
+        "cwd": (MISSING if "cwd" not in o else None if o["cwd"] is None else _str(o["cwd"], path + ".cwd")),
+        "status": (decode_ItemStatus(o["status"], path + ".status")),
+        "exit_code": (None if o["exitCode"] is None else _int(o["exitCode"], path + ".exitCode")),
+        "output": (decode_Text(o["output"], path + ".output")),
+        "extra": ({} if o.keys() <= _CommandExecutionItem_MEMBERS else {k: v for k, v in o.items() if k not in _CommandExecutionItem_MEMBERS}),
+    })
 
 
 def encode_CommandExecutionItem(value: CommandExecutionItem) -> Json:
@@ -1384,12 +1417,12 @@ _FileChange_MEMBERS: Final = frozenset(("path", "kind", "diff"))
 def decode_FileChange(raw: Json, path: str = "$") -> FileChange:
     o = _object(raw, path)
     _require(o, path, ("path", "kind"))
-    return FileChange(
-        path=(_str(o["path"], _member_path(path, "path"))),
-        kind=(decode_FileChangeKind(o["kind"], _member_path(path, "kind"))),
-        diff=(MISSING if "diff" not in o else None if o["diff"] is None else decode_Text(o["diff"], _member_path(path, "diff"))),
-        extra={k: v for k, v in o.items() if k not in _FileChange_MEMBERS},
-    )
+    return _build(FileChange, {
+        "path": (_str(o["path"], path + ".path")),
+        "kind": (decode_FileChangeKind(o["kind"], path + ".kind")),
+        "diff": (MISSING if "diff" not in o else None if o["diff"] is None else decode_Text(o["diff"], path + ".diff")),
+        "extra": ({} if o.keys() <= _FileChange_MEMBERS else {k: v for k, v in o.items() if k not in _FileChange_MEMBERS}),
+    })
 
 
 def encode_FileChange(value: FileChange) -> Json:
@@ -1421,13 +1454,15 @@ _FileChangeItem_MEMBERS: Final = frozenset(("type", "id", "changes", "status"))
 def decode_FileChangeItem(raw: Json, path: str = "$") -> FileChangeItem:
     o = _object(raw, path)
     _require(o, path, ("type", "id", "changes", "status"))
-    _const(o["type"], _member_path(path, "type"), "fileChange")
-    return FileChangeItem(
-        id=(decode_Identifier(o["id"], _member_path(path, "id"))),
-        changes=([decode_FileChange(r0, _index_path(_member_path(path, "changes"), i0)) for i0, r0 in enumerate(_list(o["changes"], _member_path(path, "changes")))]),
-        status=(decode_ItemStatus(o["status"], _member_path(path, "status"))),
-        extra={k: v for k, v in o.items() if k not in _FileChangeItem_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "fileChange"):
+        raise DecodeError(path + ".type", "expected " + repr("fileChange"))
+    return _build(FileChangeItem, {
+        "type_": "fileChange",
+        "id": (decode_Identifier(o["id"], path + ".id")),
+        "changes": ([decode_FileChange(r0, _index_path(path + ".changes", i0)) for i0, r0 in enumerate(_list(o["changes"], path + ".changes"))]),
+        "status": (decode_ItemStatus(o["status"], path + ".status")),
+        "extra": ({} if o.keys() <= _FileChangeItem_MEMBERS else {k: v for k, v in o.items() if k not in _FileChangeItem_MEMBERS}),
+    })
 
 
 def encode_FileChangeItem(value: FileChangeItem) -> Json:
@@ -1474,11 +1509,11 @@ _PlanStep_MEMBERS: Final = frozenset(("text", "status"))
 def decode_PlanStep(raw: Json, path: str = "$") -> PlanStep:
     o = _object(raw, path)
     _require(o, path, ("text", "status"))
-    return PlanStep(
-        text=(decode_ShortText(o["text"], _member_path(path, "text"))),
-        status=(decode_PlanStepStatus(o["status"], _member_path(path, "status"))),
-        extra={k: v for k, v in o.items() if k not in _PlanStep_MEMBERS},
-    )
+    return _build(PlanStep, {
+        "text": (decode_ShortText(o["text"], path + ".text")),
+        "status": (decode_PlanStepStatus(o["status"], path + ".status")),
+        "extra": ({} if o.keys() <= _PlanStep_MEMBERS else {k: v for k, v in o.items() if k not in _PlanStep_MEMBERS}),
+    })
 
 
 def encode_PlanStep(value: PlanStep) -> Json:
@@ -1507,12 +1542,14 @@ _PlanItem_MEMBERS: Final = frozenset(("type", "id", "steps"))
 def decode_PlanItem(raw: Json, path: str = "$") -> PlanItem:
     o = _object(raw, path)
     _require(o, path, ("type", "id", "steps"))
-    _const(o["type"], _member_path(path, "type"), "plan")
-    return PlanItem(
-        id=(decode_Identifier(o["id"], _member_path(path, "id"))),
-        steps=([decode_PlanStep(r0, _index_path(_member_path(path, "steps"), i0)) for i0, r0 in enumerate(_list(o["steps"], _member_path(path, "steps")))]),
-        extra={k: v for k, v in o.items() if k not in _PlanItem_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "plan"):
+        raise DecodeError(path + ".type", "expected " + repr("plan"))
+    return _build(PlanItem, {
+        "type_": "plan",
+        "id": (decode_Identifier(o["id"], path + ".id")),
+        "steps": ([decode_PlanStep(r0, _index_path(path + ".steps", i0)) for i0, r0 in enumerate(_list(o["steps"], path + ".steps"))]),
+        "extra": ({} if o.keys() <= _PlanItem_MEMBERS else {k: v for k, v in o.items() if k not in _PlanItem_MEMBERS}),
+    })
 
 
 def encode_PlanItem(value: PlanItem) -> Json:
@@ -1542,12 +1579,14 @@ _ErrorItem_MEMBERS: Final = frozenset(("type", "id", "message"))
 def decode_ErrorItem(raw: Json, path: str = "$") -> ErrorItem:
     o = _object(raw, path)
     _require(o, path, ("type", "id", "message"))
-    _const(o["type"], _member_path(path, "type"), "error")
-    return ErrorItem(
-        id=(decode_Identifier(o["id"], _member_path(path, "id"))),
-        message=(decode_ShortText(o["message"], _member_path(path, "message"))),
-        extra={k: v for k, v in o.items() if k not in _ErrorItem_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "error"):
+        raise DecodeError(path + ".type", "expected " + repr("error"))
+    return _build(ErrorItem, {
+        "type_": "error",
+        "id": (decode_Identifier(o["id"], path + ".id")),
+        "message": (decode_ShortText(o["message"], path + ".message")),
+        "extra": ({} if o.keys() <= _ErrorItem_MEMBERS else {k: v for k, v in o.items() if k not in _ErrorItem_MEMBERS}),
+    })
 
 
 def encode_ErrorItem(value: ErrorItem) -> Json:
@@ -1568,10 +1607,11 @@ ItemDelta: TypeAlias = "TextDelta | OutputDelta | UnknownCase"
 def decode_ItemDelta(raw: Json, path: str = "$") -> ItemDelta:
     o = _object(raw, path)
     tag = o.get("type", MISSING)
-    if _is_tag(tag, "text"):
-        return decode_TextDelta(o, path)
-    if _is_tag(tag, "output"):
-        return decode_OutputDelta(o, path)
+    if isinstance(tag, str):
+        if tag == "text":
+            return decode_TextDelta(o, path)
+        if tag == "output":
+            return decode_OutputDelta(o, path)
     return UnknownCase(raw=o)
 
 
@@ -1598,11 +1638,13 @@ _TextDelta_MEMBERS: Final = frozenset(("type", "text"))
 def decode_TextDelta(raw: Json, path: str = "$") -> TextDelta:
     o = _object(raw, path)
     _require(o, path, ("type", "text"))
-    _const(o["type"], _member_path(path, "type"), "text")
-    return TextDelta(
-        text=(decode_Text(o["text"], _member_path(path, "text"))),
-        extra={k: v for k, v in o.items() if k not in _TextDelta_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "text"):
+        raise DecodeError(path + ".type", "expected " + repr("text"))
+    return _build(TextDelta, {
+        "type_": "text",
+        "text": (decode_Text(o["text"], path + ".text")),
+        "extra": ({} if o.keys() <= _TextDelta_MEMBERS else {k: v for k, v in o.items() if k not in _TextDelta_MEMBERS}),
+    })
 
 
 def encode_TextDelta(value: TextDelta) -> Json:
@@ -1647,12 +1689,14 @@ _OutputDelta_MEMBERS: Final = frozenset(("type", "stream", "chunk"))
 def decode_OutputDelta(raw: Json, path: str = "$") -> OutputDelta:
     o = _object(raw, path)
     _require(o, path, ("type", "stream", "chunk"))
-    _const(o["type"], _member_path(path, "type"), "output")
-    return OutputDelta(
-        stream=(decode_OutputStream(o["stream"], _member_path(path, "stream"))),
-        chunk=(decode_Text(o["chunk"], _member_path(path, "chunk"))),
-        extra={k: v for k, v in o.items() if k not in _OutputDelta_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "output"):
+        raise DecodeError(path + ".type", "expected " + repr("output"))
+    return _build(OutputDelta, {
+        "type_": "output",
+        "stream": (decode_OutputStream(o["stream"], path + ".stream")),
+        "chunk": (decode_Text(o["chunk"], path + ".chunk")),
+        "extra": ({} if o.keys() <= _OutputDelta_MEMBERS else {k: v for k, v in o.items() if k not in _OutputDelta_MEMBERS}),
+    })
 
 
 def encode_OutputDelta(value: OutputDelta) -> Json:
@@ -1696,18 +1740,18 @@ def decode_ApprovalBinding(raw: Json, path: str = "$") -> ApprovalBinding:
     o = _object(raw, path)
     _require(o, path, ("threadId", "turnId", "itemId", "operationDigest", "policyDigest", "workspaceDigest", "nonce", "expiresAt"))
     _only(o, path, _ApprovalBinding_MEMBERS, "ApprovalBinding")
-    return ApprovalBinding(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item_id=(decode_Identifier(o["itemId"], _member_path(path, "itemId"))),
-        attempt_id=(MISSING if "attemptId" not in o else None if o["attemptId"] is None else decode_Identifier(o["attemptId"], _member_path(path, "attemptId"))),
-        operation_digest=(decode_Digest(o["operationDigest"], _member_path(path, "operationDigest"))),
-        policy_digest=(decode_Digest(o["policyDigest"], _member_path(path, "policyDigest"))),
-        workspace_digest=(None if o["workspaceDigest"] is None else decode_Digest(o["workspaceDigest"], _member_path(path, "workspaceDigest"))),
-        cwd=(_str(o["cwd"], _member_path(path, "cwd")) if "cwd" in o else MISSING),
-        nonce=(_str(o["nonce"], _member_path(path, "nonce"))),
-        expires_at=(decode_Timestamp(o["expiresAt"], _member_path(path, "expiresAt"))),
-    )
+    return _build(ApprovalBinding, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "item_id": (decode_Identifier(o["itemId"], path + ".itemId")),
+        "attempt_id": (MISSING if "attemptId" not in o else None if o["attemptId"] is None else decode_Identifier(o["attemptId"], path + ".attemptId")),
+        "operation_digest": (decode_Digest(o["operationDigest"], path + ".operationDigest")),
+        "policy_digest": (decode_Digest(o["policyDigest"], path + ".policyDigest")),
+        "workspace_digest": (None if o["workspaceDigest"] is None else decode_Digest(o["workspaceDigest"], path + ".workspaceDigest")),
+        "cwd": (_str(o["cwd"], path + ".cwd") if "cwd" in o else MISSING),
+        "nonce": (_str(o["nonce"], path + ".nonce")),
+        "expires_at": (decode_Timestamp(o["expiresAt"], path + ".expiresAt")),
+    })
 
 
 def encode_ApprovalBinding(value: ApprovalBinding) -> Json:
@@ -1743,11 +1787,11 @@ def decode_PermissionGrant(raw: Json, path: str = "$") -> PermissionGrant:
     o = _object(raw, path)
     _require(o, path, ("capability", "scope"))
     _only(o, path, _PermissionGrant_MEMBERS, "PermissionGrant")
-    return PermissionGrant(
-        capability=(_str(o["capability"], _member_path(path, "capability"))),
-        scope=(_str(o["scope"], _member_path(path, "scope"))),
-        expires_at=(MISSING if "expiresAt" not in o else None if o["expiresAt"] is None else decode_Timestamp(o["expiresAt"], _member_path(path, "expiresAt"))),
-    )
+    return _build(PermissionGrant, {
+        "capability": (_str(o["capability"], path + ".capability")),
+        "scope": (_str(o["scope"], path + ".scope")),
+        "expires_at": (MISSING if "expiresAt" not in o else None if o["expiresAt"] is None else decode_Timestamp(o["expiresAt"], path + ".expiresAt")),
+    })
 
 
 def encode_PermissionGrant(value: PermissionGrant) -> Json:
@@ -1766,16 +1810,17 @@ ApprovalDecision: TypeAlias = "AcceptOnce | AcceptForTurn | AcceptForSession | D
 def decode_ApprovalDecision(raw: Json, path: str = "$") -> ApprovalDecision:
     o = _object(raw, path)
     tag = o.get("kind", MISSING)
-    if _is_tag(tag, "acceptOnce"):
-        return decode_AcceptOnce(o, path)
-    if _is_tag(tag, "acceptForTurn"):
-        return decode_AcceptForTurn(o, path)
-    if _is_tag(tag, "acceptForSession"):
-        return decode_AcceptForSession(o, path)
-    if _is_tag(tag, "decline"):
-        return decode_Decline(o, path)
-    if _is_tag(tag, "cancel"):
-        return decode_Cancel(o, path)
+    if isinstance(tag, str):
+        if tag == "acceptOnce":
+            return decode_AcceptOnce(o, path)
+        if tag == "acceptForTurn":
+            return decode_AcceptForTurn(o, path)
+        if tag == "acceptForSession":
+            return decode_AcceptForSession(o, path)
+        if tag == "decline":
+            return decode_Decline(o, path)
+        if tag == "cancel":
+            return decode_Cancel(o, path)
     if isinstance(tag, Missing):
         raise DecodeError(_member_path(path, "kind"), "missing tag of ApprovalDecision")
     raise DecodeError(_member_path(path, "kind"), "unknown kind " + repr(tag) + " of ApprovalDecision")
@@ -1808,9 +1853,11 @@ def decode_AcceptOnce(raw: Json, path: str = "$") -> AcceptOnce:
     o = _object(raw, path)
     _require(o, path, ("kind",))
     _only(o, path, _AcceptOnce_MEMBERS, "AcceptOnce")
-    _const(o["kind"], _member_path(path, "kind"), "acceptOnce")
-    return AcceptOnce(
-    )
+    if not (isinstance(o["kind"], str) and o["kind"] == "acceptOnce"):
+        raise DecodeError(path + ".kind", "expected " + repr("acceptOnce"))
+    return _build(AcceptOnce, {
+        "kind": "acceptOnce",
+    })
 
 
 def encode_AcceptOnce(value: AcceptOnce) -> Json:
@@ -1833,10 +1880,12 @@ def decode_AcceptForTurn(raw: Json, path: str = "$") -> AcceptForTurn:
     o = _object(raw, path)
     _require(o, path, ("kind",))
     _only(o, path, _AcceptForTurn_MEMBERS, "AcceptForTurn")
-    _const(o["kind"], _member_path(path, "kind"), "acceptForTurn")
-    return AcceptForTurn(
-        permissions=([decode_PermissionGrant(r0, _index_path(_member_path(path, "permissions"), i0)) for i0, r0 in enumerate(_list(o["permissions"], _member_path(path, "permissions")))] if "permissions" in o else MISSING),
-    )
+    if not (isinstance(o["kind"], str) and o["kind"] == "acceptForTurn"):
+        raise DecodeError(path + ".kind", "expected " + repr("acceptForTurn"))
+    return _build(AcceptForTurn, {
+        "kind": "acceptForTurn",
+        "permissions": ([decode_PermissionGrant(r0, _index_path(path + ".permissions", i0)) for i0, r0 in enumerate(_list(o["permissions"], path + ".permissions"))] if "permissions" in o else MISSING),
+    })
 
 
 def encode_AcceptForTurn(value: AcceptForTurn) -> Json:
@@ -1861,10 +1910,12 @@ def decode_AcceptForSession(raw: Json, path: str = "$") -> AcceptForSession:
     o = _object(raw, path)
     _require(o, path, ("kind",))
     _only(o, path, _AcceptForSession_MEMBERS, "AcceptForSession")
-    _const(o["kind"], _member_path(path, "kind"), "acceptForSession")
-    return AcceptForSession(
-        permissions=([decode_PermissionGrant(r0, _index_path(_member_path(path, "permissions"), i0)) for i0, r0 in enumerate(_list(o["permissions"], _member_path(path, "permissions")))] if "permissions" in o else MISSING),
-    )
+    if not (isinstance(o["kind"], str) and o["kind"] == "acceptForSession"):
+        raise DecodeError(path + ".kind", "expected " + repr("acceptForSession"))
+    return _build(AcceptForSession, {
+        "kind": "acceptForSession",
+        "permissions": ([decode_PermissionGrant(r0, _index_path(path + ".permissions", i0)) for i0, r0 in enumerate(_list(o["permissions"], path + ".permissions"))] if "permissions" in o else MISSING),
+    })
 
 
 def encode_AcceptForSession(value: AcceptForSession) -> Json:
@@ -1889,10 +1940,12 @@ def decode_Decline(raw: Json, path: str = "$") -> Decline:
     o = _object(raw, path)
     _require(o, path, ("kind",))
     _only(o, path, _Decline_MEMBERS, "Decline")
-    _const(o["kind"], _member_path(path, "kind"), "decline")
-    return Decline(
-        reason=(_str(o["reason"], _member_path(path, "reason")) if "reason" in o else MISSING),
-    )
+    if not (isinstance(o["kind"], str) and o["kind"] == "decline"):
+        raise DecodeError(path + ".kind", "expected " + repr("decline"))
+    return _build(Decline, {
+        "kind": "decline",
+        "reason": (_str(o["reason"], path + ".reason") if "reason" in o else MISSING),
+    })
 
 
 def encode_Decline(value: Decline) -> Json:
@@ -1917,10 +1970,12 @@ def decode_Cancel(raw: Json, path: str = "$") -> Cancel:
     o = _object(raw, path)
     _require(o, path, ("kind",))
     _only(o, path, _Cancel_MEMBERS, "Cancel")
-    _const(o["kind"], _member_path(path, "kind"), "cancel")
-    return Cancel(
-        reason=(_str(o["reason"], _member_path(path, "reason")) if "reason" in o else MISSING),
-    )
+    if not (isinstance(o["kind"], str) and o["kind"] == "cancel"):
+        raise DecodeError(path + ".kind", "expected " + repr("cancel"))
+    return _build(Cancel, {
+        "kind": "cancel",
+        "reason": (_str(o["reason"], path + ".reason") if "reason" in o else MISSING),
+    })
 
 
 def encode_Cancel(value: Cancel) -> Json:
@@ -1971,14 +2026,14 @@ def decode_ApprovalRequest(raw: Json, path: str = "$") -> ApprovalRequest:
     o = _object(raw, path)
     _require(o, path, ("id", "binding", "operation", "risk", "reason"))
     _only(o, path, _ApprovalRequest_MEMBERS, "ApprovalRequest")
-    return ApprovalRequest(
-        id=(decode_Identifier(o["id"], _member_path(path, "id"))),
-        binding=(decode_ApprovalBinding(o["binding"], _member_path(path, "binding"))),
-        operation=(decode_ToolCall(o["operation"], _member_path(path, "operation"))),
-        risk=(decode_ApprovalRisk(o["risk"], _member_path(path, "risk"))),
-        reason=(_str(o["reason"], _member_path(path, "reason"))),
-        requested_permissions=([decode_PermissionGrant(r0, _index_path(_member_path(path, "requestedPermissions"), i0)) for i0, r0 in enumerate(_list(o["requestedPermissions"], _member_path(path, "requestedPermissions")))] if "requestedPermissions" in o else MISSING),
-    )
+    return _build(ApprovalRequest, {
+        "id": (decode_Identifier(o["id"], path + ".id")),
+        "binding": (decode_ApprovalBinding(o["binding"], path + ".binding")),
+        "operation": (decode_ToolCall(o["operation"], path + ".operation")),
+        "risk": (decode_ApprovalRisk(o["risk"], path + ".risk")),
+        "reason": (_str(o["reason"], path + ".reason")),
+        "requested_permissions": ([decode_PermissionGrant(r0, _index_path(path + ".requestedPermissions", i0)) for i0, r0 in enumerate(_list(o["requestedPermissions"], path + ".requestedPermissions"))] if "requestedPermissions" in o else MISSING),
+    })
 
 
 def encode_ApprovalRequest(value: ApprovalRequest) -> Json:
@@ -2062,14 +2117,14 @@ _ThreadStartParams_MEMBERS: Final = frozenset(("threadId", "title", "metadata", 
 
 def decode_ThreadStartParams(raw: Json, path: str = "$") -> ThreadStartParams:
     o = _object(raw, path)
-    return ThreadStartParams(
-        thread_id=(decode_FileSafeIdentifier(o["threadId"], _member_path(path, "threadId")) if "threadId" in o else MISSING),
-        title=(decode_Title(o["title"], _member_path(path, "title")) if "title" in o else MISSING),
-        metadata=(decode_Metadata(o["metadata"], _member_path(path, "metadata")) if "metadata" in o else MISSING),
-        agent_options=(decode_AgentOptions(o["agentOptions"], _member_path(path, "agentOptions")) if "agentOptions" in o else MISSING),
-        idempotency_key=(decode_Identifier(o["idempotencyKey"], _member_path(path, "idempotencyKey")) if "idempotencyKey" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _ThreadStartParams_MEMBERS},
-    )
+    return _build(ThreadStartParams, {
+        "thread_id": (decode_FileSafeIdentifier(o["threadId"], path + ".threadId") if "threadId" in o else MISSING),
+        "title": (decode_Title(o["title"], path + ".title") if "title" in o else MISSING),
+        "metadata": (decode_Metadata(o["metadata"], path + ".metadata") if "metadata" in o else MISSING),
+        "agent_options": (decode_AgentOptions(o["agentOptions"], path + ".agentOptions") if "agentOptions" in o else MISSING),
+        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey") if "idempotencyKey" in o else MISSING),
+        "extra": ({} if o.keys() <= _ThreadStartParams_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadStartParams_MEMBERS}),
+    })
 
 
 def encode_ThreadStartParams(value: ThreadStartParams) -> Json:
@@ -2103,10 +2158,10 @@ _ThreadStartResult_MEMBERS: Final = frozenset(("thread",))
 def decode_ThreadStartResult(raw: Json, path: str = "$") -> ThreadStartResult:
     o = _object(raw, path)
     _require(o, path, ("thread",))
-    return ThreadStartResult(
-        thread=(decode_Thread(o["thread"], _member_path(path, "thread"))),
-        extra={k: v for k, v in o.items() if k not in _ThreadStartResult_MEMBERS},
-    )
+    return _build(ThreadStartResult, {
+        "thread": (decode_Thread(o["thread"], path + ".thread")),
+        "extra": ({} if o.keys() <= _ThreadStartResult_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadStartResult_MEMBERS}),
+    })
 
 
 def encode_ThreadStartResult(value: ThreadStartResult) -> Json:
@@ -2133,12 +2188,12 @@ _AgentOptions_MEMBERS: Final = frozenset(("model", "instructions", "script"))
 
 def decode_AgentOptions(raw: Json, path: str = "$") -> AgentOptions:
     o = _object(raw, path)
-    return AgentOptions(
-        model=(_str(o["model"], _member_path(path, "model")) if "model" in o else MISSING),
-        instructions=(decode_Text(o["instructions"], _member_path(path, "instructions")) if "instructions" in o else MISSING),
-        script=(decode_JsonValue(o["script"], _member_path(path, "script")) if "script" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _AgentOptions_MEMBERS},
-    )
+    return _build(AgentOptions, {
+        "model": (_str(o["model"], path + ".model") if "model" in o else MISSING),
+        "instructions": (decode_Text(o["instructions"], path + ".instructions") if "instructions" in o else MISSING),
+        "script": (decode_JsonValue(o["script"], path + ".script") if "script" in o else MISSING),
+        "extra": ({} if o.keys() <= _AgentOptions_MEMBERS else {k: v for k, v in o.items() if k not in _AgentOptions_MEMBERS}),
+    })
 
 
 def encode_AgentOptions(value: AgentOptions) -> Json:
@@ -2172,12 +2227,12 @@ _ThreadReadParams_MEMBERS: Final = frozenset(("threadId", "afterEventSeq", "limi
 def decode_ThreadReadParams(raw: Json, path: str = "$") -> ThreadReadParams:
     o = _object(raw, path)
     _require(o, path, ("threadId",))
-    return ThreadReadParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        after_event_seq=(_uint(o["afterEventSeq"], _member_path(path, "afterEventSeq")) if "afterEventSeq" in o else MISSING),
-        limit=(_uint(o["limit"], _member_path(path, "limit")) if "limit" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _ThreadReadParams_MEMBERS},
-    )
+    return _build(ThreadReadParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "after_event_seq": (_uint(o["afterEventSeq"], path + ".afterEventSeq") if "afterEventSeq" in o else MISSING),
+        "limit": (_uint(o["limit"], path + ".limit") if "limit" in o else MISSING),
+        "extra": ({} if o.keys() <= _ThreadReadParams_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadReadParams_MEMBERS}),
+    })
 
 
 def encode_ThreadReadParams(value: ThreadReadParams) -> Json:
@@ -2211,13 +2266,13 @@ _ThreadReadResult_MEMBERS: Final = frozenset(("thread", "events", "hasMore", "fo
 def decode_ThreadReadResult(raw: Json, path: str = "$") -> ThreadReadResult:
     o = _object(raw, path)
     _require(o, path, ("thread", "events", "hasMore", "forkedFrom"))
-    return ThreadReadResult(
-        thread=(decode_Thread(o["thread"], _member_path(path, "thread"))),
-        events=([decode_RolloutEvent(r0, _index_path(_member_path(path, "events"), i0)) for i0, r0 in enumerate(_list(o["events"], _member_path(path, "events")))]),
-        has_more=(_bool(o["hasMore"], _member_path(path, "hasMore"))),
-        forked_from=(None if o["forkedFrom"] is None else decode_ForkOrigin(o["forkedFrom"], _member_path(path, "forkedFrom"))),
-        extra={k: v for k, v in o.items() if k not in _ThreadReadResult_MEMBERS},
-    )
+    return _build(ThreadReadResult, {
+        "thread": (decode_Thread(o["thread"], path + ".thread")),
+        "events": ([decode_RolloutEvent(r0, _index_path(path + ".events", i0)) for i0, r0 in enumerate(_list(o["events"], path + ".events"))]),
+        "has_more": (_bool(o["hasMore"], path + ".hasMore")),
+        "forked_from": (None if o["forkedFrom"] is None else decode_ForkOrigin(o["forkedFrom"], path + ".forkedFrom")),
+        "extra": ({} if o.keys() <= _ThreadReadResult_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadReadResult_MEMBERS}),
+    })
 
 
 def encode_ThreadReadResult(value: ThreadReadResult) -> Json:
@@ -2249,12 +2304,12 @@ _ThreadResumeParams_MEMBERS: Final = frozenset(("threadId", "afterEventSeq", "li
 def decode_ThreadResumeParams(raw: Json, path: str = "$") -> ThreadResumeParams:
     o = _object(raw, path)
     _require(o, path, ("threadId",))
-    return ThreadResumeParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        after_event_seq=(_uint(o["afterEventSeq"], _member_path(path, "afterEventSeq")) if "afterEventSeq" in o else MISSING),
-        limit=(_uint(o["limit"], _member_path(path, "limit")) if "limit" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _ThreadResumeParams_MEMBERS},
-    )
+    return _build(ThreadResumeParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "after_event_seq": (_uint(o["afterEventSeq"], path + ".afterEventSeq") if "afterEventSeq" in o else MISSING),
+        "limit": (_uint(o["limit"], path + ".limit") if "limit" in o else MISSING),
+        "extra": ({} if o.keys() <= _ThreadResumeParams_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadResumeParams_MEMBERS}),
+    })
 
 
 def encode_ThreadResumeParams(value: ThreadResumeParams) -> Json:
@@ -2290,14 +2345,14 @@ _ThreadResumeResult_MEMBERS: Final = frozenset(("thread", "events", "hasMore", "
 def decode_ThreadResumeResult(raw: Json, path: str = "$") -> ThreadResumeResult:
     o = _object(raw, path)
     _require(o, path, ("thread", "events", "hasMore", "activeTurn", "forkedFrom"))
-    return ThreadResumeResult(
-        thread=(decode_Thread(o["thread"], _member_path(path, "thread"))),
-        events=([decode_RolloutEvent(r0, _index_path(_member_path(path, "events"), i0)) for i0, r0 in enumerate(_list(o["events"], _member_path(path, "events")))]),
-        has_more=(_bool(o["hasMore"], _member_path(path, "hasMore"))),
-        active_turn=(None if o["activeTurn"] is None else decode_Turn(o["activeTurn"], _member_path(path, "activeTurn"))),
-        forked_from=(None if o["forkedFrom"] is None else decode_ForkOrigin(o["forkedFrom"], _member_path(path, "forkedFrom"))),
-        extra={k: v for k, v in o.items() if k not in _ThreadResumeResult_MEMBERS},
-    )
+    return _build(ThreadResumeResult, {
+        "thread": (decode_Thread(o["thread"], path + ".thread")),
+        "events": ([decode_RolloutEvent(r0, _index_path(path + ".events", i0)) for i0, r0 in enumerate(_list(o["events"], path + ".events"))]),
+        "has_more": (_bool(o["hasMore"], path + ".hasMore")),
+        "active_turn": (None if o["activeTurn"] is None else decode_Turn(o["activeTurn"], path + ".activeTurn")),
+        "forked_from": (None if o["forkedFrom"] is None else decode_ForkOrigin(o["forkedFrom"], path + ".forkedFrom")),
+        "extra": ({} if o.keys() <= _ThreadResumeResult_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadResumeResult_MEMBERS}),
+    })
 
 
 def encode_ThreadResumeResult(value: ThreadResumeResult) -> Json:
@@ -2334,14 +2389,14 @@ _ThreadForkParams_MEMBERS: Final = frozenset(("threadId", "newThreadId", "atEven
 def decode_ThreadForkParams(raw: Json, path: str = "$") -> ThreadForkParams:
     o = _object(raw, path)
     _require(o, path, ("threadId",))
-    return ThreadForkParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        new_thread_id=(decode_Identifier(o["newThreadId"], _member_path(path, "newThreadId")) if "newThreadId" in o else MISSING),
-        at_event_seq=(_uint(o["atEventSeq"], _member_path(path, "atEventSeq")) if "atEventSeq" in o else MISSING),
-        title=(decode_Title(o["title"], _member_path(path, "title")) if "title" in o else MISSING),
-        idempotency_key=(decode_Identifier(o["idempotencyKey"], _member_path(path, "idempotencyKey")) if "idempotencyKey" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _ThreadForkParams_MEMBERS},
-    )
+    return _build(ThreadForkParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "new_thread_id": (decode_Identifier(o["newThreadId"], path + ".newThreadId") if "newThreadId" in o else MISSING),
+        "at_event_seq": (_uint(o["atEventSeq"], path + ".atEventSeq") if "atEventSeq" in o else MISSING),
+        "title": (decode_Title(o["title"], path + ".title") if "title" in o else MISSING),
+        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey") if "idempotencyKey" in o else MISSING),
+        "extra": ({} if o.keys() <= _ThreadForkParams_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadForkParams_MEMBERS}),
+    })
 
 
 def encode_ThreadForkParams(value: ThreadForkParams) -> Json:
@@ -2376,11 +2431,11 @@ _ThreadForkResult_MEMBERS: Final = frozenset(("thread", "forkedFrom"))
 def decode_ThreadForkResult(raw: Json, path: str = "$") -> ThreadForkResult:
     o = _object(raw, path)
     _require(o, path, ("thread", "forkedFrom"))
-    return ThreadForkResult(
-        thread=(decode_Thread(o["thread"], _member_path(path, "thread"))),
-        forked_from=(decode_ForkOrigin(o["forkedFrom"], _member_path(path, "forkedFrom"))),
-        extra={k: v for k, v in o.items() if k not in _ThreadForkResult_MEMBERS},
-    )
+    return _build(ThreadForkResult, {
+        "thread": (decode_Thread(o["thread"], path + ".thread")),
+        "forked_from": (decode_ForkOrigin(o["forkedFrom"], path + ".forkedFrom")),
+        "extra": ({} if o.keys() <= _ThreadForkResult_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadForkResult_MEMBERS}),
+    })
 
 
 def encode_ThreadForkResult(value: ThreadForkResult) -> Json:
@@ -2408,12 +2463,12 @@ _ThreadListParams_MEMBERS: Final = frozenset(("includeArchived", "cursor", "limi
 
 def decode_ThreadListParams(raw: Json, path: str = "$") -> ThreadListParams:
     o = _object(raw, path)
-    return ThreadListParams(
-        include_archived=(_bool(o["includeArchived"], _member_path(path, "includeArchived")) if "includeArchived" in o else MISSING),
-        cursor=(MISSING if "cursor" not in o else None if o["cursor"] is None else _str(o["cursor"], _member_path(path, "cursor"))),
-        limit=(_uint(o["limit"], _member_path(path, "limit")) if "limit" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _ThreadListParams_MEMBERS},
-    )
+    return _build(ThreadListParams, {
+        "include_archived": (_bool(o["includeArchived"], path + ".includeArchived") if "includeArchived" in o else MISSING),
+        "cursor": (MISSING if "cursor" not in o else None if o["cursor"] is None else _str(o["cursor"], path + ".cursor")),
+        "limit": (_uint(o["limit"], path + ".limit") if "limit" in o else MISSING),
+        "extra": ({} if o.keys() <= _ThreadListParams_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadListParams_MEMBERS}),
+    })
 
 
 def encode_ThreadListParams(value: ThreadListParams) -> Json:
@@ -2447,12 +2502,14 @@ _UnreadableThread_MEMBERS: Final = frozenset(("threadId", "status", "reason"))
 def decode_UnreadableThread(raw: Json, path: str = "$") -> UnreadableThread:
     o = _object(raw, path)
     _require(o, path, ("threadId", "status", "reason"))
-    _const(o["status"], _member_path(path, "status"), "unreadable")
-    return UnreadableThread(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        reason=(decode_ShortText(o["reason"], _member_path(path, "reason"))),
-        extra={k: v for k, v in o.items() if k not in _UnreadableThread_MEMBERS},
-    )
+    if not (isinstance(o["status"], str) and o["status"] == "unreadable"):
+        raise DecodeError(path + ".status", "expected " + repr("unreadable"))
+    return _build(UnreadableThread, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "status": "unreadable",
+        "reason": (decode_ShortText(o["reason"], path + ".reason")),
+        "extra": ({} if o.keys() <= _UnreadableThread_MEMBERS else {k: v for k, v in o.items() if k not in _UnreadableThread_MEMBERS}),
+    })
 
 
 def encode_UnreadableThread(value: UnreadableThread) -> Json:
@@ -2483,12 +2540,12 @@ _ThreadListResult_MEMBERS: Final = frozenset(("threads", "nextCursor", "unreadab
 def decode_ThreadListResult(raw: Json, path: str = "$") -> ThreadListResult:
     o = _object(raw, path)
     _require(o, path, ("threads", "nextCursor"))
-    return ThreadListResult(
-        threads=([decode_Thread(r0, _index_path(_member_path(path, "threads"), i0)) for i0, r0 in enumerate(_list(o["threads"], _member_path(path, "threads")))]),
-        next_cursor=(None if o["nextCursor"] is None else _str(o["nextCursor"], _member_path(path, "nextCursor"))),
-        unreadable=([decode_UnreadableThread(r0, _index_path(_member_path(path, "unreadable"), i0)) for i0, r0 in enumerate(_list(o["unreadable"], _member_path(path, "unreadable")))] if "unreadable" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _ThreadListResult_MEMBERS},
-    )
+    return _build(ThreadListResult, {
+        "threads": ([decode_Thread(r0, _index_path(path + ".threads", i0)) for i0, r0 in enumerate(_list(o["threads"], path + ".threads"))]),
+        "next_cursor": (None if o["nextCursor"] is None else _str(o["nextCursor"], path + ".nextCursor")),
+        "unreadable": ([decode_UnreadableThread(r0, _index_path(path + ".unreadable", i0)) for i0, r0 in enumerate(_list(o["unreadable"], path + ".unreadable"))] if "unreadable" in o else MISSING),
+        "extra": ({} if o.keys() <= _ThreadListResult_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadListResult_MEMBERS}),
+    })
 
 
 def encode_ThreadListResult(value: ThreadListResult) -> Json:
@@ -2517,10 +2574,10 @@ _ThreadArchiveParams_MEMBERS: Final = frozenset(("threadId",))
 def decode_ThreadArchiveParams(raw: Json, path: str = "$") -> ThreadArchiveParams:
     o = _object(raw, path)
     _require(o, path, ("threadId",))
-    return ThreadArchiveParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        extra={k: v for k, v in o.items() if k not in _ThreadArchiveParams_MEMBERS},
-    )
+    return _build(ThreadArchiveParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "extra": ({} if o.keys() <= _ThreadArchiveParams_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadArchiveParams_MEMBERS}),
+    })
 
 
 def encode_ThreadArchiveParams(value: ThreadArchiveParams) -> Json:
@@ -2545,10 +2602,10 @@ _ThreadArchiveResult_MEMBERS: Final = frozenset(("thread",))
 def decode_ThreadArchiveResult(raw: Json, path: str = "$") -> ThreadArchiveResult:
     o = _object(raw, path)
     _require(o, path, ("thread",))
-    return ThreadArchiveResult(
-        thread=(decode_Thread(o["thread"], _member_path(path, "thread"))),
-        extra={k: v for k, v in o.items() if k not in _ThreadArchiveResult_MEMBERS},
-    )
+    return _build(ThreadArchiveResult, {
+        "thread": (decode_Thread(o["thread"], path + ".thread")),
+        "extra": ({} if o.keys() <= _ThreadArchiveResult_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadArchiveResult_MEMBERS}),
+    })
 
 
 def encode_ThreadArchiveResult(value: ThreadArchiveResult) -> Json:
@@ -2576,11 +2633,11 @@ _ThreadCompactParams_MEMBERS: Final = frozenset(("threadId", "summary"))
 def decode_ThreadCompactParams(raw: Json, path: str = "$") -> ThreadCompactParams:
     o = _object(raw, path)
     _require(o, path, ("threadId",))
-    return ThreadCompactParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        summary=(_str(o["summary"], _member_path(path, "summary")) if "summary" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _ThreadCompactParams_MEMBERS},
-    )
+    return _build(ThreadCompactParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "summary": (_str(o["summary"], path + ".summary") if "summary" in o else MISSING),
+        "extra": ({} if o.keys() <= _ThreadCompactParams_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadCompactParams_MEMBERS}),
+    })
 
 
 def encode_ThreadCompactParams(value: ThreadCompactParams) -> Json:
@@ -2615,14 +2672,14 @@ _ThreadCompactResult_MEMBERS: Final = frozenset(("thread", "eventSeq", "fromSeq"
 def decode_ThreadCompactResult(raw: Json, path: str = "$") -> ThreadCompactResult:
     o = _object(raw, path)
     _require(o, path, ("thread", "eventSeq", "fromSeq", "toSeq", "summary"))
-    return ThreadCompactResult(
-        thread=(decode_Thread(o["thread"], _member_path(path, "thread"))),
-        event_seq=(_uint(o["eventSeq"], _member_path(path, "eventSeq"))),
-        from_seq=(_uint(o["fromSeq"], _member_path(path, "fromSeq"))),
-        to_seq=(_uint(o["toSeq"], _member_path(path, "toSeq"))),
-        summary=(_str(o["summary"], _member_path(path, "summary"))),
-        extra={k: v for k, v in o.items() if k not in _ThreadCompactResult_MEMBERS},
-    )
+    return _build(ThreadCompactResult, {
+        "thread": (decode_Thread(o["thread"], path + ".thread")),
+        "event_seq": (_uint(o["eventSeq"], path + ".eventSeq")),
+        "from_seq": (_uint(o["fromSeq"], path + ".fromSeq")),
+        "to_seq": (_uint(o["toSeq"], path + ".toSeq")),
+        "summary": (_str(o["summary"], path + ".summary")),
+        "extra": ({} if o.keys() <= _ThreadCompactResult_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadCompactResult_MEMBERS}),
+    })
 
 
 def encode_ThreadCompactResult(value: ThreadCompactResult) -> Json:
@@ -2655,12 +2712,12 @@ _TurnStartParams_MEMBERS: Final = frozenset(("threadId", "input", "idempotencyKe
 def decode_TurnStartParams(raw: Json, path: str = "$") -> TurnStartParams:
     o = _object(raw, path)
     _require(o, path, ("threadId", "input"))
-    return TurnStartParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        input=([decode_UserInput(r0, _index_path(_member_path(path, "input"), i0)) for i0, r0 in enumerate(_list(o["input"], _member_path(path, "input")))]),
-        idempotency_key=(decode_Identifier(o["idempotencyKey"], _member_path(path, "idempotencyKey")) if "idempotencyKey" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _TurnStartParams_MEMBERS},
-    )
+    return _build(TurnStartParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "input": ([decode_UserInput(r0, _index_path(path + ".input", i0)) for i0, r0 in enumerate(_list(o["input"], path + ".input"))]),
+        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey") if "idempotencyKey" in o else MISSING),
+        "extra": ({} if o.keys() <= _TurnStartParams_MEMBERS else {k: v for k, v in o.items() if k not in _TurnStartParams_MEMBERS}),
+    })
 
 
 def encode_TurnStartParams(value: TurnStartParams) -> Json:
@@ -2688,10 +2745,10 @@ _TurnStartResult_MEMBERS: Final = frozenset(("turn",))
 def decode_TurnStartResult(raw: Json, path: str = "$") -> TurnStartResult:
     o = _object(raw, path)
     _require(o, path, ("turn",))
-    return TurnStartResult(
-        turn=(decode_Turn(o["turn"], _member_path(path, "turn"))),
-        extra={k: v for k, v in o.items() if k not in _TurnStartResult_MEMBERS},
-    )
+    return _build(TurnStartResult, {
+        "turn": (decode_Turn(o["turn"], path + ".turn")),
+        "extra": ({} if o.keys() <= _TurnStartResult_MEMBERS else {k: v for k, v in o.items() if k not in _TurnStartResult_MEMBERS}),
+    })
 
 
 def encode_TurnStartResult(value: TurnStartResult) -> Json:
@@ -2719,11 +2776,11 @@ _TurnInterruptParams_MEMBERS: Final = frozenset(("threadId", "turnId"))
 def decode_TurnInterruptParams(raw: Json, path: str = "$") -> TurnInterruptParams:
     o = _object(raw, path)
     _require(o, path, ("threadId", "turnId"))
-    return TurnInterruptParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        extra={k: v for k, v in o.items() if k not in _TurnInterruptParams_MEMBERS},
-    )
+    return _build(TurnInterruptParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "extra": ({} if o.keys() <= _TurnInterruptParams_MEMBERS else {k: v for k, v in o.items() if k not in _TurnInterruptParams_MEMBERS}),
+    })
 
 
 def encode_TurnInterruptParams(value: TurnInterruptParams) -> Json:
@@ -2752,12 +2809,13 @@ _TurnInterruptResult_MEMBERS: Final = frozenset(("turn", "physicallySettled", "e
 def decode_TurnInterruptResult(raw: Json, path: str = "$") -> TurnInterruptResult:
     o = _object(raw, path)
     _require(o, path, ("turn", "physicallySettled", "error"))
-    _const(o["physicallySettled"], _member_path(path, "physicallySettled"), True)
-    return TurnInterruptResult(
-        turn=(decode_Turn(o["turn"], _member_path(path, "turn"))),
-        error=(None if o["error"] is None else decode_TurnError(o["error"], _member_path(path, "error"))),
-        extra={k: v for k, v in o.items() if k not in _TurnInterruptResult_MEMBERS},
-    )
+    _const(o["physicallySettled"], path + ".physicallySettled", True)
+    return _build(TurnInterruptResult, {
+        "turn": (decode_Turn(o["turn"], path + ".turn")),
+        "physically_settled": True,
+        "error": (None if o["error"] is None else decode_TurnError(o["error"], path + ".error")),
+        "extra": ({} if o.keys() <= _TurnInterruptResult_MEMBERS else {k: v for k, v in o.items() if k not in _TurnInterruptResult_MEMBERS}),
+    })
 
 
 def encode_TurnInterruptResult(value: TurnInterruptResult) -> Json:
@@ -2795,16 +2853,16 @@ def decode_RolloutEvent(raw: Json, path: str = "$") -> RolloutEvent:
     o = _object(raw, path)
     _require(o, path, ("seq", "prevHash", "hash", "time", "traceId", "parentId", "idempotencyKey", "payload"))
     _only(o, path, _RolloutEvent_MEMBERS, "RolloutEvent")
-    return RolloutEvent(
-        seq=(_uint(o["seq"], _member_path(path, "seq"))),
-        prev_hash=(decode_ChainHash(o["prevHash"], _member_path(path, "prevHash"))),
-        hash=(decode_ChainHash(o["hash"], _member_path(path, "hash"))),
-        time=(decode_Timestamp(o["time"], _member_path(path, "time"))),
-        trace_id=(None if o["traceId"] is None else _str(o["traceId"], _member_path(path, "traceId"))),
-        parent_id=(None if o["parentId"] is None else _str(o["parentId"], _member_path(path, "parentId"))),
-        idempotency_key=(None if o["idempotencyKey"] is None else decode_Identifier(o["idempotencyKey"], _member_path(path, "idempotencyKey"))),
-        payload=(decode_EventPayload(o["payload"], _member_path(path, "payload"))),
-    )
+    return _build(RolloutEvent, {
+        "seq": (_uint(o["seq"], path + ".seq")),
+        "prev_hash": (decode_ChainHash(o["prevHash"], path + ".prevHash")),
+        "hash": (decode_ChainHash(o["hash"], path + ".hash")),
+        "time": (decode_Timestamp(o["time"], path + ".time")),
+        "trace_id": (None if o["traceId"] is None else _str(o["traceId"], path + ".traceId")),
+        "parent_id": (None if o["parentId"] is None else _str(o["parentId"], path + ".parentId")),
+        "idempotency_key": (None if o["idempotencyKey"] is None else decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey")),
+        "payload": (decode_EventPayload(o["payload"], path + ".payload")),
+    })
 
 
 def encode_RolloutEvent(value: RolloutEvent) -> Json:
@@ -2846,16 +2904,18 @@ _ThreadStartedEvent_MEMBERS: Final = frozenset(("type", "formatVersion", "thread
 def decode_ThreadStartedEvent(raw: Json, path: str = "$") -> ThreadStartedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "formatVersion", "threadId", "title", "metadata", "forkedFrom"))
-    _const(o["type"], _member_path(path, "type"), "threadStarted")
-    return ThreadStartedEvent(
-        format_version=(_uint(o["formatVersion"], _member_path(path, "formatVersion"))),
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        title=(None if o["title"] is None else decode_Title(o["title"], _member_path(path, "title"))),
-        metadata=(decode_Metadata(o["metadata"], _member_path(path, "metadata"))),
-        agent_options=(decode_AgentOptions(o["agentOptions"], _member_path(path, "agentOptions")) if "agentOptions" in o else MISSING),
-        forked_from=(None if o["forkedFrom"] is None else decode_ForkOrigin(o["forkedFrom"], _member_path(path, "forkedFrom"))),
-        extra={k: v for k, v in o.items() if k not in _ThreadStartedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "threadStarted"):
+        raise DecodeError(path + ".type", "expected " + repr("threadStarted"))
+    return _build(ThreadStartedEvent, {
+        "type_": "threadStarted",
+        "format_version": (_uint(o["formatVersion"], path + ".formatVersion")),
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "title": (None if o["title"] is None else decode_Title(o["title"], path + ".title")),
+        "metadata": (decode_Metadata(o["metadata"], path + ".metadata")),
+        "agent_options": (decode_AgentOptions(o["agentOptions"], path + ".agentOptions") if "agentOptions" in o else MISSING),
+        "forked_from": (None if o["forkedFrom"] is None else decode_ForkOrigin(o["forkedFrom"], path + ".forkedFrom")),
+        "extra": ({} if o.keys() <= _ThreadStartedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadStartedEvent_MEMBERS}),
+    })
 
 
 def encode_ThreadStartedEvent(value: ThreadStartedEvent) -> Json:
@@ -2891,12 +2951,14 @@ _TurnStartedEvent_MEMBERS: Final = frozenset(("type", "turnId", "input"))
 def decode_TurnStartedEvent(raw: Json, path: str = "$") -> TurnStartedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "turnId", "input"))
-    _const(o["type"], _member_path(path, "type"), "turnStarted")
-    return TurnStartedEvent(
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        input=([decode_UserInput(r0, _index_path(_member_path(path, "input"), i0)) for i0, r0 in enumerate(_list(o["input"], _member_path(path, "input")))]),
-        extra={k: v for k, v in o.items() if k not in _TurnStartedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "turnStarted"):
+        raise DecodeError(path + ".type", "expected " + repr("turnStarted"))
+    return _build(TurnStartedEvent, {
+        "type_": "turnStarted",
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "input": ([decode_UserInput(r0, _index_path(path + ".input", i0)) for i0, r0 in enumerate(_list(o["input"], path + ".input"))]),
+        "extra": ({} if o.keys() <= _TurnStartedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _TurnStartedEvent_MEMBERS}),
+    })
 
 
 def encode_TurnStartedEvent(value: TurnStartedEvent) -> Json:
@@ -2927,12 +2989,14 @@ _TurnStatusChangedEvent_MEMBERS: Final = frozenset(("type", "turnId", "status"))
 def decode_TurnStatusChangedEvent(raw: Json, path: str = "$") -> TurnStatusChangedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "turnId", "status"))
-    _const(o["type"], _member_path(path, "type"), "turnStatusChanged")
-    return TurnStatusChangedEvent(
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        status=(decode_TurnStatus(o["status"], _member_path(path, "status"))),
-        extra={k: v for k, v in o.items() if k not in _TurnStatusChangedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "turnStatusChanged"):
+        raise DecodeError(path + ".type", "expected " + repr("turnStatusChanged"))
+    return _build(TurnStatusChangedEvent, {
+        "type_": "turnStatusChanged",
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "status": (decode_TurnStatus(o["status"], path + ".status")),
+        "extra": ({} if o.keys() <= _TurnStatusChangedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _TurnStatusChangedEvent_MEMBERS}),
+    })
 
 
 def encode_TurnStatusChangedEvent(value: TurnStatusChangedEvent) -> Json:
@@ -2967,14 +3031,16 @@ _TurnCompletedEvent_MEMBERS: Final = frozenset(("type", "turnId", "status", "err
 def decode_TurnCompletedEvent(raw: Json, path: str = "$") -> TurnCompletedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "turnId", "status", "error", "physicallySettled"))
-    _const(o["type"], _member_path(path, "type"), "turnCompleted")
-    return TurnCompletedEvent(
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        status=(decode_TurnStatus(o["status"], _member_path(path, "status"))),
-        error=(None if o["error"] is None else decode_TurnError(o["error"], _member_path(path, "error"))),
-        physically_settled=(_bool(o["physicallySettled"], _member_path(path, "physicallySettled"))),
-        extra={k: v for k, v in o.items() if k not in _TurnCompletedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "turnCompleted"):
+        raise DecodeError(path + ".type", "expected " + repr("turnCompleted"))
+    return _build(TurnCompletedEvent, {
+        "type_": "turnCompleted",
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "status": (decode_TurnStatus(o["status"], path + ".status")),
+        "error": (None if o["error"] is None else decode_TurnError(o["error"], path + ".error")),
+        "physically_settled": (_bool(o["physicallySettled"], path + ".physicallySettled")),
+        "extra": ({} if o.keys() <= _TurnCompletedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _TurnCompletedEvent_MEMBERS}),
+    })
 
 
 def encode_TurnCompletedEvent(value: TurnCompletedEvent) -> Json:
@@ -3007,12 +3073,14 @@ _ItemStartedEvent_MEMBERS: Final = frozenset(("type", "turnId", "item"))
 def decode_ItemStartedEvent(raw: Json, path: str = "$") -> ItemStartedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "turnId", "item"))
-    _const(o["type"], _member_path(path, "type"), "itemStarted")
-    return ItemStartedEvent(
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item=(decode_ItemContent(o["item"], _member_path(path, "item"))),
-        extra={k: v for k, v in o.items() if k not in _ItemStartedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "itemStarted"):
+        raise DecodeError(path + ".type", "expected " + repr("itemStarted"))
+    return _build(ItemStartedEvent, {
+        "type_": "itemStarted",
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "item": (decode_ItemContent(o["item"], path + ".item")),
+        "extra": ({} if o.keys() <= _ItemStartedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _ItemStartedEvent_MEMBERS}),
+    })
 
 
 def encode_ItemStartedEvent(value: ItemStartedEvent) -> Json:
@@ -3045,13 +3113,15 @@ _ItemDeltaEvent_MEMBERS: Final = frozenset(("type", "turnId", "itemId", "delta")
 def decode_ItemDeltaEvent(raw: Json, path: str = "$") -> ItemDeltaEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "turnId", "itemId", "delta"))
-    _const(o["type"], _member_path(path, "type"), "itemDelta")
-    return ItemDeltaEvent(
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item_id=(decode_Identifier(o["itemId"], _member_path(path, "itemId"))),
-        delta=(decode_ItemDelta(o["delta"], _member_path(path, "delta"))),
-        extra={k: v for k, v in o.items() if k not in _ItemDeltaEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "itemDelta"):
+        raise DecodeError(path + ".type", "expected " + repr("itemDelta"))
+    return _build(ItemDeltaEvent, {
+        "type_": "itemDelta",
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "item_id": (decode_Identifier(o["itemId"], path + ".itemId")),
+        "delta": (decode_ItemDelta(o["delta"], path + ".delta")),
+        "extra": ({} if o.keys() <= _ItemDeltaEvent_MEMBERS else {k: v for k, v in o.items() if k not in _ItemDeltaEvent_MEMBERS}),
+    })
 
 
 def encode_ItemDeltaEvent(value: ItemDeltaEvent) -> Json:
@@ -3083,12 +3153,14 @@ _ItemCompletedEvent_MEMBERS: Final = frozenset(("type", "turnId", "item"))
 def decode_ItemCompletedEvent(raw: Json, path: str = "$") -> ItemCompletedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "turnId", "item"))
-    _const(o["type"], _member_path(path, "type"), "itemCompleted")
-    return ItemCompletedEvent(
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item=(decode_ItemContent(o["item"], _member_path(path, "item"))),
-        extra={k: v for k, v in o.items() if k not in _ItemCompletedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "itemCompleted"):
+        raise DecodeError(path + ".type", "expected " + repr("itemCompleted"))
+    return _build(ItemCompletedEvent, {
+        "type_": "itemCompleted",
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "item": (decode_ItemContent(o["item"], path + ".item")),
+        "extra": ({} if o.keys() <= _ItemCompletedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _ItemCompletedEvent_MEMBERS}),
+    })
 
 
 def encode_ItemCompletedEvent(value: ItemCompletedEvent) -> Json:
@@ -3121,13 +3193,15 @@ _ToolRequestedEvent_MEMBERS: Final = frozenset(("type", "turnId", "itemId", "cal
 def decode_ToolRequestedEvent(raw: Json, path: str = "$") -> ToolRequestedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "turnId", "itemId", "call"))
-    _const(o["type"], _member_path(path, "type"), "toolRequested")
-    return ToolRequestedEvent(
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item_id=(decode_Identifier(o["itemId"], _member_path(path, "itemId"))),
-        call=(decode_ToolCall(o["call"], _member_path(path, "call"))),
-        extra={k: v for k, v in o.items() if k not in _ToolRequestedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "toolRequested"):
+        raise DecodeError(path + ".type", "expected " + repr("toolRequested"))
+    return _build(ToolRequestedEvent, {
+        "type_": "toolRequested",
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "item_id": (decode_Identifier(o["itemId"], path + ".itemId")),
+        "call": (decode_ToolCall(o["call"], path + ".call")),
+        "extra": ({} if o.keys() <= _ToolRequestedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _ToolRequestedEvent_MEMBERS}),
+    })
 
 
 def encode_ToolRequestedEvent(value: ToolRequestedEvent) -> Json:
@@ -3161,13 +3235,15 @@ _ToolResultEvent_MEMBERS: Final = frozenset(("type", "turnId", "itemId", "result
 def decode_ToolResultEvent(raw: Json, path: str = "$") -> ToolResultEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "turnId", "itemId", "result"))
-    _const(o["type"], _member_path(path, "type"), "toolResult")
-    return ToolResultEvent(
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item_id=(decode_Identifier(o["itemId"], _member_path(path, "itemId"))),
-        result=(decode_ToolResult(o["result"], _member_path(path, "result"))),
-        extra={k: v for k, v in o.items() if k not in _ToolResultEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "toolResult"):
+        raise DecodeError(path + ".type", "expected " + repr("toolResult"))
+    return _build(ToolResultEvent, {
+        "type_": "toolResult",
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "item_id": (decode_Identifier(o["itemId"], path + ".itemId")),
+        "result": (decode_ToolResult(o["result"], path + ".result")),
+        "extra": ({} if o.keys() <= _ToolResultEvent_MEMBERS else {k: v for k, v in o.items() if k not in _ToolResultEvent_MEMBERS}),
+    })
 
 
 def encode_ToolResultEvent(value: ToolResultEvent) -> Json:
@@ -3201,13 +3277,15 @@ _ApprovalRequestedEvent_MEMBERS: Final = frozenset(("type", "turnId", "itemId", 
 def decode_ApprovalRequestedEvent(raw: Json, path: str = "$") -> ApprovalRequestedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "turnId", "itemId", "binding"))
-    _const(o["type"], _member_path(path, "type"), "approvalRequested")
-    return ApprovalRequestedEvent(
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item_id=(decode_Identifier(o["itemId"], _member_path(path, "itemId"))),
-        binding=(decode_ApprovalBinding(o["binding"], _member_path(path, "binding"))),
-        extra={k: v for k, v in o.items() if k not in _ApprovalRequestedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "approvalRequested"):
+        raise DecodeError(path + ".type", "expected " + repr("approvalRequested"))
+    return _build(ApprovalRequestedEvent, {
+        "type_": "approvalRequested",
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "item_id": (decode_Identifier(o["itemId"], path + ".itemId")),
+        "binding": (decode_ApprovalBinding(o["binding"], path + ".binding")),
+        "extra": ({} if o.keys() <= _ApprovalRequestedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _ApprovalRequestedEvent_MEMBERS}),
+    })
 
 
 def encode_ApprovalRequestedEvent(value: ApprovalRequestedEvent) -> Json:
@@ -3244,16 +3322,18 @@ _ApprovalResolvedEvent_MEMBERS: Final = frozenset(("type", "turnId", "itemId", "
 def decode_ApprovalResolvedEvent(raw: Json, path: str = "$") -> ApprovalResolvedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "turnId", "itemId", "nonce", "outcome", "decision", "failure"))
-    _const(o["type"], _member_path(path, "type"), "approvalResolved")
-    return ApprovalResolvedEvent(
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item_id=(decode_Identifier(o["itemId"], _member_path(path, "itemId"))),
-        nonce=(_str(o["nonce"], _member_path(path, "nonce"))),
-        outcome=(decode_ApprovalOutcome(o["outcome"], _member_path(path, "outcome"))),
-        decision=(None if o["decision"] is None else decode_ApprovalDecision(o["decision"], _member_path(path, "decision"))),
-        failure=(None if o["failure"] is None else decode_ApprovalFailure(o["failure"], _member_path(path, "failure"))),
-        extra={k: v for k, v in o.items() if k not in _ApprovalResolvedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "approvalResolved"):
+        raise DecodeError(path + ".type", "expected " + repr("approvalResolved"))
+    return _build(ApprovalResolvedEvent, {
+        "type_": "approvalResolved",
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "item_id": (decode_Identifier(o["itemId"], path + ".itemId")),
+        "nonce": (_str(o["nonce"], path + ".nonce")),
+        "outcome": (decode_ApprovalOutcome(o["outcome"], path + ".outcome")),
+        "decision": (None if o["decision"] is None else decode_ApprovalDecision(o["decision"], path + ".decision")),
+        "failure": (None if o["failure"] is None else decode_ApprovalFailure(o["failure"], path + ".failure")),
+        "extra": ({} if o.keys() <= _ApprovalResolvedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _ApprovalResolvedEvent_MEMBERS}),
+    })
 
 
 def encode_ApprovalResolvedEvent(value: ApprovalResolvedEvent) -> Json:
@@ -3286,11 +3366,13 @@ _ThreadArchivedEvent_MEMBERS: Final = frozenset(("type", "archived"))
 def decode_ThreadArchivedEvent(raw: Json, path: str = "$") -> ThreadArchivedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "archived"))
-    _const(o["type"], _member_path(path, "type"), "threadArchived")
-    return ThreadArchivedEvent(
-        archived=(_bool(o["archived"], _member_path(path, "archived"))),
-        extra={k: v for k, v in o.items() if k not in _ThreadArchivedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "threadArchived"):
+        raise DecodeError(path + ".type", "expected " + repr("threadArchived"))
+    return _build(ThreadArchivedEvent, {
+        "type_": "threadArchived",
+        "archived": (_bool(o["archived"], path + ".archived")),
+        "extra": ({} if o.keys() <= _ThreadArchivedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadArchivedEvent_MEMBERS}),
+    })
 
 
 def encode_ThreadArchivedEvent(value: ThreadArchivedEvent) -> Json:
@@ -3318,11 +3400,13 @@ _CheckpointEvent_MEMBERS: Final = frozenset(("type", "label"))
 def decode_CheckpointEvent(raw: Json, path: str = "$") -> CheckpointEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "label"))
-    _const(o["type"], _member_path(path, "type"), "checkpoint")
-    return CheckpointEvent(
-        label=(decode_ShortText(o["label"], _member_path(path, "label"))),
-        extra={k: v for k, v in o.items() if k not in _CheckpointEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "checkpoint"):
+        raise DecodeError(path + ".type", "expected " + repr("checkpoint"))
+    return _build(CheckpointEvent, {
+        "type_": "checkpoint",
+        "label": (decode_ShortText(o["label"], path + ".label")),
+        "extra": ({} if o.keys() <= _CheckpointEvent_MEMBERS else {k: v for k, v in o.items() if k not in _CheckpointEvent_MEMBERS}),
+    })
 
 
 def encode_CheckpointEvent(value: CheckpointEvent) -> Json:
@@ -3357,14 +3441,16 @@ _CompactedEvent_MEMBERS: Final = frozenset(("type", "summary", "fromSeq", "toSeq
 def decode_CompactedEvent(raw: Json, path: str = "$") -> CompactedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "summary", "fromSeq", "toSeq", "toHash"))
-    _const(o["type"], _member_path(path, "type"), "compacted")
-    return CompactedEvent(
-        summary=(_str(o["summary"], _member_path(path, "summary"))),
-        from_seq=(_uint(o["fromSeq"], _member_path(path, "fromSeq"))),
-        to_seq=(_uint(o["toSeq"], _member_path(path, "toSeq"))),
-        to_hash=(decode_ChainHash(o["toHash"], _member_path(path, "toHash"))),
-        extra={k: v for k, v in o.items() if k not in _CompactedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "compacted"):
+        raise DecodeError(path + ".type", "expected " + repr("compacted"))
+    return _build(CompactedEvent, {
+        "type_": "compacted",
+        "summary": (_str(o["summary"], path + ".summary")),
+        "from_seq": (_uint(o["fromSeq"], path + ".fromSeq")),
+        "to_seq": (_uint(o["toSeq"], path + ".toSeq")),
+        "to_hash": (decode_ChainHash(o["toHash"], path + ".toHash")),
+        "extra": ({} if o.keys() <= _CompactedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _CompactedEvent_MEMBERS}),
+    })
 
 
 def encode_CompactedEvent(value: CompactedEvent) -> Json:
@@ -3400,13 +3486,15 @@ _RepairedEvent_MEMBERS: Final = frozenset(("type", "reason", "truncatedBytes", "
 def decode_RepairedEvent(raw: Json, path: str = "$") -> RepairedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "reason", "truncatedBytes", "brokenFile"))
-    _const(o["type"], _member_path(path, "type"), "repaired")
-    return RepairedEvent(
-        reason=(decode_ShortText(o["reason"], _member_path(path, "reason"))),
-        truncated_bytes=(_uint(o["truncatedBytes"], _member_path(path, "truncatedBytes"))),
-        broken_file=(None if o["brokenFile"] is None else _str(o["brokenFile"], _member_path(path, "brokenFile"))),
-        extra={k: v for k, v in o.items() if k not in _RepairedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "repaired"):
+        raise DecodeError(path + ".type", "expected " + repr("repaired"))
+    return _build(RepairedEvent, {
+        "type_": "repaired",
+        "reason": (decode_ShortText(o["reason"], path + ".reason")),
+        "truncated_bytes": (_uint(o["truncatedBytes"], path + ".truncatedBytes")),
+        "broken_file": (None if o["brokenFile"] is None else _str(o["brokenFile"], path + ".brokenFile")),
+        "extra": ({} if o.keys() <= _RepairedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _RepairedEvent_MEMBERS}),
+    })
 
 
 def encode_RepairedEvent(value: RepairedEvent) -> Json:
@@ -3439,12 +3527,14 @@ _MigratedEvent_MEMBERS: Final = frozenset(("type", "fromFormat", "toFormat"))
 def decode_MigratedEvent(raw: Json, path: str = "$") -> MigratedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "fromFormat", "toFormat"))
-    _const(o["type"], _member_path(path, "type"), "migrated")
-    return MigratedEvent(
-        from_format=(_uint(o["fromFormat"], _member_path(path, "fromFormat"))),
-        to_format=(_uint(o["toFormat"], _member_path(path, "toFormat"))),
-        extra={k: v for k, v in o.items() if k not in _MigratedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "migrated"):
+        raise DecodeError(path + ".type", "expected " + repr("migrated"))
+    return _build(MigratedEvent, {
+        "type_": "migrated",
+        "from_format": (_uint(o["fromFormat"], path + ".fromFormat")),
+        "to_format": (_uint(o["toFormat"], path + ".toFormat")),
+        "extra": ({} if o.keys() <= _MigratedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _MigratedEvent_MEMBERS}),
+    })
 
 
 def encode_MigratedEvent(value: MigratedEvent) -> Json:
@@ -3480,14 +3570,16 @@ _SealedEvent_MEMBERS: Final = frozenset(("type", "sealedSeq", "sealedHash", "key
 def decode_SealedEvent(raw: Json, path: str = "$") -> SealedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "sealedSeq", "sealedHash", "keyId", "mac"))
-    _const(o["type"], _member_path(path, "type"), "sealed")
-    return SealedEvent(
-        sealed_seq=(_uint(o["sealedSeq"], _member_path(path, "sealedSeq"))),
-        sealed_hash=(decode_ChainHash(o["sealedHash"], _member_path(path, "sealedHash"))),
-        key_id=(_str(o["keyId"], _member_path(path, "keyId"))),
-        mac=(_str(o["mac"], _member_path(path, "mac"))),
-        extra={k: v for k, v in o.items() if k not in _SealedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "sealed"):
+        raise DecodeError(path + ".type", "expected " + repr("sealed"))
+    return _build(SealedEvent, {
+        "type_": "sealed",
+        "sealed_seq": (_uint(o["sealedSeq"], path + ".sealedSeq")),
+        "sealed_hash": (decode_ChainHash(o["sealedHash"], path + ".sealedHash")),
+        "key_id": (_str(o["keyId"], path + ".keyId")),
+        "mac": (_str(o["mac"], path + ".mac")),
+        "extra": ({} if o.keys() <= _SealedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _SealedEvent_MEMBERS}),
+    })
 
 
 def encode_SealedEvent(value: SealedEvent) -> Json:
@@ -3510,74 +3602,75 @@ EventPayload: TypeAlias = "ThreadStartedEvent | TurnStartedEvent | TurnStatusCha
 def decode_EventPayload(raw: Json, path: str = "$") -> EventPayload:
     o = _object(raw, path)
     tag = o.get("type", MISSING)
-    if _is_tag(tag, "threadStarted"):
-        return decode_ThreadStartedEvent(o, path)
-    if _is_tag(tag, "turnStarted"):
-        return decode_TurnStartedEvent(o, path)
-    if _is_tag(tag, "turnStatusChanged"):
-        return decode_TurnStatusChangedEvent(o, path)
-    if _is_tag(tag, "turnCompleted"):
-        return decode_TurnCompletedEvent(o, path)
-    if _is_tag(tag, "itemStarted"):
-        return decode_ItemStartedEvent(o, path)
-    if _is_tag(tag, "itemDelta"):
-        return decode_ItemDeltaEvent(o, path)
-    if _is_tag(tag, "itemCompleted"):
-        return decode_ItemCompletedEvent(o, path)
-    if _is_tag(tag, "toolRequested"):
-        return decode_ToolRequestedEvent(o, path)
-    if _is_tag(tag, "toolResult"):
-        return decode_ToolResultEvent(o, path)
-    if _is_tag(tag, "approvalRequested"):
-        return decode_ApprovalRequestedEvent(o, path)
-    if _is_tag(tag, "approvalResolved"):
-        return decode_ApprovalResolvedEvent(o, path)
-    if _is_tag(tag, "threadArchived"):
-        return decode_ThreadArchivedEvent(o, path)
-    if _is_tag(tag, "checkpoint"):
-        return decode_CheckpointEvent(o, path)
-    if _is_tag(tag, "compacted"):
-        return decode_CompactedEvent(o, path)
-    if _is_tag(tag, "repaired"):
-        return decode_RepairedEvent(o, path)
-    if _is_tag(tag, "migrated"):
-        return decode_MigratedEvent(o, path)
-    if _is_tag(tag, "sealed"):
-        return decode_SealedEvent(o, path)
-    if _is_tag(tag, "graphRunStarted"):
-        return decode_GraphRunStartedEvent(o, path)
-    if _is_tag(tag, "graphAttemptStarted"):
-        return decode_GraphAttemptStartedEvent(o, path)
-    if _is_tag(tag, "graphLeaseRenewed"):
-        return decode_GraphLeaseRenewedEvent(o, path)
-    if _is_tag(tag, "graphLeaseExpired"):
-        return decode_GraphLeaseExpiredEvent(o, path)
-    if _is_tag(tag, "graphAttemptFinished"):
-        return decode_GraphAttemptFinishedEvent(o, path)
-    if _is_tag(tag, "graphStaleRefused"):
-        return decode_GraphStaleRefusedEvent(o, path)
-    if _is_tag(tag, "graphMessageSent"):
-        return decode_GraphMessageSentEvent(o, path)
-    if _is_tag(tag, "graphMessageAcked"):
-        return decode_GraphMessageAckedEvent(o, path)
-    if _is_tag(tag, "graphScopeEntered"):
-        return decode_GraphScopeEnteredEvent(o, path)
-    if _is_tag(tag, "graphScopeExited"):
-        return decode_GraphScopeExitedEvent(o, path)
-    if _is_tag(tag, "graphEffectIntended"):
-        return decode_GraphEffectIntendedEvent(o, path)
-    if _is_tag(tag, "graphEffectSucceeded"):
-        return decode_GraphEffectSucceededEvent(o, path)
-    if _is_tag(tag, "graphEffectFailed"):
-        return decode_GraphEffectFailedEvent(o, path)
-    if _is_tag(tag, "graphEffectReconcile"):
-        return decode_GraphEffectReconcileEvent(o, path)
-    if _is_tag(tag, "graphRunResumed"):
-        return decode_GraphRunResumedEvent(o, path)
-    if _is_tag(tag, "graphRunCancelled"):
-        return decode_GraphRunCancelledEvent(o, path)
-    if _is_tag(tag, "graphRunCompleted"):
-        return decode_GraphRunCompletedEvent(o, path)
+    if isinstance(tag, str):
+        if tag == "threadStarted":
+            return decode_ThreadStartedEvent(o, path)
+        if tag == "turnStarted":
+            return decode_TurnStartedEvent(o, path)
+        if tag == "turnStatusChanged":
+            return decode_TurnStatusChangedEvent(o, path)
+        if tag == "turnCompleted":
+            return decode_TurnCompletedEvent(o, path)
+        if tag == "itemStarted":
+            return decode_ItemStartedEvent(o, path)
+        if tag == "itemDelta":
+            return decode_ItemDeltaEvent(o, path)
+        if tag == "itemCompleted":
+            return decode_ItemCompletedEvent(o, path)
+        if tag == "toolRequested":
+            return decode_ToolRequestedEvent(o, path)
+        if tag == "toolResult":
+            return decode_ToolResultEvent(o, path)
+        if tag == "approvalRequested":
+            return decode_ApprovalRequestedEvent(o, path)
+        if tag == "approvalResolved":
+            return decode_ApprovalResolvedEvent(o, path)
+        if tag == "threadArchived":
+            return decode_ThreadArchivedEvent(o, path)
+        if tag == "checkpoint":
+            return decode_CheckpointEvent(o, path)
+        if tag == "compacted":
+            return decode_CompactedEvent(o, path)
+        if tag == "repaired":
+            return decode_RepairedEvent(o, path)
+        if tag == "migrated":
+            return decode_MigratedEvent(o, path)
+        if tag == "sealed":
+            return decode_SealedEvent(o, path)
+        if tag == "graphRunStarted":
+            return decode_GraphRunStartedEvent(o, path)
+        if tag == "graphAttemptStarted":
+            return decode_GraphAttemptStartedEvent(o, path)
+        if tag == "graphLeaseRenewed":
+            return decode_GraphLeaseRenewedEvent(o, path)
+        if tag == "graphLeaseExpired":
+            return decode_GraphLeaseExpiredEvent(o, path)
+        if tag == "graphAttemptFinished":
+            return decode_GraphAttemptFinishedEvent(o, path)
+        if tag == "graphStaleRefused":
+            return decode_GraphStaleRefusedEvent(o, path)
+        if tag == "graphMessageSent":
+            return decode_GraphMessageSentEvent(o, path)
+        if tag == "graphMessageAcked":
+            return decode_GraphMessageAckedEvent(o, path)
+        if tag == "graphScopeEntered":
+            return decode_GraphScopeEnteredEvent(o, path)
+        if tag == "graphScopeExited":
+            return decode_GraphScopeExitedEvent(o, path)
+        if tag == "graphEffectIntended":
+            return decode_GraphEffectIntendedEvent(o, path)
+        if tag == "graphEffectSucceeded":
+            return decode_GraphEffectSucceededEvent(o, path)
+        if tag == "graphEffectFailed":
+            return decode_GraphEffectFailedEvent(o, path)
+        if tag == "graphEffectReconcile":
+            return decode_GraphEffectReconcileEvent(o, path)
+        if tag == "graphRunResumed":
+            return decode_GraphRunResumedEvent(o, path)
+        if tag == "graphRunCancelled":
+            return decode_GraphRunCancelledEvent(o, path)
+        if tag == "graphRunCompleted":
+            return decode_GraphRunCompletedEvent(o, path)
     return UnknownCase(raw=o)
 
 
@@ -3668,11 +3761,13 @@ _AgentItemStarted_MEMBERS: Final = frozenset(("type", "item"))
 def decode_AgentItemStarted(raw: Json, path: str = "$") -> AgentItemStarted:
     o = _object(raw, path)
     _require(o, path, ("type", "item"))
-    _const(o["type"], _member_path(path, "type"), "itemStarted")
-    return AgentItemStarted(
-        item=(decode_ItemContent(o["item"], _member_path(path, "item"))),
-        extra={k: v for k, v in o.items() if k not in _AgentItemStarted_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "itemStarted"):
+        raise DecodeError(path + ".type", "expected " + repr("itemStarted"))
+    return _build(AgentItemStarted, {
+        "type_": "itemStarted",
+        "item": (decode_ItemContent(o["item"], path + ".item")),
+        "extra": ({} if o.keys() <= _AgentItemStarted_MEMBERS else {k: v for k, v in o.items() if k not in _AgentItemStarted_MEMBERS}),
+    })
 
 
 def encode_AgentItemStarted(value: AgentItemStarted) -> Json:
@@ -3702,12 +3797,14 @@ _AgentItemDelta_MEMBERS: Final = frozenset(("type", "itemId", "delta"))
 def decode_AgentItemDelta(raw: Json, path: str = "$") -> AgentItemDelta:
     o = _object(raw, path)
     _require(o, path, ("type", "itemId", "delta"))
-    _const(o["type"], _member_path(path, "type"), "itemDelta")
-    return AgentItemDelta(
-        item_id=(decode_Identifier(o["itemId"], _member_path(path, "itemId"))),
-        delta=(decode_ItemDelta(o["delta"], _member_path(path, "delta"))),
-        extra={k: v for k, v in o.items() if k not in _AgentItemDelta_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "itemDelta"):
+        raise DecodeError(path + ".type", "expected " + repr("itemDelta"))
+    return _build(AgentItemDelta, {
+        "type_": "itemDelta",
+        "item_id": (decode_Identifier(o["itemId"], path + ".itemId")),
+        "delta": (decode_ItemDelta(o["delta"], path + ".delta")),
+        "extra": ({} if o.keys() <= _AgentItemDelta_MEMBERS else {k: v for k, v in o.items() if k not in _AgentItemDelta_MEMBERS}),
+    })
 
 
 def encode_AgentItemDelta(value: AgentItemDelta) -> Json:
@@ -3736,11 +3833,13 @@ _AgentItemCompleted_MEMBERS: Final = frozenset(("type", "item"))
 def decode_AgentItemCompleted(raw: Json, path: str = "$") -> AgentItemCompleted:
     o = _object(raw, path)
     _require(o, path, ("type", "item"))
-    _const(o["type"], _member_path(path, "type"), "itemCompleted")
-    return AgentItemCompleted(
-        item=(decode_ItemContent(o["item"], _member_path(path, "item"))),
-        extra={k: v for k, v in o.items() if k not in _AgentItemCompleted_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "itemCompleted"):
+        raise DecodeError(path + ".type", "expected " + repr("itemCompleted"))
+    return _build(AgentItemCompleted, {
+        "type_": "itemCompleted",
+        "item": (decode_ItemContent(o["item"], path + ".item")),
+        "extra": ({} if o.keys() <= _AgentItemCompleted_MEMBERS else {k: v for k, v in o.items() if k not in _AgentItemCompleted_MEMBERS}),
+    })
 
 
 def encode_AgentItemCompleted(value: AgentItemCompleted) -> Json:
@@ -3770,12 +3869,14 @@ _AgentToolRequested_MEMBERS: Final = frozenset(("type", "itemId", "call"))
 def decode_AgentToolRequested(raw: Json, path: str = "$") -> AgentToolRequested:
     o = _object(raw, path)
     _require(o, path, ("type", "itemId", "call"))
-    _const(o["type"], _member_path(path, "type"), "toolRequested")
-    return AgentToolRequested(
-        item_id=(decode_Identifier(o["itemId"], _member_path(path, "itemId"))),
-        call=(decode_ToolCall(o["call"], _member_path(path, "call"))),
-        extra={k: v for k, v in o.items() if k not in _AgentToolRequested_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "toolRequested"):
+        raise DecodeError(path + ".type", "expected " + repr("toolRequested"))
+    return _build(AgentToolRequested, {
+        "type_": "toolRequested",
+        "item_id": (decode_Identifier(o["itemId"], path + ".itemId")),
+        "call": (decode_ToolCall(o["call"], path + ".call")),
+        "extra": ({} if o.keys() <= _AgentToolRequested_MEMBERS else {k: v for k, v in o.items() if k not in _AgentToolRequested_MEMBERS}),
+    })
 
 
 def encode_AgentToolRequested(value: AgentToolRequested) -> Json:
@@ -3804,11 +3905,13 @@ _AgentTurnFailed_MEMBERS: Final = frozenset(("type", "message"))
 def decode_AgentTurnFailed(raw: Json, path: str = "$") -> AgentTurnFailed:
     o = _object(raw, path)
     _require(o, path, ("type", "message"))
-    _const(o["type"], _member_path(path, "type"), "turnFailed")
-    return AgentTurnFailed(
-        message=(decode_ShortText(o["message"], _member_path(path, "message"))),
-        extra={k: v for k, v in o.items() if k not in _AgentTurnFailed_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "turnFailed"):
+        raise DecodeError(path + ".type", "expected " + repr("turnFailed"))
+    return _build(AgentTurnFailed, {
+        "type_": "turnFailed",
+        "message": (decode_ShortText(o["message"], path + ".message")),
+        "extra": ({} if o.keys() <= _AgentTurnFailed_MEMBERS else {k: v for k, v in o.items() if k not in _AgentTurnFailed_MEMBERS}),
+    })
 
 
 def encode_AgentTurnFailed(value: AgentTurnFailed) -> Json:
@@ -3828,16 +3931,17 @@ AgentStreamEvent: TypeAlias = "AgentItemStarted | AgentItemDelta | AgentItemComp
 def decode_AgentStreamEvent(raw: Json, path: str = "$") -> AgentStreamEvent:
     o = _object(raw, path)
     tag = o.get("type", MISSING)
-    if _is_tag(tag, "itemStarted"):
-        return decode_AgentItemStarted(o, path)
-    if _is_tag(tag, "itemDelta"):
-        return decode_AgentItemDelta(o, path)
-    if _is_tag(tag, "itemCompleted"):
-        return decode_AgentItemCompleted(o, path)
-    if _is_tag(tag, "toolRequested"):
-        return decode_AgentToolRequested(o, path)
-    if _is_tag(tag, "turnFailed"):
-        return decode_AgentTurnFailed(o, path)
+    if isinstance(tag, str):
+        if tag == "itemStarted":
+            return decode_AgentItemStarted(o, path)
+        if tag == "itemDelta":
+            return decode_AgentItemDelta(o, path)
+        if tag == "itemCompleted":
+            return decode_AgentItemCompleted(o, path)
+        if tag == "toolRequested":
+            return decode_AgentToolRequested(o, path)
+        if tag == "turnFailed":
+            return decode_AgentTurnFailed(o, path)
     return UnknownCase(raw=o)
 
 
@@ -3873,12 +3977,12 @@ _ThreadUpdatedParams_MEMBERS: Final = frozenset(("threadId", "eventSeq", "thread
 def decode_ThreadUpdatedParams(raw: Json, path: str = "$") -> ThreadUpdatedParams:
     o = _object(raw, path)
     _require(o, path, ("threadId", "eventSeq", "thread"))
-    return ThreadUpdatedParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        event_seq=(_uint(o["eventSeq"], _member_path(path, "eventSeq"))),
-        thread=(decode_Thread(o["thread"], _member_path(path, "thread"))),
-        extra={k: v for k, v in o.items() if k not in _ThreadUpdatedParams_MEMBERS},
-    )
+    return _build(ThreadUpdatedParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "event_seq": (_uint(o["eventSeq"], path + ".eventSeq")),
+        "thread": (decode_Thread(o["thread"], path + ".thread")),
+        "extra": ({} if o.keys() <= _ThreadUpdatedParams_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadUpdatedParams_MEMBERS}),
+    })
 
 
 def encode_ThreadUpdatedParams(value: ThreadUpdatedParams) -> Json:
@@ -3910,12 +4014,12 @@ _TurnStartedParams_MEMBERS: Final = frozenset(("threadId", "eventSeq", "turn"))
 def decode_TurnStartedParams(raw: Json, path: str = "$") -> TurnStartedParams:
     o = _object(raw, path)
     _require(o, path, ("threadId", "eventSeq", "turn"))
-    return TurnStartedParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        event_seq=(_uint(o["eventSeq"], _member_path(path, "eventSeq"))),
-        turn=(decode_Turn(o["turn"], _member_path(path, "turn"))),
-        extra={k: v for k, v in o.items() if k not in _TurnStartedParams_MEMBERS},
-    )
+    return _build(TurnStartedParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "event_seq": (_uint(o["eventSeq"], path + ".eventSeq")),
+        "turn": (decode_Turn(o["turn"], path + ".turn")),
+        "extra": ({} if o.keys() <= _TurnStartedParams_MEMBERS else {k: v for k, v in o.items() if k not in _TurnStartedParams_MEMBERS}),
+    })
 
 
 def encode_TurnStartedParams(value: TurnStartedParams) -> Json:
@@ -3948,13 +4052,13 @@ _TurnCompletedParams_MEMBERS: Final = frozenset(("threadId", "eventSeq", "turn",
 def decode_TurnCompletedParams(raw: Json, path: str = "$") -> TurnCompletedParams:
     o = _object(raw, path)
     _require(o, path, ("threadId", "eventSeq", "turn", "error"))
-    return TurnCompletedParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        event_seq=(_uint(o["eventSeq"], _member_path(path, "eventSeq"))),
-        turn=(decode_Turn(o["turn"], _member_path(path, "turn"))),
-        error=(None if o["error"] is None else decode_TurnError(o["error"], _member_path(path, "error"))),
-        extra={k: v for k, v in o.items() if k not in _TurnCompletedParams_MEMBERS},
-    )
+    return _build(TurnCompletedParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "event_seq": (_uint(o["eventSeq"], path + ".eventSeq")),
+        "turn": (decode_Turn(o["turn"], path + ".turn")),
+        "error": (None if o["error"] is None else decode_TurnError(o["error"], path + ".error")),
+        "extra": ({} if o.keys() <= _TurnCompletedParams_MEMBERS else {k: v for k, v in o.items() if k not in _TurnCompletedParams_MEMBERS}),
+    })
 
 
 def encode_TurnCompletedParams(value: TurnCompletedParams) -> Json:
@@ -3989,13 +4093,13 @@ _ItemStartedParams_MEMBERS: Final = frozenset(("threadId", "eventSeq", "turnId",
 def decode_ItemStartedParams(raw: Json, path: str = "$") -> ItemStartedParams:
     o = _object(raw, path)
     _require(o, path, ("threadId", "eventSeq", "turnId", "item"))
-    return ItemStartedParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        event_seq=(_uint(o["eventSeq"], _member_path(path, "eventSeq"))),
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item=(decode_Item(o["item"], _member_path(path, "item"))),
-        extra={k: v for k, v in o.items() if k not in _ItemStartedParams_MEMBERS},
-    )
+    return _build(ItemStartedParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "event_seq": (_uint(o["eventSeq"], path + ".eventSeq")),
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "item": (decode_Item(o["item"], path + ".item")),
+        "extra": ({} if o.keys() <= _ItemStartedParams_MEMBERS else {k: v for k, v in o.items() if k not in _ItemStartedParams_MEMBERS}),
+    })
 
 
 def encode_ItemStartedParams(value: ItemStartedParams) -> Json:
@@ -4032,14 +4136,14 @@ _ItemDeltaParams_MEMBERS: Final = frozenset(("threadId", "eventSeq", "turnId", "
 def decode_ItemDeltaParams(raw: Json, path: str = "$") -> ItemDeltaParams:
     o = _object(raw, path)
     _require(o, path, ("threadId", "eventSeq", "turnId", "itemId", "delta"))
-    return ItemDeltaParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        event_seq=(_uint(o["eventSeq"], _member_path(path, "eventSeq"))),
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item_id=(decode_Identifier(o["itemId"], _member_path(path, "itemId"))),
-        delta=(decode_ItemDelta(o["delta"], _member_path(path, "delta"))),
-        extra={k: v for k, v in o.items() if k not in _ItemDeltaParams_MEMBERS},
-    )
+    return _build(ItemDeltaParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "event_seq": (_uint(o["eventSeq"], path + ".eventSeq")),
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "item_id": (decode_Identifier(o["itemId"], path + ".itemId")),
+        "delta": (decode_ItemDelta(o["delta"], path + ".delta")),
+        "extra": ({} if o.keys() <= _ItemDeltaParams_MEMBERS else {k: v for k, v in o.items() if k not in _ItemDeltaParams_MEMBERS}),
+    })
 
 
 def encode_ItemDeltaParams(value: ItemDeltaParams) -> Json:
@@ -4075,13 +4179,13 @@ _ItemCompletedParams_MEMBERS: Final = frozenset(("threadId", "eventSeq", "turnId
 def decode_ItemCompletedParams(raw: Json, path: str = "$") -> ItemCompletedParams:
     o = _object(raw, path)
     _require(o, path, ("threadId", "eventSeq", "turnId", "item"))
-    return ItemCompletedParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        event_seq=(_uint(o["eventSeq"], _member_path(path, "eventSeq"))),
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item=(decode_Item(o["item"], _member_path(path, "item"))),
-        extra={k: v for k, v in o.items() if k not in _ItemCompletedParams_MEMBERS},
-    )
+    return _build(ItemCompletedParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "event_seq": (_uint(o["eventSeq"], path + ".eventSeq")),
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "item": (decode_Item(o["item"], path + ".item")),
+        "extra": ({} if o.keys() <= _ItemCompletedParams_MEMBERS else {k: v for k, v in o.items() if k not in _ItemCompletedParams_MEMBERS}),
+    })
 
 
 def encode_ItemCompletedParams(value: ItemCompletedParams) -> Json:
@@ -4118,14 +4222,14 @@ _ToolRequestedParams_MEMBERS: Final = frozenset(("threadId", "eventSeq", "turnId
 def decode_ToolRequestedParams(raw: Json, path: str = "$") -> ToolRequestedParams:
     o = _object(raw, path)
     _require(o, path, ("threadId", "eventSeq", "turnId", "itemId", "call"))
-    return ToolRequestedParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        event_seq=(_uint(o["eventSeq"], _member_path(path, "eventSeq"))),
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item_id=(decode_Identifier(o["itemId"], _member_path(path, "itemId"))),
-        call=(decode_ToolCall(o["call"], _member_path(path, "call"))),
-        extra={k: v for k, v in o.items() if k not in _ToolRequestedParams_MEMBERS},
-    )
+    return _build(ToolRequestedParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "event_seq": (_uint(o["eventSeq"], path + ".eventSeq")),
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "item_id": (decode_Identifier(o["itemId"], path + ".itemId")),
+        "call": (decode_ToolCall(o["call"], path + ".call")),
+        "extra": ({} if o.keys() <= _ToolRequestedParams_MEMBERS else {k: v for k, v in o.items() if k not in _ToolRequestedParams_MEMBERS}),
+    })
 
 
 def encode_ToolRequestedParams(value: ToolRequestedParams) -> Json:
@@ -4163,14 +4267,14 @@ _ToolResultParams_MEMBERS: Final = frozenset(("threadId", "eventSeq", "turnId", 
 def decode_ToolResultParams(raw: Json, path: str = "$") -> ToolResultParams:
     o = _object(raw, path)
     _require(o, path, ("threadId", "eventSeq", "turnId", "itemId", "result"))
-    return ToolResultParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        event_seq=(_uint(o["eventSeq"], _member_path(path, "eventSeq"))),
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item_id=(decode_Identifier(o["itemId"], _member_path(path, "itemId"))),
-        result=(decode_ToolResult(o["result"], _member_path(path, "result"))),
-        extra={k: v for k, v in o.items() if k not in _ToolResultParams_MEMBERS},
-    )
+    return _build(ToolResultParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "event_seq": (_uint(o["eventSeq"], path + ".eventSeq")),
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "item_id": (decode_Identifier(o["itemId"], path + ".itemId")),
+        "result": (decode_ToolResult(o["result"], path + ".result")),
+        "extra": ({} if o.keys() <= _ToolResultParams_MEMBERS else {k: v for k, v in o.items() if k not in _ToolResultParams_MEMBERS}),
+    })
 
 
 def encode_ToolResultParams(value: ToolResultParams) -> Json:
@@ -4209,15 +4313,15 @@ _ApprovalRequestedParams_MEMBERS: Final = frozenset(("threadId", "eventSeq", "tu
 def decode_ApprovalRequestedParams(raw: Json, path: str = "$") -> ApprovalRequestedParams:
     o = _object(raw, path)
     _require(o, path, ("threadId", "eventSeq", "turnId", "itemId", "binding", "operation"))
-    return ApprovalRequestedParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        event_seq=(_uint(o["eventSeq"], _member_path(path, "eventSeq"))),
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item_id=(decode_Identifier(o["itemId"], _member_path(path, "itemId"))),
-        binding=(decode_ApprovalBinding(o["binding"], _member_path(path, "binding"))),
-        operation=(decode_ToolCall(o["operation"], _member_path(path, "operation"))),
-        extra={k: v for k, v in o.items() if k not in _ApprovalRequestedParams_MEMBERS},
-    )
+    return _build(ApprovalRequestedParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "event_seq": (_uint(o["eventSeq"], path + ".eventSeq")),
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "item_id": (decode_Identifier(o["itemId"], path + ".itemId")),
+        "binding": (decode_ApprovalBinding(o["binding"], path + ".binding")),
+        "operation": (decode_ToolCall(o["operation"], path + ".operation")),
+        "extra": ({} if o.keys() <= _ApprovalRequestedParams_MEMBERS else {k: v for k, v in o.items() if k not in _ApprovalRequestedParams_MEMBERS}),
+    })
 
 
 def encode_ApprovalRequestedParams(value: ApprovalRequestedParams) -> Json:
@@ -4259,17 +4363,17 @@ _ApprovalResolvedParams_MEMBERS: Final = frozenset(("threadId", "eventSeq", "tur
 def decode_ApprovalResolvedParams(raw: Json, path: str = "$") -> ApprovalResolvedParams:
     o = _object(raw, path)
     _require(o, path, ("threadId", "eventSeq", "turnId", "itemId", "nonce", "outcome", "decision", "failure"))
-    return ApprovalResolvedParams(
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        event_seq=(_uint(o["eventSeq"], _member_path(path, "eventSeq"))),
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item_id=(decode_Identifier(o["itemId"], _member_path(path, "itemId"))),
-        nonce=(_str(o["nonce"], _member_path(path, "nonce"))),
-        outcome=(decode_ApprovalOutcome(o["outcome"], _member_path(path, "outcome"))),
-        decision=(None if o["decision"] is None else decode_ApprovalDecision(o["decision"], _member_path(path, "decision"))),
-        failure=(None if o["failure"] is None else decode_ApprovalFailure(o["failure"], _member_path(path, "failure"))),
-        extra={k: v for k, v in o.items() if k not in _ApprovalResolvedParams_MEMBERS},
-    )
+    return _build(ApprovalResolvedParams, {
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "event_seq": (_uint(o["eventSeq"], path + ".eventSeq")),
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "item_id": (decode_Identifier(o["itemId"], path + ".itemId")),
+        "nonce": (_str(o["nonce"], path + ".nonce")),
+        "outcome": (decode_ApprovalOutcome(o["outcome"], path + ".outcome")),
+        "decision": (None if o["decision"] is None else decode_ApprovalDecision(o["decision"], path + ".decision")),
+        "failure": (None if o["failure"] is None else decode_ApprovalFailure(o["failure"], path + ".failure")),
+        "extra": ({} if o.keys() <= _ApprovalResolvedParams_MEMBERS else {k: v for k, v in o.items() if k not in _ApprovalResolvedParams_MEMBERS}),
+    })
 
 
 def encode_ApprovalResolvedParams(value: ApprovalResolvedParams) -> Json:
@@ -4302,11 +4406,11 @@ _ErrorDetail_MEMBERS: Final = frozenset(("pointer", "reason"))
 
 def decode_ErrorDetail(raw: Json, path: str = "$") -> ErrorDetail:
     o = _object(raw, path)
-    return ErrorDetail(
-        pointer=(_str(o["pointer"], _member_path(path, "pointer")) if "pointer" in o else MISSING),
-        reason=(decode_ShortText(o["reason"], _member_path(path, "reason")) if "reason" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _ErrorDetail_MEMBERS},
-    )
+    return _build(ErrorDetail, {
+        "pointer": (_str(o["pointer"], path + ".pointer") if "pointer" in o else MISSING),
+        "reason": (decode_ShortText(o["reason"], path + ".reason") if "reason" in o else MISSING),
+        "extra": ({} if o.keys() <= _ErrorDetail_MEMBERS else {k: v for k, v in o.items() if k not in _ErrorDetail_MEMBERS}),
+    })
 
 
 def encode_ErrorDetail(value: ErrorDetail) -> Json:
@@ -4335,10 +4439,10 @@ _OverloadedData_MEMBERS: Final = frozenset(("retry_after_ms",))
 def decode_OverloadedData(raw: Json, path: str = "$") -> OverloadedData:
     o = _object(raw, path)
     _require(o, path, ("retry_after_ms",))
-    return OverloadedData(
-        retry_after_ms=(_uint(o["retry_after_ms"], _member_path(path, "retry_after_ms"))),
-        extra={k: v for k, v in o.items() if k not in _OverloadedData_MEMBERS},
-    )
+    return _build(OverloadedData, {
+        "retry_after_ms": (_uint(o["retry_after_ms"], path + ".retry_after_ms")),
+        "extra": ({} if o.keys() <= _OverloadedData_MEMBERS else {k: v for k, v in o.items() if k not in _OverloadedData_MEMBERS}),
+    })
 
 
 def encode_OverloadedData(value: OverloadedData) -> Json:
@@ -4364,11 +4468,12 @@ def decode_ParseError(raw: Json, path: str = "$") -> ParseError:
     o = _object(raw, path)
     _require(o, path, ("code", "message"))
     _only(o, path, _ParseError_MEMBERS, "ParseError")
-    _const(o["code"], _member_path(path, "code"), -32700)
-    return ParseError(
-        message=(_str(o["message"], _member_path(path, "message"))),
-        data=(decode_ErrorDetail(o["data"], _member_path(path, "data")) if "data" in o else MISSING),
-    )
+    _const(o["code"], path + ".code", -32700)
+    return _build(ParseError, {
+        "code": -32700,
+        "message": (_str(o["message"], path + ".message")),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+    })
 
 
 def encode_ParseError(value: ParseError) -> Json:
@@ -4394,11 +4499,12 @@ def decode_InvalidRequestError(raw: Json, path: str = "$") -> InvalidRequestErro
     o = _object(raw, path)
     _require(o, path, ("code", "message"))
     _only(o, path, _InvalidRequestError_MEMBERS, "InvalidRequestError")
-    _const(o["code"], _member_path(path, "code"), -32600)
-    return InvalidRequestError(
-        message=(_str(o["message"], _member_path(path, "message"))),
-        data=(decode_ErrorDetail(o["data"], _member_path(path, "data")) if "data" in o else MISSING),
-    )
+    _const(o["code"], path + ".code", -32600)
+    return _build(InvalidRequestError, {
+        "code": -32600,
+        "message": (_str(o["message"], path + ".message")),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+    })
 
 
 def encode_InvalidRequestError(value: InvalidRequestError) -> Json:
@@ -4424,11 +4530,12 @@ def decode_MethodNotFoundError(raw: Json, path: str = "$") -> MethodNotFoundErro
     o = _object(raw, path)
     _require(o, path, ("code", "message"))
     _only(o, path, _MethodNotFoundError_MEMBERS, "MethodNotFoundError")
-    _const(o["code"], _member_path(path, "code"), -32601)
-    return MethodNotFoundError(
-        message=(_str(o["message"], _member_path(path, "message"))),
-        data=(decode_ErrorDetail(o["data"], _member_path(path, "data")) if "data" in o else MISSING),
-    )
+    _const(o["code"], path + ".code", -32601)
+    return _build(MethodNotFoundError, {
+        "code": -32601,
+        "message": (_str(o["message"], path + ".message")),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+    })
 
 
 def encode_MethodNotFoundError(value: MethodNotFoundError) -> Json:
@@ -4454,11 +4561,12 @@ def decode_InvalidParamsError(raw: Json, path: str = "$") -> InvalidParamsError:
     o = _object(raw, path)
     _require(o, path, ("code", "message"))
     _only(o, path, _InvalidParamsError_MEMBERS, "InvalidParamsError")
-    _const(o["code"], _member_path(path, "code"), -32602)
-    return InvalidParamsError(
-        message=(_str(o["message"], _member_path(path, "message"))),
-        data=(decode_ErrorDetail(o["data"], _member_path(path, "data")) if "data" in o else MISSING),
-    )
+    _const(o["code"], path + ".code", -32602)
+    return _build(InvalidParamsError, {
+        "code": -32602,
+        "message": (_str(o["message"], path + ".message")),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+    })
 
 
 def encode_InvalidParamsError(value: InvalidParamsError) -> Json:
@@ -4484,11 +4592,12 @@ def decode_InternalError(raw: Json, path: str = "$") -> InternalError:
     o = _object(raw, path)
     _require(o, path, ("code", "message"))
     _only(o, path, _InternalError_MEMBERS, "InternalError")
-    _const(o["code"], _member_path(path, "code"), -32603)
-    return InternalError(
-        message=(_str(o["message"], _member_path(path, "message"))),
-        data=(decode_ErrorDetail(o["data"], _member_path(path, "data")) if "data" in o else MISSING),
-    )
+    _const(o["code"], path + ".code", -32603)
+    return _build(InternalError, {
+        "code": -32603,
+        "message": (_str(o["message"], path + ".message")),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+    })
 
 
 def encode_InternalError(value: InternalError) -> Json:
@@ -4514,11 +4623,12 @@ def decode_OverloadedError(raw: Json, path: str = "$") -> OverloadedError:
     o = _object(raw, path)
     _require(o, path, ("code", "message", "data"))
     _only(o, path, _OverloadedError_MEMBERS, "OverloadedError")
-    _const(o["code"], _member_path(path, "code"), -32001)
-    return OverloadedError(
-        message=(_str(o["message"], _member_path(path, "message"))),
-        data=(decode_OverloadedData(o["data"], _member_path(path, "data"))),
-    )
+    _const(o["code"], path + ".code", -32001)
+    return _build(OverloadedError, {
+        "code": -32001,
+        "message": (_str(o["message"], path + ".message")),
+        "data": (decode_OverloadedData(o["data"], path + ".data")),
+    })
 
 
 def encode_OverloadedError(value: OverloadedError) -> Json:
@@ -4543,11 +4653,12 @@ def decode_NotInitializedError(raw: Json, path: str = "$") -> NotInitializedErro
     o = _object(raw, path)
     _require(o, path, ("code", "message"))
     _only(o, path, _NotInitializedError_MEMBERS, "NotInitializedError")
-    _const(o["code"], _member_path(path, "code"), -32002)
-    return NotInitializedError(
-        message=(_str(o["message"], _member_path(path, "message"))),
-        data=(decode_ErrorDetail(o["data"], _member_path(path, "data")) if "data" in o else MISSING),
-    )
+    _const(o["code"], path + ".code", -32002)
+    return _build(NotInitializedError, {
+        "code": -32002,
+        "message": (_str(o["message"], path + ".message")),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+    })
 
 
 def encode_NotInitializedError(value: NotInitializedError) -> Json:
@@ -4573,11 +4684,12 @@ def decode_NotFoundError(raw: Json, path: str = "$") -> NotFoundError:
     o = _object(raw, path)
     _require(o, path, ("code", "message"))
     _only(o, path, _NotFoundError_MEMBERS, "NotFoundError")
-    _const(o["code"], _member_path(path, "code"), -32004)
-    return NotFoundError(
-        message=(_str(o["message"], _member_path(path, "message"))),
-        data=(decode_ErrorDetail(o["data"], _member_path(path, "data")) if "data" in o else MISSING),
-    )
+    _const(o["code"], path + ".code", -32004)
+    return _build(NotFoundError, {
+        "code": -32004,
+        "message": (_str(o["message"], path + ".message")),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+    })
 
 
 def encode_NotFoundError(value: NotFoundError) -> Json:
@@ -4603,11 +4715,12 @@ def decode_ConflictError(raw: Json, path: str = "$") -> ConflictError:
     o = _object(raw, path)
     _require(o, path, ("code", "message"))
     _only(o, path, _ConflictError_MEMBERS, "ConflictError")
-    _const(o["code"], _member_path(path, "code"), -32009)
-    return ConflictError(
-        message=(_str(o["message"], _member_path(path, "message"))),
-        data=(decode_ErrorDetail(o["data"], _member_path(path, "data")) if "data" in o else MISSING),
-    )
+    _const(o["code"], path + ".code", -32009)
+    return _build(ConflictError, {
+        "code": -32009,
+        "message": (_str(o["message"], path + ".message")),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+    })
 
 
 def encode_ConflictError(value: ConflictError) -> Json:
@@ -4633,11 +4746,12 @@ def decode_InterruptedError(raw: Json, path: str = "$") -> InterruptedError:
     o = _object(raw, path)
     _require(o, path, ("code", "message"))
     _only(o, path, _InterruptedError_MEMBERS, "InterruptedError")
-    _const(o["code"], _member_path(path, "code"), -32010)
-    return InterruptedError(
-        message=(_str(o["message"], _member_path(path, "message"))),
-        data=(decode_ErrorDetail(o["data"], _member_path(path, "data")) if "data" in o else MISSING),
-    )
+    _const(o["code"], path + ".code", -32010)
+    return _build(InterruptedError, {
+        "code": -32010,
+        "message": (_str(o["message"], path + ".message")),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+    })
 
 
 def encode_InterruptedError(value: InterruptedError) -> Json:
@@ -4718,12 +4832,16 @@ def decode_InitializeRequest(raw: Json, path: str = "$") -> InitializeRequest:
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "id", "method", "params"))
     _only(o, path, _InitializeRequest_MEMBERS, "InitializeRequest")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "initialize")
-    return InitializeRequest(
-        id=(decode_RequestId(o["id"], _member_path(path, "id"))),
-        params=(decode_InitializeParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "initialize"):
+        raise DecodeError(path + ".method", "expected " + repr("initialize"))
+    return _build(InitializeRequest, {
+        "jsonrpc": "2.0",
+        "id": (decode_RequestId(o["id"], path + ".id")),
+        "method": "initialize",
+        "params": (decode_InitializeParams(o["params"], path + ".params")),
+    })
 
 
 def encode_InitializeRequest(value: InitializeRequest) -> Json:
@@ -4750,12 +4868,16 @@ def decode_ThreadStartRequest(raw: Json, path: str = "$") -> ThreadStartRequest:
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "id", "method"))
     _only(o, path, _ThreadStartRequest_MEMBERS, "ThreadStartRequest")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "thread/start")
-    return ThreadStartRequest(
-        id=(decode_RequestId(o["id"], _member_path(path, "id"))),
-        params=(decode_ThreadStartParams(o["params"], _member_path(path, "params")) if "params" in o else MISSING),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "thread/start"):
+        raise DecodeError(path + ".method", "expected " + repr("thread/start"))
+    return _build(ThreadStartRequest, {
+        "jsonrpc": "2.0",
+        "id": (decode_RequestId(o["id"], path + ".id")),
+        "method": "thread/start",
+        "params": (decode_ThreadStartParams(o["params"], path + ".params") if "params" in o else MISSING),
+    })
 
 
 def encode_ThreadStartRequest(value: ThreadStartRequest) -> Json:
@@ -4783,12 +4905,16 @@ def decode_ThreadReadRequest(raw: Json, path: str = "$") -> ThreadReadRequest:
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "id", "method", "params"))
     _only(o, path, _ThreadReadRequest_MEMBERS, "ThreadReadRequest")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "thread/read")
-    return ThreadReadRequest(
-        id=(decode_RequestId(o["id"], _member_path(path, "id"))),
-        params=(decode_ThreadReadParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "thread/read"):
+        raise DecodeError(path + ".method", "expected " + repr("thread/read"))
+    return _build(ThreadReadRequest, {
+        "jsonrpc": "2.0",
+        "id": (decode_RequestId(o["id"], path + ".id")),
+        "method": "thread/read",
+        "params": (decode_ThreadReadParams(o["params"], path + ".params")),
+    })
 
 
 def encode_ThreadReadRequest(value: ThreadReadRequest) -> Json:
@@ -4815,12 +4941,16 @@ def decode_ThreadResumeRequest(raw: Json, path: str = "$") -> ThreadResumeReques
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "id", "method", "params"))
     _only(o, path, _ThreadResumeRequest_MEMBERS, "ThreadResumeRequest")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "thread/resume")
-    return ThreadResumeRequest(
-        id=(decode_RequestId(o["id"], _member_path(path, "id"))),
-        params=(decode_ThreadResumeParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "thread/resume"):
+        raise DecodeError(path + ".method", "expected " + repr("thread/resume"))
+    return _build(ThreadResumeRequest, {
+        "jsonrpc": "2.0",
+        "id": (decode_RequestId(o["id"], path + ".id")),
+        "method": "thread/resume",
+        "params": (decode_ThreadResumeParams(o["params"], path + ".params")),
+    })
 
 
 def encode_ThreadResumeRequest(value: ThreadResumeRequest) -> Json:
@@ -4847,12 +4977,16 @@ def decode_ThreadForkRequest(raw: Json, path: str = "$") -> ThreadForkRequest:
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "id", "method", "params"))
     _only(o, path, _ThreadForkRequest_MEMBERS, "ThreadForkRequest")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "thread/fork")
-    return ThreadForkRequest(
-        id=(decode_RequestId(o["id"], _member_path(path, "id"))),
-        params=(decode_ThreadForkParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "thread/fork"):
+        raise DecodeError(path + ".method", "expected " + repr("thread/fork"))
+    return _build(ThreadForkRequest, {
+        "jsonrpc": "2.0",
+        "id": (decode_RequestId(o["id"], path + ".id")),
+        "method": "thread/fork",
+        "params": (decode_ThreadForkParams(o["params"], path + ".params")),
+    })
 
 
 def encode_ThreadForkRequest(value: ThreadForkRequest) -> Json:
@@ -4879,12 +5013,16 @@ def decode_ThreadListRequest(raw: Json, path: str = "$") -> ThreadListRequest:
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "id", "method"))
     _only(o, path, _ThreadListRequest_MEMBERS, "ThreadListRequest")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "thread/list")
-    return ThreadListRequest(
-        id=(decode_RequestId(o["id"], _member_path(path, "id"))),
-        params=(decode_ThreadListParams(o["params"], _member_path(path, "params")) if "params" in o else MISSING),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "thread/list"):
+        raise DecodeError(path + ".method", "expected " + repr("thread/list"))
+    return _build(ThreadListRequest, {
+        "jsonrpc": "2.0",
+        "id": (decode_RequestId(o["id"], path + ".id")),
+        "method": "thread/list",
+        "params": (decode_ThreadListParams(o["params"], path + ".params") if "params" in o else MISSING),
+    })
 
 
 def encode_ThreadListRequest(value: ThreadListRequest) -> Json:
@@ -4912,12 +5050,16 @@ def decode_ThreadArchiveRequest(raw: Json, path: str = "$") -> ThreadArchiveRequ
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "id", "method", "params"))
     _only(o, path, _ThreadArchiveRequest_MEMBERS, "ThreadArchiveRequest")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "thread/archive")
-    return ThreadArchiveRequest(
-        id=(decode_RequestId(o["id"], _member_path(path, "id"))),
-        params=(decode_ThreadArchiveParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "thread/archive"):
+        raise DecodeError(path + ".method", "expected " + repr("thread/archive"))
+    return _build(ThreadArchiveRequest, {
+        "jsonrpc": "2.0",
+        "id": (decode_RequestId(o["id"], path + ".id")),
+        "method": "thread/archive",
+        "params": (decode_ThreadArchiveParams(o["params"], path + ".params")),
+    })
 
 
 def encode_ThreadArchiveRequest(value: ThreadArchiveRequest) -> Json:
@@ -4944,12 +5086,16 @@ def decode_ThreadCompactRequest(raw: Json, path: str = "$") -> ThreadCompactRequ
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "id", "method", "params"))
     _only(o, path, _ThreadCompactRequest_MEMBERS, "ThreadCompactRequest")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "thread/compact")
-    return ThreadCompactRequest(
-        id=(decode_RequestId(o["id"], _member_path(path, "id"))),
-        params=(decode_ThreadCompactParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "thread/compact"):
+        raise DecodeError(path + ".method", "expected " + repr("thread/compact"))
+    return _build(ThreadCompactRequest, {
+        "jsonrpc": "2.0",
+        "id": (decode_RequestId(o["id"], path + ".id")),
+        "method": "thread/compact",
+        "params": (decode_ThreadCompactParams(o["params"], path + ".params")),
+    })
 
 
 def encode_ThreadCompactRequest(value: ThreadCompactRequest) -> Json:
@@ -4976,12 +5122,16 @@ def decode_TurnStartRequest(raw: Json, path: str = "$") -> TurnStartRequest:
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "id", "method", "params"))
     _only(o, path, _TurnStartRequest_MEMBERS, "TurnStartRequest")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "turn/start")
-    return TurnStartRequest(
-        id=(decode_RequestId(o["id"], _member_path(path, "id"))),
-        params=(decode_TurnStartParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "turn/start"):
+        raise DecodeError(path + ".method", "expected " + repr("turn/start"))
+    return _build(TurnStartRequest, {
+        "jsonrpc": "2.0",
+        "id": (decode_RequestId(o["id"], path + ".id")),
+        "method": "turn/start",
+        "params": (decode_TurnStartParams(o["params"], path + ".params")),
+    })
 
 
 def encode_TurnStartRequest(value: TurnStartRequest) -> Json:
@@ -5008,12 +5158,16 @@ def decode_TurnInterruptRequest(raw: Json, path: str = "$") -> TurnInterruptRequ
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "id", "method", "params"))
     _only(o, path, _TurnInterruptRequest_MEMBERS, "TurnInterruptRequest")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "turn/interrupt")
-    return TurnInterruptRequest(
-        id=(decode_RequestId(o["id"], _member_path(path, "id"))),
-        params=(decode_TurnInterruptParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "turn/interrupt"):
+        raise DecodeError(path + ".method", "expected " + repr("turn/interrupt"))
+    return _build(TurnInterruptRequest, {
+        "jsonrpc": "2.0",
+        "id": (decode_RequestId(o["id"], path + ".id")),
+        "method": "turn/interrupt",
+        "params": (decode_TurnInterruptParams(o["params"], path + ".params")),
+    })
 
 
 def encode_TurnInterruptRequest(value: TurnInterruptRequest) -> Json:
@@ -5032,34 +5186,35 @@ ClientRequest: TypeAlias = "InitializeRequest | ThreadStartRequest | ThreadReadR
 def decode_ClientRequest(raw: Json, path: str = "$") -> ClientRequest:
     o = _object(raw, path)
     tag = o.get("method", MISSING)
-    if _is_tag(tag, "initialize"):
-        return decode_InitializeRequest(o, path)
-    if _is_tag(tag, "thread/start"):
-        return decode_ThreadStartRequest(o, path)
-    if _is_tag(tag, "thread/read"):
-        return decode_ThreadReadRequest(o, path)
-    if _is_tag(tag, "thread/resume"):
-        return decode_ThreadResumeRequest(o, path)
-    if _is_tag(tag, "thread/fork"):
-        return decode_ThreadForkRequest(o, path)
-    if _is_tag(tag, "thread/list"):
-        return decode_ThreadListRequest(o, path)
-    if _is_tag(tag, "thread/archive"):
-        return decode_ThreadArchiveRequest(o, path)
-    if _is_tag(tag, "turn/start"):
-        return decode_TurnStartRequest(o, path)
-    if _is_tag(tag, "turn/interrupt"):
-        return decode_TurnInterruptRequest(o, path)
-    if _is_tag(tag, "thread/compact"):
-        return decode_ThreadCompactRequest(o, path)
-    if _is_tag(tag, "graph/validate"):
-        return decode_GraphValidateRequest(o, path)
-    if _is_tag(tag, "graph/run/start"):
-        return decode_GraphRunStartRequest(o, path)
-    if _is_tag(tag, "graph/run/read"):
-        return decode_GraphRunReadRequest(o, path)
-    if _is_tag(tag, "graph/run/cancel"):
-        return decode_GraphRunCancelRequest(o, path)
+    if isinstance(tag, str):
+        if tag == "initialize":
+            return decode_InitializeRequest(o, path)
+        if tag == "thread/start":
+            return decode_ThreadStartRequest(o, path)
+        if tag == "thread/read":
+            return decode_ThreadReadRequest(o, path)
+        if tag == "thread/resume":
+            return decode_ThreadResumeRequest(o, path)
+        if tag == "thread/fork":
+            return decode_ThreadForkRequest(o, path)
+        if tag == "thread/list":
+            return decode_ThreadListRequest(o, path)
+        if tag == "thread/archive":
+            return decode_ThreadArchiveRequest(o, path)
+        if tag == "turn/start":
+            return decode_TurnStartRequest(o, path)
+        if tag == "turn/interrupt":
+            return decode_TurnInterruptRequest(o, path)
+        if tag == "thread/compact":
+            return decode_ThreadCompactRequest(o, path)
+        if tag == "graph/validate":
+            return decode_GraphValidateRequest(o, path)
+        if tag == "graph/run/start":
+            return decode_GraphRunStartRequest(o, path)
+        if tag == "graph/run/read":
+            return decode_GraphRunReadRequest(o, path)
+        if tag == "graph/run/cancel":
+            return decode_GraphRunCancelRequest(o, path)
     if isinstance(tag, Missing):
         raise DecodeError(_member_path(path, "method"), "missing tag of ClientRequest")
     raise DecodeError(_member_path(path, "method"), "unknown method " + repr(tag) + " of ClientRequest")
@@ -5114,12 +5269,14 @@ def decode_ClientResponse(raw: Json, path: str = "$") -> ClientResponse:
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "id"))
     _only(o, path, _ClientResponse_MEMBERS, "ClientResponse")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    return ClientResponse(
-        id=(None if o["id"] is None else decode_RequestId(o["id"], _member_path(path, "id"))),
-        result=(decode_JsonValue(o["result"], _member_path(path, "result")) if "result" in o else MISSING),
-        error=(decode_ErrorObject(o["error"], _member_path(path, "error")) if "error" in o else MISSING),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    return _build(ClientResponse, {
+        "jsonrpc": "2.0",
+        "id": (None if o["id"] is None else decode_RequestId(o["id"], path + ".id")),
+        "result": (decode_JsonValue(o["result"], path + ".result") if "result" in o else MISSING),
+        "error": (decode_ErrorObject(o["error"], path + ".error") if "error" in o else MISSING),
+    })
 
 
 def encode_ClientResponse(value: ClientResponse) -> Json:
@@ -5149,12 +5306,16 @@ def decode_ApprovalDecideRequest(raw: Json, path: str = "$") -> ApprovalDecideRe
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "id", "method", "params"))
     _only(o, path, _ApprovalDecideRequest_MEMBERS, "ApprovalDecideRequest")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "approval/decide")
-    return ApprovalDecideRequest(
-        id=(decode_RequestId(o["id"], _member_path(path, "id"))),
-        params=(decode_ApprovalRequest(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "approval/decide"):
+        raise DecodeError(path + ".method", "expected " + repr("approval/decide"))
+    return _build(ApprovalDecideRequest, {
+        "jsonrpc": "2.0",
+        "id": (decode_RequestId(o["id"], path + ".id")),
+        "method": "approval/decide",
+        "params": (decode_ApprovalRequest(o["params"], path + ".params")),
+    })
 
 
 def encode_ApprovalDecideRequest(value: ApprovalDecideRequest) -> Json:
@@ -5173,8 +5334,9 @@ ServerRequest: TypeAlias = "ApprovalDecideRequest"
 def decode_ServerRequest(raw: Json, path: str = "$") -> ServerRequest:
     o = _object(raw, path)
     tag = o.get("method", MISSING)
-    if _is_tag(tag, "approval/decide"):
-        return decode_ApprovalDecideRequest(o, path)
+    if isinstance(tag, str):
+        if tag == "approval/decide":
+            return decode_ApprovalDecideRequest(o, path)
     if isinstance(tag, Missing):
         raise DecodeError(_member_path(path, "method"), "missing tag of ServerRequest")
     raise DecodeError(_member_path(path, "method"), "unknown method " + repr(tag) + " of ServerRequest")
@@ -5200,11 +5362,15 @@ def decode_ThreadUpdatedNotification(raw: Json, path: str = "$") -> ThreadUpdate
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "method", "params"))
     _only(o, path, _ThreadUpdatedNotification_MEMBERS, "ThreadUpdatedNotification")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "thread/updated")
-    return ThreadUpdatedNotification(
-        params=(decode_ThreadUpdatedParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "thread/updated"):
+        raise DecodeError(path + ".method", "expected " + repr("thread/updated"))
+    return _build(ThreadUpdatedNotification, {
+        "jsonrpc": "2.0",
+        "method": "thread/updated",
+        "params": (decode_ThreadUpdatedParams(o["params"], path + ".params")),
+    })
 
 
 def encode_ThreadUpdatedNotification(value: ThreadUpdatedNotification) -> Json:
@@ -5229,11 +5395,15 @@ def decode_TurnStartedNotification(raw: Json, path: str = "$") -> TurnStartedNot
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "method", "params"))
     _only(o, path, _TurnStartedNotification_MEMBERS, "TurnStartedNotification")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "turn/started")
-    return TurnStartedNotification(
-        params=(decode_TurnStartedParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "turn/started"):
+        raise DecodeError(path + ".method", "expected " + repr("turn/started"))
+    return _build(TurnStartedNotification, {
+        "jsonrpc": "2.0",
+        "method": "turn/started",
+        "params": (decode_TurnStartedParams(o["params"], path + ".params")),
+    })
 
 
 def encode_TurnStartedNotification(value: TurnStartedNotification) -> Json:
@@ -5258,11 +5428,15 @@ def decode_TurnCompletedNotification(raw: Json, path: str = "$") -> TurnComplete
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "method", "params"))
     _only(o, path, _TurnCompletedNotification_MEMBERS, "TurnCompletedNotification")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "turn/completed")
-    return TurnCompletedNotification(
-        params=(decode_TurnCompletedParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "turn/completed"):
+        raise DecodeError(path + ".method", "expected " + repr("turn/completed"))
+    return _build(TurnCompletedNotification, {
+        "jsonrpc": "2.0",
+        "method": "turn/completed",
+        "params": (decode_TurnCompletedParams(o["params"], path + ".params")),
+    })
 
 
 def encode_TurnCompletedNotification(value: TurnCompletedNotification) -> Json:
@@ -5287,11 +5461,15 @@ def decode_ItemStartedNotification(raw: Json, path: str = "$") -> ItemStartedNot
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "method", "params"))
     _only(o, path, _ItemStartedNotification_MEMBERS, "ItemStartedNotification")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "item/started")
-    return ItemStartedNotification(
-        params=(decode_ItemStartedParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "item/started"):
+        raise DecodeError(path + ".method", "expected " + repr("item/started"))
+    return _build(ItemStartedNotification, {
+        "jsonrpc": "2.0",
+        "method": "item/started",
+        "params": (decode_ItemStartedParams(o["params"], path + ".params")),
+    })
 
 
 def encode_ItemStartedNotification(value: ItemStartedNotification) -> Json:
@@ -5316,11 +5494,15 @@ def decode_ItemDeltaNotification(raw: Json, path: str = "$") -> ItemDeltaNotific
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "method", "params"))
     _only(o, path, _ItemDeltaNotification_MEMBERS, "ItemDeltaNotification")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "item/delta")
-    return ItemDeltaNotification(
-        params=(decode_ItemDeltaParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "item/delta"):
+        raise DecodeError(path + ".method", "expected " + repr("item/delta"))
+    return _build(ItemDeltaNotification, {
+        "jsonrpc": "2.0",
+        "method": "item/delta",
+        "params": (decode_ItemDeltaParams(o["params"], path + ".params")),
+    })
 
 
 def encode_ItemDeltaNotification(value: ItemDeltaNotification) -> Json:
@@ -5345,11 +5527,15 @@ def decode_ItemCompletedNotification(raw: Json, path: str = "$") -> ItemComplete
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "method", "params"))
     _only(o, path, _ItemCompletedNotification_MEMBERS, "ItemCompletedNotification")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "item/completed")
-    return ItemCompletedNotification(
-        params=(decode_ItemCompletedParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "item/completed"):
+        raise DecodeError(path + ".method", "expected " + repr("item/completed"))
+    return _build(ItemCompletedNotification, {
+        "jsonrpc": "2.0",
+        "method": "item/completed",
+        "params": (decode_ItemCompletedParams(o["params"], path + ".params")),
+    })
 
 
 def encode_ItemCompletedNotification(value: ItemCompletedNotification) -> Json:
@@ -5374,11 +5560,15 @@ def decode_ToolRequestedNotification(raw: Json, path: str = "$") -> ToolRequeste
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "method", "params"))
     _only(o, path, _ToolRequestedNotification_MEMBERS, "ToolRequestedNotification")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "tool/requested")
-    return ToolRequestedNotification(
-        params=(decode_ToolRequestedParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "tool/requested"):
+        raise DecodeError(path + ".method", "expected " + repr("tool/requested"))
+    return _build(ToolRequestedNotification, {
+        "jsonrpc": "2.0",
+        "method": "tool/requested",
+        "params": (decode_ToolRequestedParams(o["params"], path + ".params")),
+    })
 
 
 def encode_ToolRequestedNotification(value: ToolRequestedNotification) -> Json:
@@ -5403,11 +5593,15 @@ def decode_ToolResultNotification(raw: Json, path: str = "$") -> ToolResultNotif
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "method", "params"))
     _only(o, path, _ToolResultNotification_MEMBERS, "ToolResultNotification")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "tool/result")
-    return ToolResultNotification(
-        params=(decode_ToolResultParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "tool/result"):
+        raise DecodeError(path + ".method", "expected " + repr("tool/result"))
+    return _build(ToolResultNotification, {
+        "jsonrpc": "2.0",
+        "method": "tool/result",
+        "params": (decode_ToolResultParams(o["params"], path + ".params")),
+    })
 
 
 def encode_ToolResultNotification(value: ToolResultNotification) -> Json:
@@ -5432,11 +5626,15 @@ def decode_ApprovalRequestedNotification(raw: Json, path: str = "$") -> Approval
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "method", "params"))
     _only(o, path, _ApprovalRequestedNotification_MEMBERS, "ApprovalRequestedNotification")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "approval/requested")
-    return ApprovalRequestedNotification(
-        params=(decode_ApprovalRequestedParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "approval/requested"):
+        raise DecodeError(path + ".method", "expected " + repr("approval/requested"))
+    return _build(ApprovalRequestedNotification, {
+        "jsonrpc": "2.0",
+        "method": "approval/requested",
+        "params": (decode_ApprovalRequestedParams(o["params"], path + ".params")),
+    })
 
 
 def encode_ApprovalRequestedNotification(value: ApprovalRequestedNotification) -> Json:
@@ -5461,11 +5659,15 @@ def decode_ApprovalResolvedNotification(raw: Json, path: str = "$") -> ApprovalR
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "method", "params"))
     _only(o, path, _ApprovalResolvedNotification_MEMBERS, "ApprovalResolvedNotification")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "approval/resolved")
-    return ApprovalResolvedNotification(
-        params=(decode_ApprovalResolvedParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "approval/resolved"):
+        raise DecodeError(path + ".method", "expected " + repr("approval/resolved"))
+    return _build(ApprovalResolvedNotification, {
+        "jsonrpc": "2.0",
+        "method": "approval/resolved",
+        "params": (decode_ApprovalResolvedParams(o["params"], path + ".params")),
+    })
 
 
 def encode_ApprovalResolvedNotification(value: ApprovalResolvedNotification) -> Json:
@@ -5483,28 +5685,29 @@ ServerNotification: TypeAlias = "ThreadUpdatedNotification | TurnStartedNotifica
 def decode_ServerNotification(raw: Json, path: str = "$") -> ServerNotification:
     o = _object(raw, path)
     tag = o.get("method", MISSING)
-    if _is_tag(tag, "thread/updated"):
-        return decode_ThreadUpdatedNotification(o, path)
-    if _is_tag(tag, "turn/started"):
-        return decode_TurnStartedNotification(o, path)
-    if _is_tag(tag, "turn/completed"):
-        return decode_TurnCompletedNotification(o, path)
-    if _is_tag(tag, "item/started"):
-        return decode_ItemStartedNotification(o, path)
-    if _is_tag(tag, "item/delta"):
-        return decode_ItemDeltaNotification(o, path)
-    if _is_tag(tag, "item/completed"):
-        return decode_ItemCompletedNotification(o, path)
-    if _is_tag(tag, "tool/requested"):
-        return decode_ToolRequestedNotification(o, path)
-    if _is_tag(tag, "tool/result"):
-        return decode_ToolResultNotification(o, path)
-    if _is_tag(tag, "approval/requested"):
-        return decode_ApprovalRequestedNotification(o, path)
-    if _is_tag(tag, "approval/resolved"):
-        return decode_ApprovalResolvedNotification(o, path)
-    if _is_tag(tag, "graph/event"):
-        return decode_GraphEventNotification(o, path)
+    if isinstance(tag, str):
+        if tag == "thread/updated":
+            return decode_ThreadUpdatedNotification(o, path)
+        if tag == "turn/started":
+            return decode_TurnStartedNotification(o, path)
+        if tag == "turn/completed":
+            return decode_TurnCompletedNotification(o, path)
+        if tag == "item/started":
+            return decode_ItemStartedNotification(o, path)
+        if tag == "item/delta":
+            return decode_ItemDeltaNotification(o, path)
+        if tag == "item/completed":
+            return decode_ItemCompletedNotification(o, path)
+        if tag == "tool/requested":
+            return decode_ToolRequestedNotification(o, path)
+        if tag == "tool/result":
+            return decode_ToolResultNotification(o, path)
+        if tag == "approval/requested":
+            return decode_ApprovalRequestedNotification(o, path)
+        if tag == "approval/resolved":
+            return decode_ApprovalResolvedNotification(o, path)
+        if tag == "graph/event":
+            return decode_GraphEventNotification(o, path)
     return UnknownCase(raw=o)
 
 
@@ -5661,11 +5864,11 @@ def decode_GraphPort(raw: Json, path: str = "$") -> GraphPort:
     o = _object(raw, path)
     _require(o, path, ("name", "type"))
     _only(o, path, _GraphPort_MEMBERS, "GraphPort")
-    return GraphPort(
-        name=(decode_GraphPortName(o["name"], _member_path(path, "name"))),
-        type_=(decode_GraphPortType(o["type"], _member_path(path, "type"))),
-        description=(decode_ShortText(o["description"], _member_path(path, "description")) if "description" in o else MISSING),
-    )
+    return _build(GraphPort, {
+        "name": (decode_GraphPortName(o["name"], path + ".name")),
+        "type_": (decode_GraphPortType(o["type"], path + ".type")),
+        "description": (decode_ShortText(o["description"], path + ".description") if "description" in o else MISSING),
+    })
 
 
 def encode_GraphPort(value: GraphPort) -> Json:
@@ -5691,10 +5894,10 @@ def decode_GraphEndpoint(raw: Json, path: str = "$") -> GraphEndpoint:
     o = _object(raw, path)
     _require(o, path, ("port",))
     _only(o, path, _GraphEndpoint_MEMBERS, "GraphEndpoint")
-    return GraphEndpoint(
-        node=(decode_GraphNodeId(o["node"], _member_path(path, "node")) if "node" in o else MISSING),
-        port=(decode_GraphPortName(o["port"], _member_path(path, "port"))),
-    )
+    return _build(GraphEndpoint, {
+        "node": (decode_GraphNodeId(o["node"], path + ".node") if "node" in o else MISSING),
+        "port": (decode_GraphPortName(o["port"], path + ".port")),
+    })
 
 
 def encode_GraphEndpoint(value: GraphEndpoint) -> Json:
@@ -5720,10 +5923,10 @@ def decode_GraphEdge(raw: Json, path: str = "$") -> GraphEdge:
     o = _object(raw, path)
     _require(o, path, ("from", "to"))
     _only(o, path, _GraphEdge_MEMBERS, "GraphEdge")
-    return GraphEdge(
-        from_=(decode_GraphEndpoint(o["from"], _member_path(path, "from"))),
-        to=(decode_GraphEndpoint(o["to"], _member_path(path, "to"))),
-    )
+    return _build(GraphEdge, {
+        "from_": (decode_GraphEndpoint(o["from"], path + ".from")),
+        "to": (decode_GraphEndpoint(o["to"], path + ".to")),
+    })
 
 
 def encode_GraphEdge(value: GraphEdge) -> Json:
@@ -5756,12 +5959,12 @@ _GraphBudgets_MEMBERS: Final = frozenset(("maxSteps", "maxTokens", "maxWallTimeM
 def decode_GraphBudgets(raw: Json, path: str = "$") -> GraphBudgets:
     o = _object(raw, path)
     _only(o, path, _GraphBudgets_MEMBERS, "GraphBudgets")
-    return GraphBudgets(
-        max_steps=(_uint(o["maxSteps"], _member_path(path, "maxSteps")) if "maxSteps" in o else MISSING),
-        max_tokens=(_uint(o["maxTokens"], _member_path(path, "maxTokens")) if "maxTokens" in o else MISSING),
-        max_wall_time_ms=(_uint(o["maxWallTimeMs"], _member_path(path, "maxWallTimeMs")) if "maxWallTimeMs" in o else MISSING),
-        max_effects=(_uint(o["maxEffects"], _member_path(path, "maxEffects")) if "maxEffects" in o else MISSING),
-    )
+    return _build(GraphBudgets, {
+        "max_steps": (_uint(o["maxSteps"], path + ".maxSteps") if "maxSteps" in o else MISSING),
+        "max_tokens": (_uint(o["maxTokens"], path + ".maxTokens") if "maxTokens" in o else MISSING),
+        "max_wall_time_ms": (_uint(o["maxWallTimeMs"], path + ".maxWallTimeMs") if "maxWallTimeMs" in o else MISSING),
+        "max_effects": (_uint(o["maxEffects"], path + ".maxEffects") if "maxEffects" in o else MISSING),
+    })
 
 
 def encode_GraphBudgets(value: GraphBudgets) -> Json:
@@ -5807,20 +6010,22 @@ def decode_GraphAgentNode(raw: Json, path: str = "$") -> GraphAgentNode:
     o = _object(raw, path)
     _require(o, path, ("kind", "id"))
     _only(o, path, _GraphAgentNode_MEMBERS, "GraphAgentNode")
-    _const(o["kind"], _member_path(path, "kind"), "agent")
-    return GraphAgentNode(
-        id=(decode_GraphNodeId(o["id"], _member_path(path, "id"))),
-        title=(decode_Title(o["title"], _member_path(path, "title")) if "title" in o else MISSING),
-        inputs=([decode_GraphPort(r0, _index_path(_member_path(path, "inputs"), i0)) for i0, r0 in enumerate(_list(o["inputs"], _member_path(path, "inputs")))] if "inputs" in o else MISSING),
-        outputs=([decode_GraphPort(r0, _index_path(_member_path(path, "outputs"), i0)) for i0, r0 in enumerate(_list(o["outputs"], _member_path(path, "outputs")))] if "outputs" in o else MISSING),
-        capabilities=([decode_GraphCapability(r0, _index_path(_member_path(path, "capabilities"), i0)) for i0, r0 in enumerate(_list(o["capabilities"], _member_path(path, "capabilities")))] if "capabilities" in o else MISSING),
-        budgets=(decode_GraphBudgets(o["budgets"], _member_path(path, "budgets")) if "budgets" in o else MISSING),
-        write_scope=([decode_GraphWriteScopeEntry(r0, _index_path(_member_path(path, "writeScope"), i0)) for i0, r0 in enumerate(_list(o["writeScope"], _member_path(path, "writeScope")))] if "writeScope" in o else MISSING),
-        max_attempts=(_uint(o["maxAttempts"], _member_path(path, "maxAttempts")) if "maxAttempts" in o else MISSING),
-        instructions=(decode_Text(o["instructions"], _member_path(path, "instructions")) if "instructions" in o else MISSING),
-        prompt=(decode_Text(o["prompt"], _member_path(path, "prompt")) if "prompt" in o else MISSING),
-        agent_options=(decode_AgentOptions(o["agentOptions"], _member_path(path, "agentOptions")) if "agentOptions" in o else MISSING),
-    )
+    if not (isinstance(o["kind"], str) and o["kind"] == "agent"):
+        raise DecodeError(path + ".kind", "expected " + repr("agent"))
+    return _build(GraphAgentNode, {
+        "kind": "agent",
+        "id": (decode_GraphNodeId(o["id"], path + ".id")),
+        "title": (decode_Title(o["title"], path + ".title") if "title" in o else MISSING),
+        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else MISSING),
+        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else MISSING),
+        "capabilities": ([decode_GraphCapability(r0, _index_path(path + ".capabilities", i0)) for i0, r0 in enumerate(_list(o["capabilities"], path + ".capabilities"))] if "capabilities" in o else MISSING),
+        "budgets": (decode_GraphBudgets(o["budgets"], path + ".budgets") if "budgets" in o else MISSING),
+        "write_scope": ([decode_GraphWriteScopeEntry(r0, _index_path(path + ".writeScope", i0)) for i0, r0 in enumerate(_list(o["writeScope"], path + ".writeScope"))] if "writeScope" in o else MISSING),
+        "max_attempts": (_uint(o["maxAttempts"], path + ".maxAttempts") if "maxAttempts" in o else MISSING),
+        "instructions": (decode_Text(o["instructions"], path + ".instructions") if "instructions" in o else MISSING),
+        "prompt": (decode_Text(o["prompt"], path + ".prompt") if "prompt" in o else MISSING),
+        "agent_options": (decode_AgentOptions(o["agentOptions"], path + ".agentOptions") if "agentOptions" in o else MISSING),
+    })
 
 
 def encode_GraphAgentNode(value: GraphAgentNode) -> Json:
@@ -5879,19 +6084,21 @@ def decode_GraphToolNode(raw: Json, path: str = "$") -> GraphToolNode:
     o = _object(raw, path)
     _require(o, path, ("kind", "id", "tool"))
     _only(o, path, _GraphToolNode_MEMBERS, "GraphToolNode")
-    _const(o["kind"], _member_path(path, "kind"), "tool")
-    return GraphToolNode(
-        id=(decode_GraphNodeId(o["id"], _member_path(path, "id"))),
-        title=(decode_Title(o["title"], _member_path(path, "title")) if "title" in o else MISSING),
-        inputs=([decode_GraphPort(r0, _index_path(_member_path(path, "inputs"), i0)) for i0, r0 in enumerate(_list(o["inputs"], _member_path(path, "inputs")))] if "inputs" in o else MISSING),
-        outputs=([decode_GraphPort(r0, _index_path(_member_path(path, "outputs"), i0)) for i0, r0 in enumerate(_list(o["outputs"], _member_path(path, "outputs")))] if "outputs" in o else MISSING),
-        capabilities=([decode_GraphCapability(r0, _index_path(_member_path(path, "capabilities"), i0)) for i0, r0 in enumerate(_list(o["capabilities"], _member_path(path, "capabilities")))] if "capabilities" in o else MISSING),
-        budgets=(decode_GraphBudgets(o["budgets"], _member_path(path, "budgets")) if "budgets" in o else MISSING),
-        write_scope=([decode_GraphWriteScopeEntry(r0, _index_path(_member_path(path, "writeScope"), i0)) for i0, r0 in enumerate(_list(o["writeScope"], _member_path(path, "writeScope")))] if "writeScope" in o else MISSING),
-        max_attempts=(_uint(o["maxAttempts"], _member_path(path, "maxAttempts")) if "maxAttempts" in o else MISSING),
-        tool=(_str(o["tool"], _member_path(path, "tool"))),
-        arguments=({k0: decode_JsonValue(r0, _member_path(_member_path(path, "arguments"), k0)) for k0, r0 in _object(o["arguments"], _member_path(path, "arguments")).items()} if "arguments" in o else MISSING),
-    )
+    if not (isinstance(o["kind"], str) and o["kind"] == "tool"):
+        raise DecodeError(path + ".kind", "expected " + repr("tool"))
+    return _build(GraphToolNode, {
+        "kind": "tool",
+        "id": (decode_GraphNodeId(o["id"], path + ".id")),
+        "title": (decode_Title(o["title"], path + ".title") if "title" in o else MISSING),
+        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else MISSING),
+        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else MISSING),
+        "capabilities": ([decode_GraphCapability(r0, _index_path(path + ".capabilities", i0)) for i0, r0 in enumerate(_list(o["capabilities"], path + ".capabilities"))] if "capabilities" in o else MISSING),
+        "budgets": (decode_GraphBudgets(o["budgets"], path + ".budgets") if "budgets" in o else MISSING),
+        "write_scope": ([decode_GraphWriteScopeEntry(r0, _index_path(path + ".writeScope", i0)) for i0, r0 in enumerate(_list(o["writeScope"], path + ".writeScope"))] if "writeScope" in o else MISSING),
+        "max_attempts": (_uint(o["maxAttempts"], path + ".maxAttempts") if "maxAttempts" in o else MISSING),
+        "tool": (_str(o["tool"], path + ".tool")),
+        "arguments": ({k0: decode_JsonValue(r0, _member_path(path + ".arguments", k0)) for k0, r0 in _object(o["arguments"], path + ".arguments").items()} if "arguments" in o else MISSING),
+    })
 
 
 def encode_GraphToolNode(value: GraphToolNode) -> Json:
@@ -5935,13 +6142,15 @@ def decode_GraphJoinNode(raw: Json, path: str = "$") -> GraphJoinNode:
     o = _object(raw, path)
     _require(o, path, ("kind", "id"))
     _only(o, path, _GraphJoinNode_MEMBERS, "GraphJoinNode")
-    _const(o["kind"], _member_path(path, "kind"), "join")
-    return GraphJoinNode(
-        id=(decode_GraphNodeId(o["id"], _member_path(path, "id"))),
-        title=(decode_Title(o["title"], _member_path(path, "title")) if "title" in o else MISSING),
-        inputs=([decode_GraphPort(r0, _index_path(_member_path(path, "inputs"), i0)) for i0, r0 in enumerate(_list(o["inputs"], _member_path(path, "inputs")))] if "inputs" in o else MISSING),
-        outputs=([decode_GraphPort(r0, _index_path(_member_path(path, "outputs"), i0)) for i0, r0 in enumerate(_list(o["outputs"], _member_path(path, "outputs")))] if "outputs" in o else MISSING),
-    )
+    if not (isinstance(o["kind"], str) and o["kind"] == "join"):
+        raise DecodeError(path + ".kind", "expected " + repr("join"))
+    return _build(GraphJoinNode, {
+        "kind": "join",
+        "id": (decode_GraphNodeId(o["id"], path + ".id")),
+        "title": (decode_Title(o["title"], path + ".title") if "title" in o else MISSING),
+        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else MISSING),
+        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else MISSING),
+    })
 
 
 def encode_GraphJoinNode(value: GraphJoinNode) -> Json:
@@ -5979,16 +6188,18 @@ def decode_GraphLoopNode(raw: Json, path: str = "$") -> GraphLoopNode:
     o = _object(raw, path)
     _require(o, path, ("kind", "id", "body"))
     _only(o, path, _GraphLoopNode_MEMBERS, "GraphLoopNode")
-    _const(o["kind"], _member_path(path, "kind"), "loop")
-    return GraphLoopNode(
-        id=(decode_GraphNodeId(o["id"], _member_path(path, "id"))),
-        title=(decode_Title(o["title"], _member_path(path, "title")) if "title" in o else MISSING),
-        inputs=([decode_GraphPort(r0, _index_path(_member_path(path, "inputs"), i0)) for i0, r0 in enumerate(_list(o["inputs"], _member_path(path, "inputs")))] if "inputs" in o else MISSING),
-        outputs=([decode_GraphPort(r0, _index_path(_member_path(path, "outputs"), i0)) for i0, r0 in enumerate(_list(o["outputs"], _member_path(path, "outputs")))] if "outputs" in o else MISSING),
-        max_iterations=(_uint(o["maxIterations"], _member_path(path, "maxIterations")) if "maxIterations" in o else MISSING),
-        until=(decode_GraphPortName(o["until"], _member_path(path, "until")) if "until" in o else MISSING),
-        body=(decode_GraphBody(o["body"], _member_path(path, "body"))),
-    )
+    if not (isinstance(o["kind"], str) and o["kind"] == "loop"):
+        raise DecodeError(path + ".kind", "expected " + repr("loop"))
+    return _build(GraphLoopNode, {
+        "kind": "loop",
+        "id": (decode_GraphNodeId(o["id"], path + ".id")),
+        "title": (decode_Title(o["title"], path + ".title") if "title" in o else MISSING),
+        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else MISSING),
+        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else MISSING),
+        "max_iterations": (_uint(o["maxIterations"], path + ".maxIterations") if "maxIterations" in o else MISSING),
+        "until": (decode_GraphPortName(o["until"], path + ".until") if "until" in o else MISSING),
+        "body": (decode_GraphBody(o["body"], path + ".body")),
+    })
 
 
 def encode_GraphLoopNode(value: GraphLoopNode) -> Json:
@@ -6027,14 +6238,16 @@ def decode_GraphSubgraphNode(raw: Json, path: str = "$") -> GraphSubgraphNode:
     o = _object(raw, path)
     _require(o, path, ("kind", "id", "body"))
     _only(o, path, _GraphSubgraphNode_MEMBERS, "GraphSubgraphNode")
-    _const(o["kind"], _member_path(path, "kind"), "subgraph")
-    return GraphSubgraphNode(
-        id=(decode_GraphNodeId(o["id"], _member_path(path, "id"))),
-        title=(decode_Title(o["title"], _member_path(path, "title")) if "title" in o else MISSING),
-        inputs=([decode_GraphPort(r0, _index_path(_member_path(path, "inputs"), i0)) for i0, r0 in enumerate(_list(o["inputs"], _member_path(path, "inputs")))] if "inputs" in o else MISSING),
-        outputs=([decode_GraphPort(r0, _index_path(_member_path(path, "outputs"), i0)) for i0, r0 in enumerate(_list(o["outputs"], _member_path(path, "outputs")))] if "outputs" in o else MISSING),
-        body=(decode_GraphBody(o["body"], _member_path(path, "body"))),
-    )
+    if not (isinstance(o["kind"], str) and o["kind"] == "subgraph"):
+        raise DecodeError(path + ".kind", "expected " + repr("subgraph"))
+    return _build(GraphSubgraphNode, {
+        "kind": "subgraph",
+        "id": (decode_GraphNodeId(o["id"], path + ".id")),
+        "title": (decode_Title(o["title"], path + ".title") if "title" in o else MISSING),
+        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else MISSING),
+        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else MISSING),
+        "body": (decode_GraphBody(o["body"], path + ".body")),
+    })
 
 
 def encode_GraphSubgraphNode(value: GraphSubgraphNode) -> Json:
@@ -6058,16 +6271,17 @@ GraphNode: TypeAlias = "GraphAgentNode | GraphToolNode | GraphJoinNode | GraphLo
 def decode_GraphNode(raw: Json, path: str = "$") -> GraphNode:
     o = _object(raw, path)
     tag = o.get("kind", MISSING)
-    if _is_tag(tag, "agent"):
-        return decode_GraphAgentNode(o, path)
-    if _is_tag(tag, "tool"):
-        return decode_GraphToolNode(o, path)
-    if _is_tag(tag, "join"):
-        return decode_GraphJoinNode(o, path)
-    if _is_tag(tag, "loop"):
-        return decode_GraphLoopNode(o, path)
-    if _is_tag(tag, "subgraph"):
-        return decode_GraphSubgraphNode(o, path)
+    if isinstance(tag, str):
+        if tag == "agent":
+            return decode_GraphAgentNode(o, path)
+        if tag == "tool":
+            return decode_GraphToolNode(o, path)
+        if tag == "join":
+            return decode_GraphJoinNode(o, path)
+        if tag == "loop":
+            return decode_GraphLoopNode(o, path)
+        if tag == "subgraph":
+            return decode_GraphSubgraphNode(o, path)
     if isinstance(tag, Missing):
         raise DecodeError(_member_path(path, "kind"), "missing tag of GraphNode")
     raise DecodeError(_member_path(path, "kind"), "unknown kind " + repr(tag) + " of GraphNode")
@@ -6101,10 +6315,10 @@ def decode_GraphBody(raw: Json, path: str = "$") -> GraphBody:
     o = _object(raw, path)
     _require(o, path, ("nodes",))
     _only(o, path, _GraphBody_MEMBERS, "GraphBody")
-    return GraphBody(
-        nodes=([decode_GraphNode(r0, _index_path(_member_path(path, "nodes"), i0)) for i0, r0 in enumerate(_list(o["nodes"], _member_path(path, "nodes")))]),
-        edges=([decode_GraphEdge(r0, _index_path(_member_path(path, "edges"), i0)) for i0, r0 in enumerate(_list(o["edges"], _member_path(path, "edges")))] if "edges" in o else MISSING),
-    )
+    return _build(GraphBody, {
+        "nodes": ([decode_GraphNode(r0, _index_path(path + ".nodes", i0)) for i0, r0 in enumerate(_list(o["nodes"], path + ".nodes"))]),
+        "edges": ([decode_GraphEdge(r0, _index_path(path + ".edges", i0)) for i0, r0 in enumerate(_list(o["edges"], path + ".edges"))] if "edges" in o else MISSING),
+    })
 
 
 def encode_GraphBody(value: GraphBody) -> Json:
@@ -6138,17 +6352,18 @@ def decode_GraphDefinition(raw: Json, path: str = "$") -> GraphDefinition:
     o = _object(raw, path)
     _require(o, path, ("graphVersion", "id", "nodes"))
     _only(o, path, _GraphDefinition_MEMBERS, "GraphDefinition")
-    _const(o["graphVersion"], _member_path(path, "graphVersion"), 1)
-    return GraphDefinition(
-        id=(decode_Identifier(o["id"], _member_path(path, "id"))),
-        title=(decode_Title(o["title"], _member_path(path, "title")) if "title" in o else MISSING),
-        description=(decode_ShortText(o["description"], _member_path(path, "description")) if "description" in o else MISSING),
-        inputs=([decode_GraphPort(r0, _index_path(_member_path(path, "inputs"), i0)) for i0, r0 in enumerate(_list(o["inputs"], _member_path(path, "inputs")))] if "inputs" in o else MISSING),
-        outputs=([decode_GraphPort(r0, _index_path(_member_path(path, "outputs"), i0)) for i0, r0 in enumerate(_list(o["outputs"], _member_path(path, "outputs")))] if "outputs" in o else MISSING),
-        nodes=([decode_GraphNode(r0, _index_path(_member_path(path, "nodes"), i0)) for i0, r0 in enumerate(_list(o["nodes"], _member_path(path, "nodes")))]),
-        edges=([decode_GraphEdge(r0, _index_path(_member_path(path, "edges"), i0)) for i0, r0 in enumerate(_list(o["edges"], _member_path(path, "edges")))] if "edges" in o else MISSING),
-        budgets=(decode_GraphBudgets(o["budgets"], _member_path(path, "budgets")) if "budgets" in o else MISSING),
-    )
+    _const(o["graphVersion"], path + ".graphVersion", 1)
+    return _build(GraphDefinition, {
+        "graph_version": 1,
+        "id": (decode_Identifier(o["id"], path + ".id")),
+        "title": (decode_Title(o["title"], path + ".title") if "title" in o else MISSING),
+        "description": (decode_ShortText(o["description"], path + ".description") if "description" in o else MISSING),
+        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else MISSING),
+        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else MISSING),
+        "nodes": ([decode_GraphNode(r0, _index_path(path + ".nodes", i0)) for i0, r0 in enumerate(_list(o["nodes"], path + ".nodes"))]),
+        "edges": ([decode_GraphEdge(r0, _index_path(path + ".edges", i0)) for i0, r0 in enumerate(_list(o["edges"], path + ".edges"))] if "edges" in o else MISSING),
+        "budgets": (decode_GraphBudgets(o["budgets"], path + ".budgets") if "budgets" in o else MISSING),
+    })
 
 
 def encode_GraphDefinition(value: GraphDefinition) -> Json:
@@ -6185,10 +6400,10 @@ def decode_GraphRunGrant(raw: Json, path: str = "$") -> GraphRunGrant:
     o = _object(raw, path)
     _require(o, path, ("capabilities",))
     _only(o, path, _GraphRunGrant_MEMBERS, "GraphRunGrant")
-    return GraphRunGrant(
-        capabilities=([decode_GraphCapability(r0, _index_path(_member_path(path, "capabilities"), i0)) for i0, r0 in enumerate(_list(o["capabilities"], _member_path(path, "capabilities")))]),
-        budgets=(decode_GraphBudgets(o["budgets"], _member_path(path, "budgets")) if "budgets" in o else MISSING),
-    )
+    return _build(GraphRunGrant, {
+        "capabilities": ([decode_GraphCapability(r0, _index_path(path + ".capabilities", i0)) for i0, r0 in enumerate(_list(o["capabilities"], path + ".capabilities"))]),
+        "budgets": (decode_GraphBudgets(o["budgets"], path + ".budgets") if "budgets" in o else MISSING),
+    })
 
 
 def encode_GraphRunGrant(value: GraphRunGrant) -> Json:
@@ -6213,10 +6428,10 @@ def decode_GraphWorker(raw: Json, path: str = "$") -> GraphWorker:
     o = _object(raw, path)
     _require(o, path, ("id", "capacity"))
     _only(o, path, _GraphWorker_MEMBERS, "GraphWorker")
-    return GraphWorker(
-        id=(_str(o["id"], _member_path(path, "id"))),
-        capacity=(_uint(o["capacity"], _member_path(path, "capacity"))),
-    )
+    return _build(GraphWorker, {
+        "id": (_str(o["id"], path + ".id")),
+        "capacity": (_uint(o["capacity"], path + ".capacity")),
+    })
 
 
 def encode_GraphWorker(value: GraphWorker) -> Json:
@@ -6241,10 +6456,10 @@ _GraphRunOptions_MEMBERS: Final = frozenset(("workers", "leaseMs"))
 def decode_GraphRunOptions(raw: Json, path: str = "$") -> GraphRunOptions:
     o = _object(raw, path)
     _only(o, path, _GraphRunOptions_MEMBERS, "GraphRunOptions")
-    return GraphRunOptions(
-        workers=([decode_GraphWorker(r0, _index_path(_member_path(path, "workers"), i0)) for i0, r0 in enumerate(_list(o["workers"], _member_path(path, "workers")))] if "workers" in o else MISSING),
-        lease_ms=(_uint(o["leaseMs"], _member_path(path, "leaseMs")) if "leaseMs" in o else MISSING),
-    )
+    return _build(GraphRunOptions, {
+        "workers": ([decode_GraphWorker(r0, _index_path(path + ".workers", i0)) for i0, r0 in enumerate(_list(o["workers"], path + ".workers"))] if "workers" in o else MISSING),
+        "lease_ms": (_uint(o["leaseMs"], path + ".leaseMs") if "leaseMs" in o else MISSING),
+    })
 
 
 def encode_GraphRunOptions(value: GraphRunOptions) -> Json:
@@ -6318,12 +6533,12 @@ _GraphCompileError_MEMBERS: Final = frozenset(("code", "pointer", "message"))
 def decode_GraphCompileError(raw: Json, path: str = "$") -> GraphCompileError:
     o = _object(raw, path)
     _require(o, path, ("code", "pointer", "message"))
-    return GraphCompileError(
-        code=(decode_GraphCompileErrorCode(o["code"], _member_path(path, "code"))),
-        pointer=(_str(o["pointer"], _member_path(path, "pointer"))),
-        message=(decode_ShortText(o["message"], _member_path(path, "message"))),
-        extra={k: v for k, v in o.items() if k not in _GraphCompileError_MEMBERS},
-    )
+    return _build(GraphCompileError, {
+        "code": (decode_GraphCompileErrorCode(o["code"], path + ".code")),
+        "pointer": (_str(o["pointer"], path + ".pointer")),
+        "message": (decode_ShortText(o["message"], path + ".message")),
+        "extra": ({} if o.keys() <= _GraphCompileError_MEMBERS else {k: v for k, v in o.items() if k not in _GraphCompileError_MEMBERS}),
+    })
 
 
 def encode_GraphCompileError(value: GraphCompileError) -> Json:
@@ -6432,18 +6647,18 @@ _GraphNodeCounts_MEMBERS: Final = frozenset(("total", "pending", "ready", "runni
 def decode_GraphNodeCounts(raw: Json, path: str = "$") -> GraphNodeCounts:
     o = _object(raw, path)
     _require(o, path, ("total", "pending", "ready", "running", "succeeded", "failed", "skipped", "cancelled", "reconcile"))
-    return GraphNodeCounts(
-        total=(_uint(o["total"], _member_path(path, "total"))),
-        pending=(_uint(o["pending"], _member_path(path, "pending"))),
-        ready=(_uint(o["ready"], _member_path(path, "ready"))),
-        running=(_uint(o["running"], _member_path(path, "running"))),
-        succeeded=(_uint(o["succeeded"], _member_path(path, "succeeded"))),
-        failed=(_uint(o["failed"], _member_path(path, "failed"))),
-        skipped=(_uint(o["skipped"], _member_path(path, "skipped"))),
-        cancelled=(_uint(o["cancelled"], _member_path(path, "cancelled"))),
-        reconcile=(_uint(o["reconcile"], _member_path(path, "reconcile"))),
-        extra={k: v for k, v in o.items() if k not in _GraphNodeCounts_MEMBERS},
-    )
+    return _build(GraphNodeCounts, {
+        "total": (_uint(o["total"], path + ".total")),
+        "pending": (_uint(o["pending"], path + ".pending")),
+        "ready": (_uint(o["ready"], path + ".ready")),
+        "running": (_uint(o["running"], path + ".running")),
+        "succeeded": (_uint(o["succeeded"], path + ".succeeded")),
+        "failed": (_uint(o["failed"], path + ".failed")),
+        "skipped": (_uint(o["skipped"], path + ".skipped")),
+        "cancelled": (_uint(o["cancelled"], path + ".cancelled")),
+        "reconcile": (_uint(o["reconcile"], path + ".reconcile")),
+        "extra": ({} if o.keys() <= _GraphNodeCounts_MEMBERS else {k: v for k, v in o.items() if k not in _GraphNodeCounts_MEMBERS}),
+    })
 
 
 def encode_GraphNodeCounts(value: GraphNodeCounts) -> Json:
@@ -6479,12 +6694,12 @@ _GraphRunError_MEMBERS: Final = frozenset(("code", "message", "node"))
 def decode_GraphRunError(raw: Json, path: str = "$") -> GraphRunError:
     o = _object(raw, path)
     _require(o, path, ("code", "message"))
-    return GraphRunError(
-        code=(_str(o["code"], _member_path(path, "code"))),
-        message=(decode_ShortText(o["message"], _member_path(path, "message"))),
-        node=(decode_GraphNodeKey(o["node"], _member_path(path, "node")) if "node" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _GraphRunError_MEMBERS},
-    )
+    return _build(GraphRunError, {
+        "code": (_str(o["code"], path + ".code")),
+        "message": (decode_ShortText(o["message"], path + ".message")),
+        "node": (decode_GraphNodeKey(o["node"], path + ".node") if "node" in o else MISSING),
+        "extra": ({} if o.keys() <= _GraphRunError_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunError_MEMBERS}),
+    })
 
 
 def encode_GraphRunError(value: GraphRunError) -> Json:
@@ -6515,12 +6730,12 @@ _GraphUsage_MEMBERS: Final = frozenset(("steps", "effects", "tokens"))
 def decode_GraphUsage(raw: Json, path: str = "$") -> GraphUsage:
     o = _object(raw, path)
     _require(o, path, ("steps", "effects", "tokens"))
-    return GraphUsage(
-        steps=(_uint(o["steps"], _member_path(path, "steps"))),
-        effects=(_uint(o["effects"], _member_path(path, "effects"))),
-        tokens=(_uint(o["tokens"], _member_path(path, "tokens"))),
-        extra={k: v for k, v in o.items() if k not in _GraphUsage_MEMBERS},
-    )
+    return _build(GraphUsage, {
+        "steps": (_uint(o["steps"], path + ".steps")),
+        "effects": (_uint(o["effects"], path + ".effects")),
+        "tokens": (_uint(o["tokens"], path + ".tokens")),
+        "extra": ({} if o.keys() <= _GraphUsage_MEMBERS else {k: v for k, v in o.items() if k not in _GraphUsage_MEMBERS}),
+    })
 
 
 def encode_GraphUsage(value: GraphUsage) -> Json:
@@ -6565,21 +6780,21 @@ _GraphRunSummary_MEMBERS: Final = frozenset(("runId", "graphId", "title", "planD
 def decode_GraphRunSummary(raw: Json, path: str = "$") -> GraphRunSummary:
     o = _object(raw, path)
     _require(o, path, ("runId", "graphId", "title", "planDigest", "status", "createdAt", "updatedAt", "lastEventSeq", "nodes", "usage", "error"))
-    return GraphRunSummary(
-        run_id=(decode_GraphRunId(o["runId"], _member_path(path, "runId"))),
-        graph_id=(decode_Identifier(o["graphId"], _member_path(path, "graphId"))),
-        title=(None if o["title"] is None else decode_Title(o["title"], _member_path(path, "title"))),
-        plan_digest=(decode_Digest(o["planDigest"], _member_path(path, "planDigest"))),
-        status=(decode_GraphRunStatus(o["status"], _member_path(path, "status"))),
-        created_at=(decode_Timestamp(o["createdAt"], _member_path(path, "createdAt"))),
-        updated_at=(decode_Timestamp(o["updatedAt"], _member_path(path, "updatedAt"))),
-        last_event_seq=(_uint(o["lastEventSeq"], _member_path(path, "lastEventSeq"))),
-        nodes=(decode_GraphNodeCounts(o["nodes"], _member_path(path, "nodes"))),
-        usage=(decode_GraphUsage(o["usage"], _member_path(path, "usage"))),
-        error=(None if o["error"] is None else decode_GraphRunError(o["error"], _member_path(path, "error"))),
-        outputs=(decode_GraphValues(o["outputs"], _member_path(path, "outputs")) if "outputs" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _GraphRunSummary_MEMBERS},
-    )
+    return _build(GraphRunSummary, {
+        "run_id": (decode_GraphRunId(o["runId"], path + ".runId")),
+        "graph_id": (decode_Identifier(o["graphId"], path + ".graphId")),
+        "title": (None if o["title"] is None else decode_Title(o["title"], path + ".title")),
+        "plan_digest": (decode_Digest(o["planDigest"], path + ".planDigest")),
+        "status": (decode_GraphRunStatus(o["status"], path + ".status")),
+        "created_at": (decode_Timestamp(o["createdAt"], path + ".createdAt")),
+        "updated_at": (decode_Timestamp(o["updatedAt"], path + ".updatedAt")),
+        "last_event_seq": (_uint(o["lastEventSeq"], path + ".lastEventSeq")),
+        "nodes": (decode_GraphNodeCounts(o["nodes"], path + ".nodes")),
+        "usage": (decode_GraphUsage(o["usage"], path + ".usage")),
+        "error": (None if o["error"] is None else decode_GraphRunError(o["error"], path + ".error")),
+        "outputs": (decode_GraphValues(o["outputs"], path + ".outputs") if "outputs" in o else MISSING),
+        "extra": ({} if o.keys() <= _GraphRunSummary_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunSummary_MEMBERS}),
+    })
 
 
 def encode_GraphRunSummary(value: GraphRunSummary) -> Json:
@@ -6628,18 +6843,18 @@ _GraphNodeState_MEMBERS: Final = frozenset(("key", "nodeId", "kind", "status", "
 def decode_GraphNodeState(raw: Json, path: str = "$") -> GraphNodeState:
     o = _object(raw, path)
     _require(o, path, ("key", "nodeId", "kind", "status", "attempts", "attemptId", "fence", "threadId", "error"))
-    return GraphNodeState(
-        key=(decode_GraphNodeKey(o["key"], _member_path(path, "key"))),
-        node_id=(decode_GraphNodeId(o["nodeId"], _member_path(path, "nodeId"))),
-        kind=(decode_GraphNodeKind(o["kind"], _member_path(path, "kind"))),
-        status=(decode_GraphNodeStatus(o["status"], _member_path(path, "status"))),
-        attempts=(_uint(o["attempts"], _member_path(path, "attempts"))),
-        attempt_id=(None if o["attemptId"] is None else _uint(o["attemptId"], _member_path(path, "attemptId"))),
-        fence=(None if o["fence"] is None else _uint(o["fence"], _member_path(path, "fence"))),
-        thread_id=(None if o["threadId"] is None else decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        error=(None if o["error"] is None else decode_GraphRunError(o["error"], _member_path(path, "error"))),
-        extra={k: v for k, v in o.items() if k not in _GraphNodeState_MEMBERS},
-    )
+    return _build(GraphNodeState, {
+        "key": (decode_GraphNodeKey(o["key"], path + ".key")),
+        "node_id": (decode_GraphNodeId(o["nodeId"], path + ".nodeId")),
+        "kind": (decode_GraphNodeKind(o["kind"], path + ".kind")),
+        "status": (decode_GraphNodeStatus(o["status"], path + ".status")),
+        "attempts": (_uint(o["attempts"], path + ".attempts")),
+        "attempt_id": (None if o["attemptId"] is None else _uint(o["attemptId"], path + ".attemptId")),
+        "fence": (None if o["fence"] is None else _uint(o["fence"], path + ".fence")),
+        "thread_id": (None if o["threadId"] is None else decode_Identifier(o["threadId"], path + ".threadId")),
+        "error": (None if o["error"] is None else decode_GraphRunError(o["error"], path + ".error")),
+        "extra": ({} if o.keys() <= _GraphNodeState_MEMBERS else {k: v for k, v in o.items() if k not in _GraphNodeState_MEMBERS}),
+    })
 
 
 def encode_GraphNodeState(value: GraphNodeState) -> Json:
@@ -6673,10 +6888,10 @@ def decode_GraphPortRef(raw: Json, path: str = "$") -> GraphPortRef:
     o = _object(raw, path)
     _require(o, path, ("port",))
     _only(o, path, _GraphPortRef_MEMBERS, "GraphPortRef")
-    return GraphPortRef(
-        node=(decode_GraphNodeKey(o["node"], _member_path(path, "node")) if "node" in o else MISSING),
-        port=(decode_GraphPortName(o["port"], _member_path(path, "port"))),
-    )
+    return _build(GraphPortRef, {
+        "node": (decode_GraphNodeKey(o["node"], path + ".node") if "node" in o else MISSING),
+        "port": (decode_GraphPortName(o["port"], path + ".port")),
+    })
 
 
 def encode_GraphPortRef(value: GraphPortRef) -> Json:
@@ -6745,19 +6960,19 @@ _GraphMessageState_MEMBERS: Final = frozenset(("messageId", "from", "to", "chann
 def decode_GraphMessageState(raw: Json, path: str = "$") -> GraphMessageState:
     o = _object(raw, path)
     _require(o, path, ("messageId", "from", "to", "channel", "channelSeq", "causes", "status", "deliveries", "valueDigest"))
-    return GraphMessageState(
-        message_id=(decode_Identifier(o["messageId"], _member_path(path, "messageId"))),
-        from_=(decode_GraphPortRef(o["from"], _member_path(path, "from"))),
-        to=(decode_GraphPortRef(o["to"], _member_path(path, "to"))),
-        channel=(decode_GraphChannel(o["channel"], _member_path(path, "channel"))),
-        channel_seq=(_uint(o["channelSeq"], _member_path(path, "channelSeq"))),
-        causes=([decode_Identifier(r0, _index_path(_member_path(path, "causes"), i0)) for i0, r0 in enumerate(_list(o["causes"], _member_path(path, "causes")))]),
-        status=(decode_GraphMessageStatus(o["status"], _member_path(path, "status"))),
-        deliveries=(_uint(o["deliveries"], _member_path(path, "deliveries"))),
-        value_digest=(decode_Digest(o["valueDigest"], _member_path(path, "valueDigest"))),
-        value=(decode_JsonValue(o["value"], _member_path(path, "value")) if "value" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _GraphMessageState_MEMBERS},
-    )
+    return _build(GraphMessageState, {
+        "message_id": (decode_Identifier(o["messageId"], path + ".messageId")),
+        "from_": (decode_GraphPortRef(o["from"], path + ".from")),
+        "to": (decode_GraphPortRef(o["to"], path + ".to")),
+        "channel": (decode_GraphChannel(o["channel"], path + ".channel")),
+        "channel_seq": (_uint(o["channelSeq"], path + ".channelSeq")),
+        "causes": ([decode_Identifier(r0, _index_path(path + ".causes", i0)) for i0, r0 in enumerate(_list(o["causes"], path + ".causes"))]),
+        "status": (decode_GraphMessageStatus(o["status"], path + ".status")),
+        "deliveries": (_uint(o["deliveries"], path + ".deliveries")),
+        "value_digest": (decode_Digest(o["valueDigest"], path + ".valueDigest")),
+        "value": (decode_JsonValue(o["value"], path + ".value") if "value" in o else MISSING),
+        "extra": ({} if o.keys() <= _GraphMessageState_MEMBERS else {k: v for k, v in o.items() if k not in _GraphMessageState_MEMBERS}),
+    })
 
 
 def encode_GraphMessageState(value: GraphMessageState) -> Json:
@@ -6870,17 +7085,17 @@ def decode_GraphEffectReceipt(raw: Json, path: str = "$") -> GraphEffectReceipt:
     o = _object(raw, path)
     _require(o, path, ("idempotencyKey", "operationDigest", "resultStatus", "resultDigest", "source", "threadId", "turnId", "itemId"))
     _only(o, path, _GraphEffectReceipt_MEMBERS, "GraphEffectReceipt")
-    return GraphEffectReceipt(
-        idempotency_key=(decode_Identifier(o["idempotencyKey"], _member_path(path, "idempotencyKey"))),
-        operation_digest=(decode_Digest(o["operationDigest"], _member_path(path, "operationDigest"))),
-        result_status=(decode_GraphResultStatus(o["resultStatus"], _member_path(path, "resultStatus"))),
-        result_digest=(decode_Digest(o["resultDigest"], _member_path(path, "resultDigest"))),
-        source=(decode_GraphReceiptSource(o["source"], _member_path(path, "source"))),
-        thread_id=(None if o["threadId"] is None else decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        turn_id=(None if o["turnId"] is None else decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item_id=(None if o["itemId"] is None else decode_Identifier(o["itemId"], _member_path(path, "itemId"))),
-        result=(decode_ToolResult(o["result"], _member_path(path, "result")) if "result" in o else MISSING),
-    )
+    return _build(GraphEffectReceipt, {
+        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey")),
+        "operation_digest": (decode_Digest(o["operationDigest"], path + ".operationDigest")),
+        "result_status": (decode_GraphResultStatus(o["resultStatus"], path + ".resultStatus")),
+        "result_digest": (decode_Digest(o["resultDigest"], path + ".resultDigest")),
+        "source": (decode_GraphReceiptSource(o["source"], path + ".source")),
+        "thread_id": (None if o["threadId"] is None else decode_Identifier(o["threadId"], path + ".threadId")),
+        "turn_id": (None if o["turnId"] is None else decode_Identifier(o["turnId"], path + ".turnId")),
+        "item_id": (None if o["itemId"] is None else decode_Identifier(o["itemId"], path + ".itemId")),
+        "result": (decode_ToolResult(o["result"], path + ".result") if "result" in o else MISSING),
+    })
 
 
 def encode_GraphEffectReceipt(value: GraphEffectReceipt) -> Json:
@@ -6924,19 +7139,19 @@ _GraphEffectState_MEMBERS: Final = frozenset(("idempotencyKey", "node", "attempt
 def decode_GraphEffectState(raw: Json, path: str = "$") -> GraphEffectState:
     o = _object(raw, path)
     _require(o, path, ("idempotencyKey", "node", "attemptId", "fence", "tool", "operationDigest", "status", "applied", "receipt", "error"))
-    return GraphEffectState(
-        idempotency_key=(decode_Identifier(o["idempotencyKey"], _member_path(path, "idempotencyKey"))),
-        node=(decode_GraphNodeKey(o["node"], _member_path(path, "node"))),
-        attempt_id=(_uint(o["attemptId"], _member_path(path, "attemptId"))),
-        fence=(_uint(o["fence"], _member_path(path, "fence"))),
-        tool=(_str(o["tool"], _member_path(path, "tool"))),
-        operation_digest=(decode_Digest(o["operationDigest"], _member_path(path, "operationDigest"))),
-        status=(decode_GraphEffectStatus(o["status"], _member_path(path, "status"))),
-        applied=(None if o["applied"] is None else _bool(o["applied"], _member_path(path, "applied"))),
-        receipt=(None if o["receipt"] is None else decode_GraphEffectReceipt(o["receipt"], _member_path(path, "receipt"))),
-        error=(None if o["error"] is None else decode_GraphRunError(o["error"], _member_path(path, "error"))),
-        extra={k: v for k, v in o.items() if k not in _GraphEffectState_MEMBERS},
-    )
+    return _build(GraphEffectState, {
+        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey")),
+        "node": (decode_GraphNodeKey(o["node"], path + ".node")),
+        "attempt_id": (_uint(o["attemptId"], path + ".attemptId")),
+        "fence": (_uint(o["fence"], path + ".fence")),
+        "tool": (_str(o["tool"], path + ".tool")),
+        "operation_digest": (decode_Digest(o["operationDigest"], path + ".operationDigest")),
+        "status": (decode_GraphEffectStatus(o["status"], path + ".status")),
+        "applied": (None if o["applied"] is None else _bool(o["applied"], path + ".applied")),
+        "receipt": (None if o["receipt"] is None else decode_GraphEffectReceipt(o["receipt"], path + ".receipt")),
+        "error": (None if o["error"] is None else decode_GraphRunError(o["error"], path + ".error")),
+        "extra": ({} if o.keys() <= _GraphEffectState_MEMBERS else {k: v for k, v in o.items() if k not in _GraphEffectState_MEMBERS}),
+    })
 
 
 def encode_GraphEffectState(value: GraphEffectState) -> Json:
@@ -6973,11 +7188,11 @@ def decode_GraphFencedAttempt(raw: Json, path: str = "$") -> GraphFencedAttempt:
     o = _object(raw, path)
     _require(o, path, ("attemptId", "node", "fence"))
     _only(o, path, _GraphFencedAttempt_MEMBERS, "GraphFencedAttempt")
-    return GraphFencedAttempt(
-        attempt_id=(_uint(o["attemptId"], _member_path(path, "attemptId"))),
-        node=(decode_GraphNodeKey(o["node"], _member_path(path, "node"))),
-        fence=(_uint(o["fence"], _member_path(path, "fence"))),
-    )
+    return _build(GraphFencedAttempt, {
+        "attempt_id": (_uint(o["attemptId"], path + ".attemptId")),
+        "node": (decode_GraphNodeKey(o["node"], path + ".node")),
+        "fence": (_uint(o["fence"], path + ".fence")),
+    })
 
 
 def encode_GraphFencedAttempt(value: GraphFencedAttempt) -> Json:
@@ -7003,11 +7218,11 @@ _GraphValidateParams_MEMBERS: Final = frozenset(("definition", "grant"))
 def decode_GraphValidateParams(raw: Json, path: str = "$") -> GraphValidateParams:
     o = _object(raw, path)
     _require(o, path, ("definition",))
-    return GraphValidateParams(
-        definition=(decode_GraphDefinition(o["definition"], _member_path(path, "definition"))),
-        grant=(decode_GraphRunGrant(o["grant"], _member_path(path, "grant")) if "grant" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _GraphValidateParams_MEMBERS},
-    )
+    return _build(GraphValidateParams, {
+        "definition": (decode_GraphDefinition(o["definition"], path + ".definition")),
+        "grant": (decode_GraphRunGrant(o["grant"], path + ".grant") if "grant" in o else MISSING),
+        "extra": ({} if o.keys() <= _GraphValidateParams_MEMBERS else {k: v for k, v in o.items() if k not in _GraphValidateParams_MEMBERS}),
+    })
 
 
 def encode_GraphValidateParams(value: GraphValidateParams) -> Json:
@@ -7040,13 +7255,13 @@ _GraphValidateResult_MEMBERS: Final = frozenset(("valid", "planDigest", "nodeCou
 def decode_GraphValidateResult(raw: Json, path: str = "$") -> GraphValidateResult:
     o = _object(raw, path)
     _require(o, path, ("valid", "planDigest", "nodeCount", "errors"))
-    return GraphValidateResult(
-        valid=(_bool(o["valid"], _member_path(path, "valid"))),
-        plan_digest=(None if o["planDigest"] is None else decode_Digest(o["planDigest"], _member_path(path, "planDigest"))),
-        node_count=(_uint(o["nodeCount"], _member_path(path, "nodeCount"))),
-        errors=([decode_GraphCompileError(r0, _index_path(_member_path(path, "errors"), i0)) for i0, r0 in enumerate(_list(o["errors"], _member_path(path, "errors")))]),
-        extra={k: v for k, v in o.items() if k not in _GraphValidateResult_MEMBERS},
-    )
+    return _build(GraphValidateResult, {
+        "valid": (_bool(o["valid"], path + ".valid")),
+        "plan_digest": (None if o["planDigest"] is None else decode_Digest(o["planDigest"], path + ".planDigest")),
+        "node_count": (_uint(o["nodeCount"], path + ".nodeCount")),
+        "errors": ([decode_GraphCompileError(r0, _index_path(path + ".errors", i0)) for i0, r0 in enumerate(_list(o["errors"], path + ".errors"))]),
+        "extra": ({} if o.keys() <= _GraphValidateResult_MEMBERS else {k: v for k, v in o.items() if k not in _GraphValidateResult_MEMBERS}),
+    })
 
 
 def encode_GraphValidateResult(value: GraphValidateResult) -> Json:
@@ -7082,15 +7297,15 @@ _GraphRunStartParams_MEMBERS: Final = frozenset(("definition", "runId", "inputs"
 def decode_GraphRunStartParams(raw: Json, path: str = "$") -> GraphRunStartParams:
     o = _object(raw, path)
     _require(o, path, ("definition",))
-    return GraphRunStartParams(
-        definition=(decode_GraphDefinition(o["definition"], _member_path(path, "definition"))),
-        run_id=(decode_GraphRunId(o["runId"], _member_path(path, "runId")) if "runId" in o else MISSING),
-        inputs=(decode_GraphValues(o["inputs"], _member_path(path, "inputs")) if "inputs" in o else MISSING),
-        grant=(decode_GraphRunGrant(o["grant"], _member_path(path, "grant")) if "grant" in o else MISSING),
-        options=(decode_GraphRunOptions(o["options"], _member_path(path, "options")) if "options" in o else MISSING),
-        idempotency_key=(decode_Identifier(o["idempotencyKey"], _member_path(path, "idempotencyKey")) if "idempotencyKey" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _GraphRunStartParams_MEMBERS},
-    )
+    return _build(GraphRunStartParams, {
+        "definition": (decode_GraphDefinition(o["definition"], path + ".definition")),
+        "run_id": (decode_GraphRunId(o["runId"], path + ".runId") if "runId" in o else MISSING),
+        "inputs": (decode_GraphValues(o["inputs"], path + ".inputs") if "inputs" in o else MISSING),
+        "grant": (decode_GraphRunGrant(o["grant"], path + ".grant") if "grant" in o else MISSING),
+        "options": (decode_GraphRunOptions(o["options"], path + ".options") if "options" in o else MISSING),
+        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey") if "idempotencyKey" in o else MISSING),
+        "extra": ({} if o.keys() <= _GraphRunStartParams_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunStartParams_MEMBERS}),
+    })
 
 
 def encode_GraphRunStartParams(value: GraphRunStartParams) -> Json:
@@ -7125,10 +7340,10 @@ _GraphRunStartResult_MEMBERS: Final = frozenset(("run",))
 def decode_GraphRunStartResult(raw: Json, path: str = "$") -> GraphRunStartResult:
     o = _object(raw, path)
     _require(o, path, ("run",))
-    return GraphRunStartResult(
-        run=(decode_GraphRunSummary(o["run"], _member_path(path, "run"))),
-        extra={k: v for k, v in o.items() if k not in _GraphRunStartResult_MEMBERS},
-    )
+    return _build(GraphRunStartResult, {
+        "run": (decode_GraphRunSummary(o["run"], path + ".run")),
+        "extra": ({} if o.keys() <= _GraphRunStartResult_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunStartResult_MEMBERS}),
+    })
 
 
 def encode_GraphRunStartResult(value: GraphRunStartResult) -> Json:
@@ -7162,13 +7377,13 @@ _GraphRunReadParams_MEMBERS: Final = frozenset(("runId", "includeContent", "afte
 def decode_GraphRunReadParams(raw: Json, path: str = "$") -> GraphRunReadParams:
     o = _object(raw, path)
     _require(o, path, ("runId",))
-    return GraphRunReadParams(
-        run_id=(decode_GraphRunId(o["runId"], _member_path(path, "runId"))),
-        include_content=(_bool(o["includeContent"], _member_path(path, "includeContent")) if "includeContent" in o else MISSING),
-        after_event_seq=(_uint(o["afterEventSeq"], _member_path(path, "afterEventSeq")) if "afterEventSeq" in o else MISSING),
-        limit=(_uint(o["limit"], _member_path(path, "limit")) if "limit" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _GraphRunReadParams_MEMBERS},
-    )
+    return _build(GraphRunReadParams, {
+        "run_id": (decode_GraphRunId(o["runId"], path + ".runId")),
+        "include_content": (_bool(o["includeContent"], path + ".includeContent") if "includeContent" in o else MISSING),
+        "after_event_seq": (_uint(o["afterEventSeq"], path + ".afterEventSeq") if "afterEventSeq" in o else MISSING),
+        "limit": (_uint(o["limit"], path + ".limit") if "limit" in o else MISSING),
+        "extra": ({} if o.keys() <= _GraphRunReadParams_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunReadParams_MEMBERS}),
+    })
 
 
 def encode_GraphRunReadParams(value: GraphRunReadParams) -> Json:
@@ -7207,15 +7422,15 @@ _GraphRunReadResult_MEMBERS: Final = frozenset(("run", "nodes", "messages", "eff
 def decode_GraphRunReadResult(raw: Json, path: str = "$") -> GraphRunReadResult:
     o = _object(raw, path)
     _require(o, path, ("run", "nodes"))
-    return GraphRunReadResult(
-        run=(decode_GraphRunSummary(o["run"], _member_path(path, "run"))),
-        nodes=([decode_GraphNodeState(r0, _index_path(_member_path(path, "nodes"), i0)) for i0, r0 in enumerate(_list(o["nodes"], _member_path(path, "nodes")))]),
-        messages=([decode_GraphMessageState(r0, _index_path(_member_path(path, "messages"), i0)) for i0, r0 in enumerate(_list(o["messages"], _member_path(path, "messages")))] if "messages" in o else MISSING),
-        effects=([decode_GraphEffectState(r0, _index_path(_member_path(path, "effects"), i0)) for i0, r0 in enumerate(_list(o["effects"], _member_path(path, "effects")))] if "effects" in o else MISSING),
-        events=([decode_RolloutEvent(r0, _index_path(_member_path(path, "events"), i0)) for i0, r0 in enumerate(_list(o["events"], _member_path(path, "events")))] if "events" in o else MISSING),
-        has_more=(_bool(o["hasMore"], _member_path(path, "hasMore")) if "hasMore" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _GraphRunReadResult_MEMBERS},
-    )
+    return _build(GraphRunReadResult, {
+        "run": (decode_GraphRunSummary(o["run"], path + ".run")),
+        "nodes": ([decode_GraphNodeState(r0, _index_path(path + ".nodes", i0)) for i0, r0 in enumerate(_list(o["nodes"], path + ".nodes"))]),
+        "messages": ([decode_GraphMessageState(r0, _index_path(path + ".messages", i0)) for i0, r0 in enumerate(_list(o["messages"], path + ".messages"))] if "messages" in o else MISSING),
+        "effects": ([decode_GraphEffectState(r0, _index_path(path + ".effects", i0)) for i0, r0 in enumerate(_list(o["effects"], path + ".effects"))] if "effects" in o else MISSING),
+        "events": ([decode_RolloutEvent(r0, _index_path(path + ".events", i0)) for i0, r0 in enumerate(_list(o["events"], path + ".events"))] if "events" in o else MISSING),
+        "has_more": (_bool(o["hasMore"], path + ".hasMore") if "hasMore" in o else MISSING),
+        "extra": ({} if o.keys() <= _GraphRunReadResult_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunReadResult_MEMBERS}),
+    })
 
 
 def encode_GraphRunReadResult(value: GraphRunReadResult) -> Json:
@@ -7252,11 +7467,11 @@ _GraphRunCancelParams_MEMBERS: Final = frozenset(("runId", "reason"))
 def decode_GraphRunCancelParams(raw: Json, path: str = "$") -> GraphRunCancelParams:
     o = _object(raw, path)
     _require(o, path, ("runId",))
-    return GraphRunCancelParams(
-        run_id=(decode_GraphRunId(o["runId"], _member_path(path, "runId"))),
-        reason=(decode_ShortText(o["reason"], _member_path(path, "reason")) if "reason" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _GraphRunCancelParams_MEMBERS},
-    )
+    return _build(GraphRunCancelParams, {
+        "run_id": (decode_GraphRunId(o["runId"], path + ".runId")),
+        "reason": (decode_ShortText(o["reason"], path + ".reason") if "reason" in o else MISSING),
+        "extra": ({} if o.keys() <= _GraphRunCancelParams_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunCancelParams_MEMBERS}),
+    })
 
 
 def encode_GraphRunCancelParams(value: GraphRunCancelParams) -> Json:
@@ -7284,11 +7499,11 @@ _GraphRunCancelResult_MEMBERS: Final = frozenset(("run", "fenced"))
 def decode_GraphRunCancelResult(raw: Json, path: str = "$") -> GraphRunCancelResult:
     o = _object(raw, path)
     _require(o, path, ("run", "fenced"))
-    return GraphRunCancelResult(
-        run=(decode_GraphRunSummary(o["run"], _member_path(path, "run"))),
-        fenced=([decode_GraphFencedAttempt(r0, _index_path(_member_path(path, "fenced"), i0)) for i0, r0 in enumerate(_list(o["fenced"], _member_path(path, "fenced")))]),
-        extra={k: v for k, v in o.items() if k not in _GraphRunCancelResult_MEMBERS},
-    )
+    return _build(GraphRunCancelResult, {
+        "run": (decode_GraphRunSummary(o["run"], path + ".run")),
+        "fenced": ([decode_GraphFencedAttempt(r0, _index_path(path + ".fenced", i0)) for i0, r0 in enumerate(_list(o["fenced"], path + ".fenced"))]),
+        "extra": ({} if o.keys() <= _GraphRunCancelResult_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunCancelResult_MEMBERS}),
+    })
 
 
 def encode_GraphRunCancelResult(value: GraphRunCancelResult) -> Json:
@@ -7316,12 +7531,16 @@ def decode_GraphValidateRequest(raw: Json, path: str = "$") -> GraphValidateRequ
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "id", "method", "params"))
     _only(o, path, _GraphValidateRequest_MEMBERS, "GraphValidateRequest")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "graph/validate")
-    return GraphValidateRequest(
-        id=(decode_RequestId(o["id"], _member_path(path, "id"))),
-        params=(decode_GraphValidateParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "graph/validate"):
+        raise DecodeError(path + ".method", "expected " + repr("graph/validate"))
+    return _build(GraphValidateRequest, {
+        "jsonrpc": "2.0",
+        "id": (decode_RequestId(o["id"], path + ".id")),
+        "method": "graph/validate",
+        "params": (decode_GraphValidateParams(o["params"], path + ".params")),
+    })
 
 
 def encode_GraphValidateRequest(value: GraphValidateRequest) -> Json:
@@ -7348,12 +7567,16 @@ def decode_GraphRunStartRequest(raw: Json, path: str = "$") -> GraphRunStartRequ
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "id", "method", "params"))
     _only(o, path, _GraphRunStartRequest_MEMBERS, "GraphRunStartRequest")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "graph/run/start")
-    return GraphRunStartRequest(
-        id=(decode_RequestId(o["id"], _member_path(path, "id"))),
-        params=(decode_GraphRunStartParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "graph/run/start"):
+        raise DecodeError(path + ".method", "expected " + repr("graph/run/start"))
+    return _build(GraphRunStartRequest, {
+        "jsonrpc": "2.0",
+        "id": (decode_RequestId(o["id"], path + ".id")),
+        "method": "graph/run/start",
+        "params": (decode_GraphRunStartParams(o["params"], path + ".params")),
+    })
 
 
 def encode_GraphRunStartRequest(value: GraphRunStartRequest) -> Json:
@@ -7380,12 +7603,16 @@ def decode_GraphRunReadRequest(raw: Json, path: str = "$") -> GraphRunReadReques
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "id", "method", "params"))
     _only(o, path, _GraphRunReadRequest_MEMBERS, "GraphRunReadRequest")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "graph/run/read")
-    return GraphRunReadRequest(
-        id=(decode_RequestId(o["id"], _member_path(path, "id"))),
-        params=(decode_GraphRunReadParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "graph/run/read"):
+        raise DecodeError(path + ".method", "expected " + repr("graph/run/read"))
+    return _build(GraphRunReadRequest, {
+        "jsonrpc": "2.0",
+        "id": (decode_RequestId(o["id"], path + ".id")),
+        "method": "graph/run/read",
+        "params": (decode_GraphRunReadParams(o["params"], path + ".params")),
+    })
 
 
 def encode_GraphRunReadRequest(value: GraphRunReadRequest) -> Json:
@@ -7412,12 +7639,16 @@ def decode_GraphRunCancelRequest(raw: Json, path: str = "$") -> GraphRunCancelRe
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "id", "method", "params"))
     _only(o, path, _GraphRunCancelRequest_MEMBERS, "GraphRunCancelRequest")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "graph/run/cancel")
-    return GraphRunCancelRequest(
-        id=(decode_RequestId(o["id"], _member_path(path, "id"))),
-        params=(decode_GraphRunCancelParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "graph/run/cancel"):
+        raise DecodeError(path + ".method", "expected " + repr("graph/run/cancel"))
+    return _build(GraphRunCancelRequest, {
+        "jsonrpc": "2.0",
+        "id": (decode_RequestId(o["id"], path + ".id")),
+        "method": "graph/run/cancel",
+        "params": (decode_GraphRunCancelParams(o["params"], path + ".params")),
+    })
 
 
 def encode_GraphRunCancelRequest(value: GraphRunCancelRequest) -> Json:
@@ -7449,13 +7680,15 @@ _GraphRunUpdatedParams_MEMBERS: Final = frozenset(("type", "runId", "eventSeq", 
 def decode_GraphRunUpdatedParams(raw: Json, path: str = "$") -> GraphRunUpdatedParams:
     o = _object(raw, path)
     _require(o, path, ("type", "runId", "eventSeq", "run"))
-    _const(o["type"], _member_path(path, "type"), "runUpdated")
-    return GraphRunUpdatedParams(
-        run_id=(decode_GraphRunId(o["runId"], _member_path(path, "runId"))),
-        event_seq=(_uint(o["eventSeq"], _member_path(path, "eventSeq"))),
-        run=(decode_GraphRunSummary(o["run"], _member_path(path, "run"))),
-        extra={k: v for k, v in o.items() if k not in _GraphRunUpdatedParams_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "runUpdated"):
+        raise DecodeError(path + ".type", "expected " + repr("runUpdated"))
+    return _build(GraphRunUpdatedParams, {
+        "type_": "runUpdated",
+        "run_id": (decode_GraphRunId(o["runId"], path + ".runId")),
+        "event_seq": (_uint(o["eventSeq"], path + ".eventSeq")),
+        "run": (decode_GraphRunSummary(o["run"], path + ".run")),
+        "extra": ({} if o.keys() <= _GraphRunUpdatedParams_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunUpdatedParams_MEMBERS}),
+    })
 
 
 def encode_GraphRunUpdatedParams(value: GraphRunUpdatedParams) -> Json:
@@ -7490,13 +7723,15 @@ _GraphNodeUpdatedParams_MEMBERS: Final = frozenset(("type", "runId", "eventSeq",
 def decode_GraphNodeUpdatedParams(raw: Json, path: str = "$") -> GraphNodeUpdatedParams:
     o = _object(raw, path)
     _require(o, path, ("type", "runId", "eventSeq", "node"))
-    _const(o["type"], _member_path(path, "type"), "nodeUpdated")
-    return GraphNodeUpdatedParams(
-        run_id=(decode_GraphRunId(o["runId"], _member_path(path, "runId"))),
-        event_seq=(_uint(o["eventSeq"], _member_path(path, "eventSeq"))),
-        node=(decode_GraphNodeState(o["node"], _member_path(path, "node"))),
-        extra={k: v for k, v in o.items() if k not in _GraphNodeUpdatedParams_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "nodeUpdated"):
+        raise DecodeError(path + ".type", "expected " + repr("nodeUpdated"))
+    return _build(GraphNodeUpdatedParams, {
+        "type_": "nodeUpdated",
+        "run_id": (decode_GraphRunId(o["runId"], path + ".runId")),
+        "event_seq": (_uint(o["eventSeq"], path + ".eventSeq")),
+        "node": (decode_GraphNodeState(o["node"], path + ".node")),
+        "extra": ({} if o.keys() <= _GraphNodeUpdatedParams_MEMBERS else {k: v for k, v in o.items() if k not in _GraphNodeUpdatedParams_MEMBERS}),
+    })
 
 
 def encode_GraphNodeUpdatedParams(value: GraphNodeUpdatedParams) -> Json:
@@ -7518,10 +7753,11 @@ GraphEventParams: TypeAlias = "GraphRunUpdatedParams | GraphNodeUpdatedParams | 
 def decode_GraphEventParams(raw: Json, path: str = "$") -> GraphEventParams:
     o = _object(raw, path)
     tag = o.get("type", MISSING)
-    if _is_tag(tag, "runUpdated"):
-        return decode_GraphRunUpdatedParams(o, path)
-    if _is_tag(tag, "nodeUpdated"):
-        return decode_GraphNodeUpdatedParams(o, path)
+    if isinstance(tag, str):
+        if tag == "runUpdated":
+            return decode_GraphRunUpdatedParams(o, path)
+        if tag == "nodeUpdated":
+            return decode_GraphNodeUpdatedParams(o, path)
     return UnknownCase(raw=o)
 
 
@@ -7547,11 +7783,15 @@ def decode_GraphEventNotification(raw: Json, path: str = "$") -> GraphEventNotif
     o = _object(raw, path)
     _require(o, path, ("jsonrpc", "method", "params"))
     _only(o, path, _GraphEventNotification_MEMBERS, "GraphEventNotification")
-    _const(o["jsonrpc"], _member_path(path, "jsonrpc"), "2.0")
-    _const(o["method"], _member_path(path, "method"), "graph/event")
-    return GraphEventNotification(
-        params=(decode_GraphEventParams(o["params"], _member_path(path, "params"))),
-    )
+    if not (isinstance(o["jsonrpc"], str) and o["jsonrpc"] == "2.0"):
+        raise DecodeError(path + ".jsonrpc", "expected " + repr("2.0"))
+    if not (isinstance(o["method"], str) and o["method"] == "graph/event"):
+        raise DecodeError(path + ".method", "expected " + repr("graph/event"))
+    return _build(GraphEventNotification, {
+        "jsonrpc": "2.0",
+        "method": "graph/event",
+        "params": (decode_GraphEventParams(o["params"], path + ".params")),
+    })
 
 
 def encode_GraphEventNotification(value: GraphEventNotification) -> Json:
@@ -7588,17 +7828,19 @@ _GraphRunStartedEvent_MEMBERS: Final = frozenset(("type", "runId", "definition",
 def decode_GraphRunStartedEvent(raw: Json, path: str = "$") -> GraphRunStartedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "runId", "definition", "planDigest", "grant", "inputs", "options", "startedAtMs"))
-    _const(o["type"], _member_path(path, "type"), "graphRunStarted")
-    return GraphRunStartedEvent(
-        run_id=(decode_GraphRunId(o["runId"], _member_path(path, "runId"))),
-        definition=(decode_GraphDefinition(o["definition"], _member_path(path, "definition"))),
-        plan_digest=(decode_Digest(o["planDigest"], _member_path(path, "planDigest"))),
-        grant=(decode_GraphRunGrant(o["grant"], _member_path(path, "grant"))),
-        inputs=(decode_GraphValues(o["inputs"], _member_path(path, "inputs"))),
-        options=(decode_GraphRunOptions(o["options"], _member_path(path, "options"))),
-        started_at_ms=(_uint(o["startedAtMs"], _member_path(path, "startedAtMs"))),
-        extra={k: v for k, v in o.items() if k not in _GraphRunStartedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphRunStarted"):
+        raise DecodeError(path + ".type", "expected " + repr("graphRunStarted"))
+    return _build(GraphRunStartedEvent, {
+        "type_": "graphRunStarted",
+        "run_id": (decode_GraphRunId(o["runId"], path + ".runId")),
+        "definition": (decode_GraphDefinition(o["definition"], path + ".definition")),
+        "plan_digest": (decode_Digest(o["planDigest"], path + ".planDigest")),
+        "grant": (decode_GraphRunGrant(o["grant"], path + ".grant")),
+        "inputs": (decode_GraphValues(o["inputs"], path + ".inputs")),
+        "options": (decode_GraphRunOptions(o["options"], path + ".options")),
+        "started_at_ms": (_uint(o["startedAtMs"], path + ".startedAtMs")),
+        "extra": ({} if o.keys() <= _GraphRunStartedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunStartedEvent_MEMBERS}),
+    })
 
 
 def encode_GraphRunStartedEvent(value: GraphRunStartedEvent) -> Json:
@@ -7644,17 +7886,19 @@ _GraphAttemptStartedEvent_MEMBERS: Final = frozenset(("type", "attemptId", "fenc
 def decode_GraphAttemptStartedEvent(raw: Json, path: str = "$") -> GraphAttemptStartedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "attemptId", "fence", "node", "worker", "leaseExpiresAtMs", "custody", "threadId"))
-    _const(o["type"], _member_path(path, "type"), "graphAttemptStarted")
-    return GraphAttemptStartedEvent(
-        attempt_id=(_uint(o["attemptId"], _member_path(path, "attemptId"))),
-        fence=(_uint(o["fence"], _member_path(path, "fence"))),
-        node=(decode_GraphNodeKey(o["node"], _member_path(path, "node"))),
-        worker=(_str(o["worker"], _member_path(path, "worker"))),
-        lease_expires_at_ms=(_uint(o["leaseExpiresAtMs"], _member_path(path, "leaseExpiresAtMs"))),
-        custody=([decode_Identifier(r0, _index_path(_member_path(path, "custody"), i0)) for i0, r0 in enumerate(_list(o["custody"], _member_path(path, "custody")))]),
-        thread_id=(None if o["threadId"] is None else decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        extra={k: v for k, v in o.items() if k not in _GraphAttemptStartedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphAttemptStarted"):
+        raise DecodeError(path + ".type", "expected " + repr("graphAttemptStarted"))
+    return _build(GraphAttemptStartedEvent, {
+        "type_": "graphAttemptStarted",
+        "attempt_id": (_uint(o["attemptId"], path + ".attemptId")),
+        "fence": (_uint(o["fence"], path + ".fence")),
+        "node": (decode_GraphNodeKey(o["node"], path + ".node")),
+        "worker": (_str(o["worker"], path + ".worker")),
+        "lease_expires_at_ms": (_uint(o["leaseExpiresAtMs"], path + ".leaseExpiresAtMs")),
+        "custody": ([decode_Identifier(r0, _index_path(path + ".custody", i0)) for i0, r0 in enumerate(_list(o["custody"], path + ".custody"))]),
+        "thread_id": (None if o["threadId"] is None else decode_Identifier(o["threadId"], path + ".threadId")),
+        "extra": ({} if o.keys() <= _GraphAttemptStartedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphAttemptStartedEvent_MEMBERS}),
+    })
 
 
 def encode_GraphAttemptStartedEvent(value: GraphAttemptStartedEvent) -> Json:
@@ -7694,13 +7938,15 @@ _GraphLeaseRenewedEvent_MEMBERS: Final = frozenset(("type", "attemptId", "fence"
 def decode_GraphLeaseRenewedEvent(raw: Json, path: str = "$") -> GraphLeaseRenewedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "attemptId", "fence", "leaseExpiresAtMs"))
-    _const(o["type"], _member_path(path, "type"), "graphLeaseRenewed")
-    return GraphLeaseRenewedEvent(
-        attempt_id=(_uint(o["attemptId"], _member_path(path, "attemptId"))),
-        fence=(_uint(o["fence"], _member_path(path, "fence"))),
-        lease_expires_at_ms=(_uint(o["leaseExpiresAtMs"], _member_path(path, "leaseExpiresAtMs"))),
-        extra={k: v for k, v in o.items() if k not in _GraphLeaseRenewedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphLeaseRenewed"):
+        raise DecodeError(path + ".type", "expected " + repr("graphLeaseRenewed"))
+    return _build(GraphLeaseRenewedEvent, {
+        "type_": "graphLeaseRenewed",
+        "attempt_id": (_uint(o["attemptId"], path + ".attemptId")),
+        "fence": (_uint(o["fence"], path + ".fence")),
+        "lease_expires_at_ms": (_uint(o["leaseExpiresAtMs"], path + ".leaseExpiresAtMs")),
+        "extra": ({} if o.keys() <= _GraphLeaseRenewedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphLeaseRenewedEvent_MEMBERS}),
+    })
 
 
 def encode_GraphLeaseRenewedEvent(value: GraphLeaseRenewedEvent) -> Json:
@@ -7737,14 +7983,16 @@ _GraphLeaseExpiredEvent_MEMBERS: Final = frozenset(("type", "attemptId", "fence"
 def decode_GraphLeaseExpiredEvent(raw: Json, path: str = "$") -> GraphLeaseExpiredEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "attemptId", "fence", "node", "atMs"))
-    _const(o["type"], _member_path(path, "type"), "graphLeaseExpired")
-    return GraphLeaseExpiredEvent(
-        attempt_id=(_uint(o["attemptId"], _member_path(path, "attemptId"))),
-        fence=(_uint(o["fence"], _member_path(path, "fence"))),
-        node=(decode_GraphNodeKey(o["node"], _member_path(path, "node"))),
-        at_ms=(_uint(o["atMs"], _member_path(path, "atMs"))),
-        extra={k: v for k, v in o.items() if k not in _GraphLeaseExpiredEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphLeaseExpired"):
+        raise DecodeError(path + ".type", "expected " + repr("graphLeaseExpired"))
+    return _build(GraphLeaseExpiredEvent, {
+        "type_": "graphLeaseExpired",
+        "attempt_id": (_uint(o["attemptId"], path + ".attemptId")),
+        "fence": (_uint(o["fence"], path + ".fence")),
+        "node": (decode_GraphNodeKey(o["node"], path + ".node")),
+        "at_ms": (_uint(o["atMs"], path + ".atMs")),
+        "extra": ({} if o.keys() <= _GraphLeaseExpiredEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphLeaseExpiredEvent_MEMBERS}),
+    })
 
 
 def encode_GraphLeaseExpiredEvent(value: GraphLeaseExpiredEvent) -> Json:
@@ -7802,17 +8050,19 @@ _GraphAttemptFinishedEvent_MEMBERS: Final = frozenset(("type", "attemptId", "fen
 def decode_GraphAttemptFinishedEvent(raw: Json, path: str = "$") -> GraphAttemptFinishedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "attemptId", "fence", "node", "status", "retryable", "error"))
-    _const(o["type"], _member_path(path, "type"), "graphAttemptFinished")
-    return GraphAttemptFinishedEvent(
-        attempt_id=(_uint(o["attemptId"], _member_path(path, "attemptId"))),
-        fence=(_uint(o["fence"], _member_path(path, "fence"))),
-        node=(decode_GraphNodeKey(o["node"], _member_path(path, "node"))),
-        status=(decode_GraphAttemptStatus(o["status"], _member_path(path, "status"))),
-        retryable=(_bool(o["retryable"], _member_path(path, "retryable"))),
-        error=(None if o["error"] is None else decode_GraphRunError(o["error"], _member_path(path, "error"))),
-        usage=(decode_GraphUsage(o["usage"], _member_path(path, "usage")) if "usage" in o else MISSING),
-        extra={k: v for k, v in o.items() if k not in _GraphAttemptFinishedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphAttemptFinished"):
+        raise DecodeError(path + ".type", "expected " + repr("graphAttemptFinished"))
+    return _build(GraphAttemptFinishedEvent, {
+        "type_": "graphAttemptFinished",
+        "attempt_id": (_uint(o["attemptId"], path + ".attemptId")),
+        "fence": (_uint(o["fence"], path + ".fence")),
+        "node": (decode_GraphNodeKey(o["node"], path + ".node")),
+        "status": (decode_GraphAttemptStatus(o["status"], path + ".status")),
+        "retryable": (_bool(o["retryable"], path + ".retryable")),
+        "error": (None if o["error"] is None else decode_GraphRunError(o["error"], path + ".error")),
+        "usage": (decode_GraphUsage(o["usage"], path + ".usage") if "usage" in o else MISSING),
+        "extra": ({} if o.keys() <= _GraphAttemptFinishedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphAttemptFinishedEvent_MEMBERS}),
+    })
 
 
 def encode_GraphAttemptFinishedEvent(value: GraphAttemptFinishedEvent) -> Json:
@@ -7875,16 +8125,18 @@ _GraphStaleRefusedEvent_MEMBERS: Final = frozenset(("type", "attemptId", "fence"
 def decode_GraphStaleRefusedEvent(raw: Json, path: str = "$") -> GraphStaleRefusedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "attemptId", "fence", "node", "currentFence", "what", "reason"))
-    _const(o["type"], _member_path(path, "type"), "graphStaleRefused")
-    return GraphStaleRefusedEvent(
-        attempt_id=(_uint(o["attemptId"], _member_path(path, "attemptId"))),
-        fence=(_uint(o["fence"], _member_path(path, "fence"))),
-        node=(decode_GraphNodeKey(o["node"], _member_path(path, "node"))),
-        current_fence=(None if o["currentFence"] is None else _uint(o["currentFence"], _member_path(path, "currentFence"))),
-        what=(decode_GraphStaleWhat(o["what"], _member_path(path, "what"))),
-        reason=(decode_ShortText(o["reason"], _member_path(path, "reason"))),
-        extra={k: v for k, v in o.items() if k not in _GraphStaleRefusedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphStaleRefused"):
+        raise DecodeError(path + ".type", "expected " + repr("graphStaleRefused"))
+    return _build(GraphStaleRefusedEvent, {
+        "type_": "graphStaleRefused",
+        "attempt_id": (_uint(o["attemptId"], path + ".attemptId")),
+        "fence": (_uint(o["fence"], path + ".fence")),
+        "node": (decode_GraphNodeKey(o["node"], path + ".node")),
+        "current_fence": (None if o["currentFence"] is None else _uint(o["currentFence"], path + ".currentFence")),
+        "what": (decode_GraphStaleWhat(o["what"], path + ".what")),
+        "reason": (decode_ShortText(o["reason"], path + ".reason")),
+        "extra": ({} if o.keys() <= _GraphStaleRefusedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphStaleRefusedEvent_MEMBERS}),
+    })
 
 
 def encode_GraphStaleRefusedEvent(value: GraphStaleRefusedEvent) -> Json:
@@ -7930,18 +8182,20 @@ _GraphMessageSentEvent_MEMBERS: Final = frozenset(("type", "messageId", "from", 
 def decode_GraphMessageSentEvent(raw: Json, path: str = "$") -> GraphMessageSentEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "messageId", "from", "to", "channel", "channelSeq", "causes", "valueDigest", "value"))
-    _const(o["type"], _member_path(path, "type"), "graphMessageSent")
-    return GraphMessageSentEvent(
-        message_id=(decode_Identifier(o["messageId"], _member_path(path, "messageId"))),
-        from_=(decode_GraphPortRef(o["from"], _member_path(path, "from"))),
-        to=(decode_GraphPortRef(o["to"], _member_path(path, "to"))),
-        channel=(decode_GraphChannel(o["channel"], _member_path(path, "channel"))),
-        channel_seq=(_uint(o["channelSeq"], _member_path(path, "channelSeq"))),
-        causes=([decode_Identifier(r0, _index_path(_member_path(path, "causes"), i0)) for i0, r0 in enumerate(_list(o["causes"], _member_path(path, "causes")))]),
-        value_digest=(decode_Digest(o["valueDigest"], _member_path(path, "valueDigest"))),
-        value=(decode_JsonValue(o["value"], _member_path(path, "value"))),
-        extra={k: v for k, v in o.items() if k not in _GraphMessageSentEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphMessageSent"):
+        raise DecodeError(path + ".type", "expected " + repr("graphMessageSent"))
+    return _build(GraphMessageSentEvent, {
+        "type_": "graphMessageSent",
+        "message_id": (decode_Identifier(o["messageId"], path + ".messageId")),
+        "from_": (decode_GraphPortRef(o["from"], path + ".from")),
+        "to": (decode_GraphPortRef(o["to"], path + ".to")),
+        "channel": (decode_GraphChannel(o["channel"], path + ".channel")),
+        "channel_seq": (_uint(o["channelSeq"], path + ".channelSeq")),
+        "causes": ([decode_Identifier(r0, _index_path(path + ".causes", i0)) for i0, r0 in enumerate(_list(o["causes"], path + ".causes"))]),
+        "value_digest": (decode_Digest(o["valueDigest"], path + ".valueDigest")),
+        "value": (decode_JsonValue(o["value"], path + ".value")),
+        "extra": ({} if o.keys() <= _GraphMessageSentEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphMessageSentEvent_MEMBERS}),
+    })
 
 
 def encode_GraphMessageSentEvent(value: GraphMessageSentEvent) -> Json:
@@ -7983,14 +8237,16 @@ _GraphMessageAckedEvent_MEMBERS: Final = frozenset(("type", "messageId", "consum
 def decode_GraphMessageAckedEvent(raw: Json, path: str = "$") -> GraphMessageAckedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "messageId", "consumer", "attemptId", "duplicate"))
-    _const(o["type"], _member_path(path, "type"), "graphMessageAcked")
-    return GraphMessageAckedEvent(
-        message_id=(decode_Identifier(o["messageId"], _member_path(path, "messageId"))),
-        consumer=(decode_GraphNodeKey(o["consumer"], _member_path(path, "consumer"))),
-        attempt_id=(None if o["attemptId"] is None else _uint(o["attemptId"], _member_path(path, "attemptId"))),
-        duplicate=(_bool(o["duplicate"], _member_path(path, "duplicate"))),
-        extra={k: v for k, v in o.items() if k not in _GraphMessageAckedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphMessageAcked"):
+        raise DecodeError(path + ".type", "expected " + repr("graphMessageAcked"))
+    return _build(GraphMessageAckedEvent, {
+        "type_": "graphMessageAcked",
+        "message_id": (decode_Identifier(o["messageId"], path + ".messageId")),
+        "consumer": (decode_GraphNodeKey(o["consumer"], path + ".consumer")),
+        "attempt_id": (None if o["attemptId"] is None else _uint(o["attemptId"], path + ".attemptId")),
+        "duplicate": (_bool(o["duplicate"], path + ".duplicate")),
+        "extra": ({} if o.keys() <= _GraphMessageAckedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphMessageAckedEvent_MEMBERS}),
+    })
 
 
 def encode_GraphMessageAckedEvent(value: GraphMessageAckedEvent) -> Json:
@@ -8045,13 +8301,15 @@ _GraphScopeEnteredEvent_MEMBERS: Final = frozenset(("type", "node", "scope", "it
 def decode_GraphScopeEnteredEvent(raw: Json, path: str = "$") -> GraphScopeEnteredEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "node", "scope", "iteration"))
-    _const(o["type"], _member_path(path, "type"), "graphScopeEntered")
-    return GraphScopeEnteredEvent(
-        node=(decode_GraphNodeKey(o["node"], _member_path(path, "node"))),
-        scope=(decode_GraphNodeKey(o["scope"], _member_path(path, "scope"))),
-        iteration=(_uint(o["iteration"], _member_path(path, "iteration"))),
-        extra={k: v for k, v in o.items() if k not in _GraphScopeEnteredEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphScopeEntered"):
+        raise DecodeError(path + ".type", "expected " + repr("graphScopeEntered"))
+    return _build(GraphScopeEnteredEvent, {
+        "type_": "graphScopeEntered",
+        "node": (decode_GraphNodeKey(o["node"], path + ".node")),
+        "scope": (decode_GraphNodeKey(o["scope"], path + ".scope")),
+        "iteration": (_uint(o["iteration"], path + ".iteration")),
+        "extra": ({} if o.keys() <= _GraphScopeEnteredEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphScopeEnteredEvent_MEMBERS}),
+    })
 
 
 def encode_GraphScopeEnteredEvent(value: GraphScopeEnteredEvent) -> Json:
@@ -8085,14 +8343,16 @@ _GraphScopeExitedEvent_MEMBERS: Final = frozenset(("type", "node", "scope", "ite
 def decode_GraphScopeExitedEvent(raw: Json, path: str = "$") -> GraphScopeExitedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "node", "scope", "iteration", "reason"))
-    _const(o["type"], _member_path(path, "type"), "graphScopeExited")
-    return GraphScopeExitedEvent(
-        node=(decode_GraphNodeKey(o["node"], _member_path(path, "node"))),
-        scope=(decode_GraphNodeKey(o["scope"], _member_path(path, "scope"))),
-        iteration=(_uint(o["iteration"], _member_path(path, "iteration"))),
-        reason=(decode_GraphScopeReason(o["reason"], _member_path(path, "reason"))),
-        extra={k: v for k, v in o.items() if k not in _GraphScopeExitedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphScopeExited"):
+        raise DecodeError(path + ".type", "expected " + repr("graphScopeExited"))
+    return _build(GraphScopeExitedEvent, {
+        "type_": "graphScopeExited",
+        "node": (decode_GraphNodeKey(o["node"], path + ".node")),
+        "scope": (decode_GraphNodeKey(o["scope"], path + ".scope")),
+        "iteration": (_uint(o["iteration"], path + ".iteration")),
+        "reason": (decode_GraphScopeReason(o["reason"], path + ".reason")),
+        "extra": ({} if o.keys() <= _GraphScopeExitedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphScopeExitedEvent_MEMBERS}),
+    })
 
 
 def encode_GraphScopeExitedEvent(value: GraphScopeExitedEvent) -> Json:
@@ -8139,19 +8399,21 @@ _GraphEffectIntendedEvent_MEMBERS: Final = frozenset(("type", "attemptId", "fenc
 def decode_GraphEffectIntendedEvent(raw: Json, path: str = "$") -> GraphEffectIntendedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "attemptId", "fence", "idempotencyKey", "node", "call", "operationDigest", "threadId", "turnId", "itemId"))
-    _const(o["type"], _member_path(path, "type"), "graphEffectIntended")
-    return GraphEffectIntendedEvent(
-        attempt_id=(_uint(o["attemptId"], _member_path(path, "attemptId"))),
-        fence=(_uint(o["fence"], _member_path(path, "fence"))),
-        idempotency_key=(decode_Identifier(o["idempotencyKey"], _member_path(path, "idempotencyKey"))),
-        node=(decode_GraphNodeKey(o["node"], _member_path(path, "node"))),
-        call=(decode_ToolCall(o["call"], _member_path(path, "call"))),
-        operation_digest=(decode_Digest(o["operationDigest"], _member_path(path, "operationDigest"))),
-        thread_id=(decode_Identifier(o["threadId"], _member_path(path, "threadId"))),
-        turn_id=(decode_Identifier(o["turnId"], _member_path(path, "turnId"))),
-        item_id=(decode_Identifier(o["itemId"], _member_path(path, "itemId"))),
-        extra={k: v for k, v in o.items() if k not in _GraphEffectIntendedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphEffectIntended"):
+        raise DecodeError(path + ".type", "expected " + repr("graphEffectIntended"))
+    return _build(GraphEffectIntendedEvent, {
+        "type_": "graphEffectIntended",
+        "attempt_id": (_uint(o["attemptId"], path + ".attemptId")),
+        "fence": (_uint(o["fence"], path + ".fence")),
+        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey")),
+        "node": (decode_GraphNodeKey(o["node"], path + ".node")),
+        "call": (decode_ToolCall(o["call"], path + ".call")),
+        "operation_digest": (decode_Digest(o["operationDigest"], path + ".operationDigest")),
+        "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
+        "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
+        "item_id": (decode_Identifier(o["itemId"], path + ".itemId")),
+        "extra": ({} if o.keys() <= _GraphEffectIntendedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphEffectIntendedEvent_MEMBERS}),
+    })
 
 
 def encode_GraphEffectIntendedEvent(value: GraphEffectIntendedEvent) -> Json:
@@ -8194,14 +8456,16 @@ _GraphEffectSucceededEvent_MEMBERS: Final = frozenset(("type", "attemptId", "fen
 def decode_GraphEffectSucceededEvent(raw: Json, path: str = "$") -> GraphEffectSucceededEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "attemptId", "fence", "idempotencyKey", "receipt"))
-    _const(o["type"], _member_path(path, "type"), "graphEffectSucceeded")
-    return GraphEffectSucceededEvent(
-        attempt_id=(_uint(o["attemptId"], _member_path(path, "attemptId"))),
-        fence=(_uint(o["fence"], _member_path(path, "fence"))),
-        idempotency_key=(decode_Identifier(o["idempotencyKey"], _member_path(path, "idempotencyKey"))),
-        receipt=(decode_GraphEffectReceipt(o["receipt"], _member_path(path, "receipt"))),
-        extra={k: v for k, v in o.items() if k not in _GraphEffectSucceededEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphEffectSucceeded"):
+        raise DecodeError(path + ".type", "expected " + repr("graphEffectSucceeded"))
+    return _build(GraphEffectSucceededEvent, {
+        "type_": "graphEffectSucceeded",
+        "attempt_id": (_uint(o["attemptId"], path + ".attemptId")),
+        "fence": (_uint(o["fence"], path + ".fence")),
+        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey")),
+        "receipt": (decode_GraphEffectReceipt(o["receipt"], path + ".receipt")),
+        "extra": ({} if o.keys() <= _GraphEffectSucceededEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphEffectSucceededEvent_MEMBERS}),
+    })
 
 
 def encode_GraphEffectSucceededEvent(value: GraphEffectSucceededEvent) -> Json:
@@ -8242,16 +8506,18 @@ _GraphEffectFailedEvent_MEMBERS: Final = frozenset(("type", "attemptId", "fence"
 def decode_GraphEffectFailedEvent(raw: Json, path: str = "$") -> GraphEffectFailedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "attemptId", "fence", "idempotencyKey", "applied", "receipt", "error"))
-    _const(o["type"], _member_path(path, "type"), "graphEffectFailed")
-    return GraphEffectFailedEvent(
-        attempt_id=(_uint(o["attemptId"], _member_path(path, "attemptId"))),
-        fence=(_uint(o["fence"], _member_path(path, "fence"))),
-        idempotency_key=(decode_Identifier(o["idempotencyKey"], _member_path(path, "idempotencyKey"))),
-        applied=(_bool(o["applied"], _member_path(path, "applied"))),
-        receipt=(None if o["receipt"] is None else decode_GraphEffectReceipt(o["receipt"], _member_path(path, "receipt"))),
-        error=(decode_GraphRunError(o["error"], _member_path(path, "error"))),
-        extra={k: v for k, v in o.items() if k not in _GraphEffectFailedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphEffectFailed"):
+        raise DecodeError(path + ".type", "expected " + repr("graphEffectFailed"))
+    return _build(GraphEffectFailedEvent, {
+        "type_": "graphEffectFailed",
+        "attempt_id": (_uint(o["attemptId"], path + ".attemptId")),
+        "fence": (_uint(o["fence"], path + ".fence")),
+        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey")),
+        "applied": (_bool(o["applied"], path + ".applied")),
+        "receipt": (None if o["receipt"] is None else decode_GraphEffectReceipt(o["receipt"], path + ".receipt")),
+        "error": (decode_GraphRunError(o["error"], path + ".error")),
+        "extra": ({} if o.keys() <= _GraphEffectFailedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphEffectFailedEvent_MEMBERS}),
+    })
 
 
 def encode_GraphEffectFailedEvent(value: GraphEffectFailedEvent) -> Json:
@@ -8288,13 +8554,15 @@ _GraphEffectReconcileEvent_MEMBERS: Final = frozenset(("type", "idempotencyKey",
 def decode_GraphEffectReconcileEvent(raw: Json, path: str = "$") -> GraphEffectReconcileEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "idempotencyKey", "node", "reason"))
-    _const(o["type"], _member_path(path, "type"), "graphEffectReconcile")
-    return GraphEffectReconcileEvent(
-        idempotency_key=(decode_Identifier(o["idempotencyKey"], _member_path(path, "idempotencyKey"))),
-        node=(decode_GraphNodeKey(o["node"], _member_path(path, "node"))),
-        reason=(decode_ShortText(o["reason"], _member_path(path, "reason"))),
-        extra={k: v for k, v in o.items() if k not in _GraphEffectReconcileEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphEffectReconcile"):
+        raise DecodeError(path + ".type", "expected " + repr("graphEffectReconcile"))
+    return _build(GraphEffectReconcileEvent, {
+        "type_": "graphEffectReconcile",
+        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey")),
+        "node": (decode_GraphNodeKey(o["node"], path + ".node")),
+        "reason": (decode_ShortText(o["reason"], path + ".reason")),
+        "extra": ({} if o.keys() <= _GraphEffectReconcileEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphEffectReconcileEvent_MEMBERS}),
+    })
 
 
 def encode_GraphEffectReconcileEvent(value: GraphEffectReconcileEvent) -> Json:
@@ -8325,11 +8593,13 @@ _GraphRunResumedEvent_MEMBERS: Final = frozenset(("type", "fenced"))
 def decode_GraphRunResumedEvent(raw: Json, path: str = "$") -> GraphRunResumedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "fenced"))
-    _const(o["type"], _member_path(path, "type"), "graphRunResumed")
-    return GraphRunResumedEvent(
-        fenced=([decode_GraphFencedAttempt(r0, _index_path(_member_path(path, "fenced"), i0)) for i0, r0 in enumerate(_list(o["fenced"], _member_path(path, "fenced")))]),
-        extra={k: v for k, v in o.items() if k not in _GraphRunResumedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphRunResumed"):
+        raise DecodeError(path + ".type", "expected " + repr("graphRunResumed"))
+    return _build(GraphRunResumedEvent, {
+        "type_": "graphRunResumed",
+        "fenced": ([decode_GraphFencedAttempt(r0, _index_path(path + ".fenced", i0)) for i0, r0 in enumerate(_list(o["fenced"], path + ".fenced"))]),
+        "extra": ({} if o.keys() <= _GraphRunResumedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunResumedEvent_MEMBERS}),
+    })
 
 
 def encode_GraphRunResumedEvent(value: GraphRunResumedEvent) -> Json:
@@ -8359,12 +8629,14 @@ _GraphRunCancelledEvent_MEMBERS: Final = frozenset(("type", "reason", "fenced"))
 def decode_GraphRunCancelledEvent(raw: Json, path: str = "$") -> GraphRunCancelledEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "reason", "fenced"))
-    _const(o["type"], _member_path(path, "type"), "graphRunCancelled")
-    return GraphRunCancelledEvent(
-        reason=(None if o["reason"] is None else decode_ShortText(o["reason"], _member_path(path, "reason"))),
-        fenced=([decode_GraphFencedAttempt(r0, _index_path(_member_path(path, "fenced"), i0)) for i0, r0 in enumerate(_list(o["fenced"], _member_path(path, "fenced")))]),
-        extra={k: v for k, v in o.items() if k not in _GraphRunCancelledEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphRunCancelled"):
+        raise DecodeError(path + ".type", "expected " + repr("graphRunCancelled"))
+    return _build(GraphRunCancelledEvent, {
+        "type_": "graphRunCancelled",
+        "reason": (None if o["reason"] is None else decode_ShortText(o["reason"], path + ".reason")),
+        "fenced": ([decode_GraphFencedAttempt(r0, _index_path(path + ".fenced", i0)) for i0, r0 in enumerate(_list(o["fenced"], path + ".fenced"))]),
+        "extra": ({} if o.keys() <= _GraphRunCancelledEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunCancelledEvent_MEMBERS}),
+    })
 
 
 def encode_GraphRunCancelledEvent(value: GraphRunCancelledEvent) -> Json:
@@ -8398,14 +8670,16 @@ _GraphRunCompletedEvent_MEMBERS: Final = frozenset(("type", "status", "error", "
 def decode_GraphRunCompletedEvent(raw: Json, path: str = "$") -> GraphRunCompletedEvent:
     o = _object(raw, path)
     _require(o, path, ("type", "status", "error", "outputs", "fenced"))
-    _const(o["type"], _member_path(path, "type"), "graphRunCompleted")
-    return GraphRunCompletedEvent(
-        status=(decode_GraphRunStatus(o["status"], _member_path(path, "status"))),
-        error=(None if o["error"] is None else decode_GraphRunError(o["error"], _member_path(path, "error"))),
-        outputs=([decode_Identifier(r0, _index_path(_member_path(path, "outputs"), i0)) for i0, r0 in enumerate(_list(o["outputs"], _member_path(path, "outputs")))]),
-        fenced=([decode_GraphFencedAttempt(r0, _index_path(_member_path(path, "fenced"), i0)) for i0, r0 in enumerate(_list(o["fenced"], _member_path(path, "fenced")))]),
-        extra={k: v for k, v in o.items() if k not in _GraphRunCompletedEvent_MEMBERS},
-    )
+    if not (isinstance(o["type"], str) and o["type"] == "graphRunCompleted"):
+        raise DecodeError(path + ".type", "expected " + repr("graphRunCompleted"))
+    return _build(GraphRunCompletedEvent, {
+        "type_": "graphRunCompleted",
+        "status": (decode_GraphRunStatus(o["status"], path + ".status")),
+        "error": (None if o["error"] is None else decode_GraphRunError(o["error"], path + ".error")),
+        "outputs": ([decode_Identifier(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))]),
+        "fenced": ([decode_GraphFencedAttempt(r0, _index_path(path + ".fenced", i0)) for i0, r0 in enumerate(_list(o["fenced"], path + ".fenced"))]),
+        "extra": ({} if o.keys() <= _GraphRunCompletedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunCompletedEvent_MEMBERS}),
+    })
 
 
 def encode_GraphRunCompletedEvent(value: GraphRunCompletedEvent) -> Json:

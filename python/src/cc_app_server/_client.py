@@ -66,7 +66,7 @@ def _decode_notification(text: str) -> p.ServerNotification:
 def _object(text: str, method: str) -> JsonObject:
     value = json.loads(text)
     if not isinstance(value, dict):
-        raise ProtocolError(-32603, f"the result of {method} is not an object")
+        raise ProtocolError(p.ErrorCode.INTERNAL, f"the result of {method} is not an object")
     return value
 
 

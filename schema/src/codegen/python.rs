@@ -54,6 +54,18 @@ const RUNTIME_NAMES: &[&str] = &[
     "ErrorCode",
 ];
 
+/// The error path of member `wire` of the object at `path`: the same text `_member_path` builds,
+/// spelled out at generation time when the name is an ASCII identifier (no call per member).
+fn member_path(wire: &str) -> String {
+    let ident = wire.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && wire.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ident {
+        format!("path + {}", json_string(&format!(".{wire}")))
+    } else {
+        format!("_member_path(path, {})", json_string(wire))
+    }
+}
+
 /// The envelope's parts, as the schema profile (docs/schema.md) names them.
 const ENVELOPE: &[&str] = &[
     "ClientRequest",
@@ -255,10 +267,19 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
     for f in fields {
         if let Some(c) = &f.constant {
             let w = json_string(&f.wire);
-            let check = format!("_const(o[{w}], _member_path(path, {w}), {})", literal(c));
+            let check = match c {
+                // A string constant (a `type` or `method` tag): compared inline, as `_const` would.
+                Value::String(_) => format!(
+                    "if not (isinstance(o[{w}], str) and o[{w}] == {lit}):\n        raise DecodeError({}, \"expected \" + repr({lit}))",
+                    member_path(&f.wire),
+                    lit = literal(c)
+                ),
+                _ => format!("_const(o[{w}], {}, {})", member_path(&f.wire), literal(c)),
+            };
             if Presence::of(f) == Presence::Required {
                 let _ = writeln!(out, "    {check}");
             } else {
+                let check = check.replace("\n        ", "\n            ");
                 let _ = writeln!(
                     out,
                     "    if {w} in o and o[{w}] is not None:\n        {check}"
@@ -266,18 +287,14 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
             }
         }
     }
-    let _ = writeln!(out, "    return {name}(");
+    let _ = writeln!(out, "    return _build({name}, {{");
     for (f, ident) in fields.iter().zip(&idents) {
-        if fixed(f).is_some() {
+        if let Some(c) = fixed(f) {
+            let _ = writeln!(out, "        {}: {},", json_string(ident), literal(c));
             continue;
         }
         let w = json_string(&f.wire);
-        let value = dec(
-            &f.ty,
-            &format!("o[{w}]"),
-            &format!("_member_path(path, {w})"),
-            0,
-        );
+        let value = dec(&f.ty, &format!("o[{w}]"), &member_path(&f.wire), 0);
         let expr = match Presence::of(f) {
             Presence::Required => value,
             Presence::Nullable => format!("None if o[{w}] is None else {value}"),
@@ -286,15 +303,15 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
                 format!("MISSING if {w} not in o else None if o[{w}] is None else {value}")
             }
         };
-        let _ = writeln!(out, "        {ident}=({expr}),");
+        let _ = writeln!(out, "        {}: ({expr}),", json_string(ident));
     }
     if !strict {
         let _ = writeln!(
             out,
-            "        extra={{k: v for k, v in o.items() if k not in _{name}_MEMBERS}},"
+            "        \"extra\": ({{}} if o.keys() <= _{name}_MEMBERS else {{k: v for k, v in o.items() if k not in _{name}_MEMBERS}}),"
         );
     }
-    let _ = writeln!(out, "    )\n");
+    let _ = writeln!(out, "    }})\n");
 
     // Encoder: the schema's order, then the members this version does not know.
     let _ = writeln!(
@@ -427,13 +444,27 @@ impl Target for Python {
             out,
             "\ndef decode_{name}(raw: Json, path: str = \"$\") -> {name}:\n    o = _object(raw, path)\n    tag = o.get({t}, MISSING)"
         );
-        for b in branches {
-            let _ = writeln!(
-                out,
-                "    if _is_tag(tag, {}):\n        return decode_{}(o, path)",
-                literal(&b.tag_value),
-                b.def
-            );
+        if branches.iter().all(|b| b.tag_value.is_string()) {
+            // String tags (the common case: every notification): one type check, then plain
+            // comparisons — what `_is_tag` decides, without a call per branch.
+            let _ = writeln!(out, "    if isinstance(tag, str):");
+            for b in branches {
+                let _ = writeln!(
+                    out,
+                    "        if tag == {}:\n            return decode_{}(o, path)",
+                    literal(&b.tag_value),
+                    b.def
+                );
+            }
+        } else {
+            for b in branches {
+                let _ = writeln!(
+                    out,
+                    "    if _is_tag(tag, {}):\n        return decode_{}(o, path)",
+                    literal(&b.tag_value),
+                    b.def
+                );
+            }
         }
         if keep_unknown {
             let _ = writeln!(out, "    return UnknownCase(raw=o)\n");

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Final, Literal, NoReturn, TypeAlias
+from typing import Any, Final, Literal, NoReturn, TypeAlias, TypeVar
 
 Json: TypeAlias = "None | bool | int | float | str | list[Json] | dict[str, Json]"
 JsonObject: TypeAlias = "dict[str, Json]"
@@ -139,6 +139,18 @@ def _is_tag(raw: object, expected: str | int | bool) -> bool:
     if isinstance(expected, int):
         return isinstance(raw, (int, float)) and raw == expected
     return isinstance(raw, str) and raw == expected
+
+
+_Built = TypeVar("_Built")
+
+
+def _build(cls: type[_Built], members: dict[str, Any]) -> _Built:
+    """A frozen dataclass from members the decoder has already checked, every field given.
+    Skips the generated `__init__`, whose `object.__setattr__` per field was most of the cost of
+    a typed notification; equality, hashing, repr and `dataclasses.replace` read the same fields."""
+    obj = cls.__new__(cls)
+    obj.__dict__.update(members)
+    return obj
 
 
 def _const(raw: Json, path: str, expected: str | int | bool) -> None:
