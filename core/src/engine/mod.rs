@@ -3,6 +3,7 @@
 //! validated against the schema before dispatch; every notification is written to the rollout
 //! before any host sees it.
 
+mod attempt;
 mod compact;
 mod config;
 mod dispatch;
@@ -342,7 +343,11 @@ impl AppServer {
             config.store_options.clone(),
         )?;
         let policy = (config.policy, config.workspace.clone());
-        let graph = crate::graph::GraphHost::open(&config)?;
+        let graph = crate::graph::GraphHost::open(
+            config.store,
+            &config.state_dir,
+            config.store_options.clone(),
+        )?;
         let inner = Arc::new(Inner {
             config,
             store,
@@ -365,7 +370,7 @@ impl AppServer {
         });
         inner.committer.start(&inner);
         threads::start_warming(&inner);
-        crate::graph::host::resume(&inner);
+        crate::graph::host::resume(&(Arc::clone(&inner) as Arc<dyn crate::graph::port::GraphEngine>));
         Ok(AppServer { inner })
     }
 
@@ -482,7 +487,7 @@ impl AppServer {
 
     /// The Graph Kernel of this server (docs/graph.md).
     pub fn graph(&self) -> crate::graph::GraphHandle {
-        crate::graph::GraphHandle::new(&self.inner)
+        crate::graph::GraphHandle::new(Arc::clone(&self.inner) as _)
     }
 
     /// The rollout store this server writes (for verification and tools).

@@ -320,7 +320,7 @@ pub(crate) fn run(job: Job) {
 }
 
 /// `run` with a given kernel: the graph runtime runs each node attempt as a turn this way
-/// (core/src/graph/exec.rs), so its tool calls pass this same approval gate.
+/// (core/graph/src/exec.rs, through core/src/engine/attempt.rs), so its tool calls pass this same approval gate.
 pub(crate) fn run_on(
     inner: Arc<Inner>,
     thread: Arc<ThreadState>,

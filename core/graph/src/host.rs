@@ -1,6 +1,6 @@
 //! The Graph Kernel inside one `AppServer`: the run store, the live runs and their threads,
 //! restart resumption, and the Rust API hosts use (`AppServer::graph()` → `GraphHandle`). The
-//! wire methods (core/src/graph/wire.rs) are thin over the same calls.
+//! wire methods (wire.rs) are thin over the same calls.
 
 use super::clock::RunClock;
 use super::compiler::{compile, CompileError};
@@ -9,7 +9,7 @@ use super::plan::{value_fits, Plan};
 use super::runtime::{lock, start_events, Run};
 use super::state::{RunState, DEFAULT_LEASE_MS, DEFAULT_WORKER};
 use super::store::{self, RunHeader};
-use crate::engine::{ConnShared, Inner, ServerConfig};
+use super::port::{nobody, Follower, GraphEngine};
 use crate::protocol::error_code;
 use crate::protocol::{
     GraphDefinition, GraphFencedAttempt, GraphRunGrant, GraphRunOptions, GraphRunStartedEvent,
@@ -156,22 +156,22 @@ pub struct GraphHost {
 }
 
 impl GraphHost {
-    /// Opens `<state>/graph-runs` with the server's store kind and options.
-    pub fn open(config: &ServerConfig) -> Result<GraphHost, StoreError> {
-        let store = if store::runs_dir(&config.state_dir).exists() {
-            Some(store::open_runs(
-                config.store,
-                &config.state_dir,
-                config.store_options.clone(),
-            )?)
+    /// Opens `<state_dir>/graph-runs` (if it exists) with the server's store kind and options.
+    pub fn open(
+        kind: crate::rollout::StoreKind,
+        state_dir: &std::path::Path,
+        options: crate::rollout::StoreOptions,
+    ) -> Result<GraphHost, StoreError> {
+        let store = if store::runs_dir(state_dir).exists() {
+            Some(store::open_runs(kind, state_dir, options.clone())?)
         } else {
             None
         };
         Ok(GraphHost {
             store: Mutex::new(store),
-            kind: config.store,
-            options: config.store_options.clone(),
-            state_dir: config.state_dir.clone(),
+            kind,
+            options,
+            state_dir: state_dir.to_path_buf(),
             runs: Mutex::new(HashMap::new()),
             finished: Mutex::new(VecDeque::new()),
             keys: Mutex::new(HashMap::new()),
@@ -269,9 +269,9 @@ impl GraphHost {
 
 /// Resumes every run a previous process left unfinished (called once by `AppServer::open`). An
 /// attempt's turn the dead process left open is closed (`serverRestarted`) when its thread is
-/// first touched (engine/threads.rs), which a resumed attempt does before it runs again.
-pub(crate) fn resume(inner: &Arc<Inner>) {
-    let host = &inner.graph;
+/// first touched (core/src/engine/threads.rs), which a resumed attempt does before it runs again.
+pub fn resume(engine: &Arc<dyn GraphEngine>) {
+    let host = engine.graph();
     let Some(runs_store) = host.existing_store() else {
         return;
     };
@@ -308,11 +308,11 @@ pub(crate) fn resume(inner: &Arc<Inner>) {
         }
         let resumed = state.start.is_some();
         let run = new_run(
-            inner,
+            engine,
             Arc::clone(&runs_store),
             &header.run_id,
             state,
-            Weak::new(),
+            nobody(),
             resumed,
         );
         lock(&host.runs).insert(header.run_id.clone(), Arc::clone(&run));
@@ -321,14 +321,14 @@ pub(crate) fn resume(inner: &Arc<Inner>) {
 }
 
 fn new_run(
-    inner: &Arc<Inner>,
+    engine: &Arc<dyn GraphEngine>,
     runs: Arc<dyn RolloutStore>,
     id: &str,
     state: RunState,
-    owner: Weak<ConnShared>,
+    owner: Weak<dyn Follower>,
     resumed: bool,
 ) -> Arc<Run> {
-    let host = &inner.graph;
+    let host = engine.graph();
     let (clock, reconciler) = {
         let s = lock(&host.settings);
         (s.clock.clone(), s.reconciler.clone())
@@ -336,7 +336,7 @@ fn new_run(
     Run::new(
         id,
         state,
-        Arc::downgrade(inner),
+        Arc::downgrade(engine),
         runs,
         clock,
         reconciler,
@@ -446,12 +446,12 @@ fn random_run_id() -> String {
 
 /// Starts a run: compiles, records the header and `graphRunStarted` durably, then schedules.
 pub(crate) fn start(
-    inner: &Arc<Inner>,
+    engine: &Arc<dyn GraphEngine>,
     req: StartRequest,
-    owner: Weak<ConnShared>,
+    owner: Weak<dyn Follower>,
 ) -> Result<(Arc<Run>, GraphRunSummary), GraphError> {
-    let host = &inner.graph;
-    if host.stopping.load(Ordering::SeqCst) || inner.shut_down.load(Ordering::SeqCst) {
+    let host = engine.graph();
+    if host.stopping.load(Ordering::SeqCst) || engine.is_shut_down() {
         return Err(GraphError::Closed);
     }
     let plan = Arc::new(
@@ -473,7 +473,7 @@ pub(crate) fn start(
     let runs_store = host.store()?;
     let same = |id: &str, digest: &str| -> Result<(Arc<Run>, GraphRunSummary), GraphError> {
         if digest == params_digest {
-            let run = get(inner, id)?;
+            let run = get(engine, id)?;
             let summary = {
                 let mut core = run.enter();
                 // Joining a run whose starter is gone (a restart, a closed connection) makes the
@@ -547,7 +547,7 @@ pub(crate) fn start(
     let events = start_events(started, &plan);
     let mut state = store::load(&*runs_store, &run_id)?;
     state.preload(Arc::clone(&plan), req.grant.clone());
-    let run = new_run(inner, Arc::clone(&runs_store), &run_id, state, owner, false);
+    let run = new_run(engine, Arc::clone(&runs_store), &run_id, state, owner, false);
     // The answer is the run as its start left it, taken before the scheduler can move on.
     let summary = {
         let mut core = run.enter();
@@ -563,8 +563,8 @@ pub(crate) fn start(
 }
 
 /// A run: live, recently finished, or replayed from its log.
-pub(crate) fn get(inner: &Arc<Inner>, run_id: &str) -> Result<Arc<Run>, GraphError> {
-    let host = &inner.graph;
+pub(crate) fn get(engine: &Arc<dyn GraphEngine>, run_id: &str) -> Result<Arc<Run>, GraphError> {
+    let host = engine.graph();
     if let Some(r) = lock(&host.runs).get(run_id) {
         return Ok(Arc::clone(r));
     }
@@ -577,7 +577,7 @@ pub(crate) fn get(inner: &Arc<Inner>, run_id: &str) -> Result<Arc<Run>, GraphErr
     if state.start.is_none() && state.last_seq == 0 {
         return Err(GraphError::NotFound(run_id.to_string()));
     }
-    let run = new_run(inner, runs_store, run_id, state, Weak::new(), false);
+    let run = new_run(engine, runs_store, run_id, state, nobody(), false);
     let run = Arc::clone(lock(&host.runs).entry(run_id.to_string()).or_insert(run));
     if run.enter().state.status.is_terminal() {
         host.remember_finished(run_id);
@@ -588,14 +588,13 @@ pub(crate) fn get(inner: &Arc<Inner>, run_id: &str) -> Result<Arc<Run>, GraphErr
 /// The Graph Kernel of a server, for Rust hosts (`AppServer::graph()`).
 #[derive(Clone)]
 pub struct GraphHandle {
-    inner: Arc<Inner>,
+    engine: Arc<dyn GraphEngine>,
 }
 
 impl GraphHandle {
-    pub(crate) fn new(inner: &Arc<Inner>) -> Self {
-        GraphHandle {
-            inner: Arc::clone(inner),
-        }
+    /// The handle of `engine`'s graph runtime (hosts get it from `AppServer::graph()`).
+    pub fn new(engine: Arc<dyn GraphEngine>) -> Self {
+        GraphHandle { engine }
     }
 
     /// Compiles a definition for a run with `grant`, running nothing.
@@ -612,17 +611,17 @@ impl GraphHandle {
     /// itself shares the same bound; None while `MAX_CONCURRENT_COMPILES` are taken. The slot
     /// is given back when dropped.
     pub fn compile_slot(&self) -> Option<CompileSlot> {
-        self.inner.graph.compile_slot()
+        self.engine.graph().compile_slot()
     }
 
     /// Starts a run; returns once its start is durable.
     pub fn start(&self, req: StartRequest) -> Result<GraphRunSummary, GraphError> {
-        Ok(start(&self.inner, req, Weak::new())?.1)
+        Ok(start(&self.engine, req, nobody())?.1)
     }
 
     /// The run's state (the reduction of its log), cloned.
     pub fn state(&self, run_id: &str) -> Result<RunState, GraphError> {
-        let run = get(&self.inner, run_id)?;
+        let run = get(&self.engine, run_id)?;
         let s = run.enter().state.clone();
         Ok(s)
     }
@@ -632,14 +631,14 @@ impl GraphHandle {
         run_id: &str,
         include_content: bool,
     ) -> Result<GraphRunSummary, GraphError> {
-        let run = get(&self.inner, run_id)?;
+        let run = get(&self.engine, run_id)?;
         let s = run.enter().state.summary(include_content);
         Ok(s)
     }
 
     /// Waits until the run is terminal (or `timeout`); returns its summary either way.
     pub fn wait(&self, run_id: &str, timeout: Duration) -> Result<GraphRunSummary, GraphError> {
-        let run = get(&self.inner, run_id)?;
+        let run = get(&self.engine, run_id)?;
         let deadline = Instant::now() + timeout;
         let mut core = run.enter();
         while !core.state.status.is_terminal() && core.broken.is_none() {
@@ -662,21 +661,21 @@ impl GraphHandle {
         run_id: &str,
         reason: Option<String>,
     ) -> Result<Vec<GraphFencedAttempt>, GraphError> {
-        let run = get(&self.inner, run_id)?;
+        let run = get(&self.engine, run_id)?;
         run.cancel(reason).map_err(GraphError::from)
     }
 
     /// Replaces the clock new runs (and runs resumed later) use for leases and wall-time
     /// budgets; tests pass a manual one.
     pub fn set_clock(&self, clock: RunClock) {
-        lock(&self.inner.graph.settings).clock = clock;
+        lock(&self.engine.graph().settings).clock = clock;
     }
 
     /// Sets who answers "did this effect happen?" for intended effects without an outcome, and
     /// asks it about every effect now waiting in reconcile.
     pub fn set_reconciler(&self, reconciler: Arc<dyn EffectReconciler>) {
-        lock(&self.inner.graph.settings).reconciler = Some(Arc::clone(&reconciler));
-        let runs: Vec<Arc<Run>> = lock(&self.inner.graph.runs).values().cloned().collect();
+        lock(&self.engine.graph().settings).reconciler = Some(Arc::clone(&reconciler));
+        let runs: Vec<Arc<Run>> = lock(&self.engine.graph().runs).values().cloned().collect();
         for r in runs {
             *lock(&r.reconciler) = Some(Arc::clone(&reconciler));
             r.reconciler_changed();
@@ -691,7 +690,7 @@ impl GraphHandle {
         key: &str,
         applied: Option<ToolResult>,
     ) -> Result<(), GraphError> {
-        let run = get(&self.inner, run_id)?;
+        let run = get(&self.engine, run_id)?;
         run.resolve_effect(key, applied)
             .map_err(GraphError::Conflict)
     }
@@ -699,14 +698,14 @@ impl GraphHandle {
     /// Delivers a message again (at least once); true if it had been consumed already, in which
     /// case it is acknowledged as a duplicate and not processed again.
     pub fn redeliver(&self, run_id: &str, message_id: &str) -> Result<bool, GraphError> {
-        let run = get(&self.inner, run_id)?;
+        let run = get(&self.engine, run_id)?;
         run.redeliver(message_id).map_err(GraphError::Conflict)
     }
 
     /// What this process did for a run: appends to its log, events they carried, attempts
     /// running here now (diagnostics and benchmarks).
     pub fn run_stats(&self, run_id: &str) -> Result<RunStats, GraphError> {
-        let run = get(&self.inner, run_id)?;
+        let run = get(&self.engine, run_id)?;
         let core = run.enter();
         Ok(RunStats {
             commits: core.commits,
@@ -717,7 +716,7 @@ impl GraphHandle {
 
     /// Every run in the store: (header, finished).
     pub fn list(&self) -> Result<Vec<(RunHeader, bool)>, GraphError> {
-        match self.inner.graph.existing_store() {
+        match self.engine.graph().existing_store() {
             Some(s) => Ok(store::list_runs(&*s)?.0),
             None => Ok(Vec::new()),
         }
@@ -725,6 +724,6 @@ impl GraphHandle {
 
     /// The run store (for verification and tools), created if no run was started yet.
     pub fn store(&self) -> Result<Arc<dyn RolloutStore>, GraphError> {
-        Ok(self.inner.graph.store()?)
+        Ok(self.engine.graph().store()?)
     }
 }

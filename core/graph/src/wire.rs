@@ -5,7 +5,7 @@
 use super::compiler::compile;
 use super::host::{self, GraphError, StartRequest};
 use super::runtime::lock;
-use crate::engine::{ConnShared, Inner};
+use super::port::{Follower, GraphEngine};
 use crate::protocol::error_code;
 use crate::protocol::{
     GraphRunCancelResult, GraphRunGrant, GraphRunOptions, GraphRunReadResult, GraphRunStartResult,
@@ -28,7 +28,7 @@ pub const EFFECT_RECEIPTS: &str = "graph_effect_receipts";
 pub const LARGE_COMPILE_ELEMENTS: usize = 1_000;
 
 /// How the engine answers a request: once, from whichever thread.
-pub(crate) type Answer = Box<dyn FnOnce(Result<Value, WireError>) + Send>;
+pub type Answer = Box<dyn FnOnce(Result<Value, WireError>) + Send>;
 
 /// Nodes and edges of a definition across its bodies, counted without decoding it; stops
 /// counting at `limit`.
@@ -49,9 +49,9 @@ fn elements(definition: &Value, limit: usize) -> usize {
 
 /// Serves one graph/* request: inline, or — a large graph/validate or graph/run/start — on a
 /// thread of its own holding one of the server's compile slots (none free: -32001 at once).
-pub(crate) fn serve(
-    inner: &Arc<Inner>,
-    conn: &Arc<ConnShared>,
+pub fn serve(
+    engine: &Arc<dyn GraphEngine>,
+    conn: &Arc<dyn Follower>,
     method: &str,
     params: Value,
     answer: Answer,
@@ -63,9 +63,9 @@ pub(crate) fn serve(
             .get("definition")
             .is_some_and(|d| elements(d, LARGE_COMPILE_ELEMENTS) > LARGE_COMPILE_ELEMENTS);
     if !large {
-        return answer(handle(inner, conn, method, &params));
+        return answer(handle(engine, conn, method, &params));
     }
-    let Some(slot) = inner.graph.compile_slot() else {
+    let Some(slot) = engine.graph().compile_slot() else {
         return answer(Err(WireError {
             code: error_code::OVERLOADED,
             message: format!(
@@ -75,12 +75,12 @@ pub(crate) fn serve(
             data: Some(json!({"retry_after_ms": 500})),
         }));
     };
-    let (inner2, conn2, method2) = (Arc::clone(inner), Arc::clone(conn), method.to_string());
+    let (engine2, conn2, method2) = (Arc::clone(engine), Arc::clone(conn), method.to_string());
     // The answer is moved into the thread; if no thread can be started it comes back here.
     let pending = Arc::new(Mutex::new(Some(answer)));
     let mine = Arc::clone(&pending);
-    let started = inner.graph.threads.spawn("cc-graph-compile", move || {
-        let result = handle(&inner2, &conn2, &method2, &params);
+    let started = engine.graph().threads.spawn("cc-graph-compile", move || {
+        let result = handle(&engine2, &conn2, &method2, &params);
         drop(slot);
         if let Some(answer) = lock(&mine).take() {
             answer(result);
@@ -98,7 +98,7 @@ pub(crate) fn serve(
 }
 
 /// A JSON-RPC error for the engine to send.
-pub(crate) struct WireError {
+pub struct WireError {
     pub code: i64,
     pub message: String,
     pub data: Option<Value>,
@@ -157,8 +157,8 @@ fn no_grant() -> GraphRunGrant {
 
 /// Answers one graph/* request.
 pub(crate) fn handle(
-    inner: &Arc<Inner>,
-    conn: &Arc<ConnShared>,
+    engine: &Arc<dyn GraphEngine>,
+    conn: &Arc<dyn Follower>,
     method: &str,
     params: &Value,
 ) -> Result<Value, WireError> {
@@ -171,9 +171,9 @@ pub(crate) fn handle(
     }
     let result = match method {
         "graph/validate" => validate(params)?,
-        "graph/run/start" => run_start(inner, conn, params)?,
-        "graph/run/read" => run_read(inner, conn, params)?,
-        "graph/run/cancel" => run_cancel(inner, conn, params)?,
+        "graph/run/start" => run_start(engine, conn, params)?,
+        "graph/run/read" => run_read(engine, conn, params)?,
+        "graph/run/cancel" => run_cancel(engine, conn, params)?,
         other => {
             return Err(WireError {
                 code: error_code::METHOD_NOT_FOUND,
@@ -216,8 +216,8 @@ fn validate(params: &Value) -> Result<Value, WireError> {
 }
 
 fn run_start(
-    inner: &Arc<Inner>,
-    conn: &Arc<ConnShared>,
+    engine: &Arc<dyn GraphEngine>,
+    conn: &Arc<dyn Follower>,
     params: &Value,
 ) -> Result<Value, WireError> {
     let req = StartRequest {
@@ -228,7 +228,7 @@ fn run_start(
         options: decode::<GraphRunOptions>(params, "options")?,
         idempotency_key: decode(params, "idempotencyKey")?,
     };
-    let (run, summary) = host::start(inner, req, Arc::downgrade(conn)).map_err(WireError::from)?;
+    let (run, summary) = host::start(engine, req, Arc::downgrade(conn)).map_err(WireError::from)?;
     run.follow(conn);
     to_value(GraphRunStartResult {
         run: summary,
@@ -237,12 +237,12 @@ fn run_start(
 }
 
 fn run_read(
-    inner: &Arc<Inner>,
-    conn: &Arc<ConnShared>,
+    engine: &Arc<dyn GraphEngine>,
+    conn: &Arc<dyn Follower>,
     params: &Value,
 ) -> Result<Value, WireError> {
     let run_id = params["runId"].as_str().unwrap_or_default();
-    let run = host::get(inner, run_id).map_err(WireError::from)?;
+    let run = host::get(engine, run_id).map_err(WireError::from)?;
     let include = params
         .get("includeContent")
         .and_then(Value::as_bool)
@@ -300,12 +300,12 @@ fn run_read(
 }
 
 fn run_cancel(
-    inner: &Arc<Inner>,
-    conn: &Arc<ConnShared>,
+    engine: &Arc<dyn GraphEngine>,
+    conn: &Arc<dyn Follower>,
     params: &Value,
 ) -> Result<Value, WireError> {
     let run_id = params["runId"].as_str().unwrap_or_default();
-    let run = host::get(inner, run_id).map_err(WireError::from)?;
+    let run = host::get(engine, run_id).map_err(WireError::from)?;
     run.follow(conn);
     let reason = params
         .get("reason")

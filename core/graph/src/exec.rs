@@ -8,19 +8,17 @@ use super::effects::{self, EffectContext};
 use super::plan::{NodeSpec, Plan};
 use super::runtime::{check_output, lock, outcome_event, Intent, Job, Outcome, Run};
 use super::state::run_error;
-use crate::engine::threads::{data_from_summary, insert_thread, new_state};
-use crate::engine::turn::{event, run_on, EndedTurn, TurnShared};
-use crate::engine::{emit_locked, History, Inner, ThreadState};
-use crate::kernel::{AgentKernel, KernelError, ToolSpec, TurnContext};
+use super::port::{AttemptEnd, AttemptTurn, Follower, GraphEngine, TurnCancel};
+use crate::kernel::{AgentKernel, History, KernelError, ToolSpec, TurnContext};
 use crate::protocol::{
-    EventPayload, GraphReceiptSource, GraphRunError, ItemContent, ItemDelta, TextInput, ToolCall,
-    ToolResult, ToolResultDenied, TurnStartedEvent, TurnStatus, UserInput,
+    GraphReceiptSource, GraphRunError, ItemContent, ItemDelta, ToolCall, ToolResult,
+    ToolResultDenied, TurnStatus, UserInput,
 };
 use crate::rollout::{HeaderExtra, ThreadStart, MAX_READ_LIMIT};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 /// What the wrapped context saw during the turn.
@@ -36,7 +34,7 @@ struct Seen {
 
 struct Attempt<'a> {
     run: &'a Arc<Run>,
-    inner: &'a Arc<Inner>,
+    engine: &'a dyn GraphEngine,
     job: &'a Job,
     plan: &'a Plan,
     lease_ms: i64,
@@ -50,7 +48,7 @@ struct Attempt<'a> {
 /// Runs the job's attempt to its end. None when nothing should be recorded (the server is
 /// stopping: the attempt is fenced by the next open instead).
 pub(crate) fn execute(run: &Arc<Run>, job: &Job) -> Option<Outcome> {
-    let inner = run.inner.upgrade()?;
+    let engine = run.engine.upgrade()?;
     let (plan, owner, lease_ms, run_tokens, grant) = {
         let core = run.enter();
         (
@@ -64,7 +62,7 @@ pub(crate) fn execute(run: &Arc<Run>, job: &Job) -> Option<Outcome> {
     let t = &plan.nodes[job.tmpl];
     let attempt = Attempt {
         run,
-        inner: &inner,
+        engine: &*engine,
         job,
         plan: &plan,
         lease_ms,
@@ -117,13 +115,13 @@ pub(crate) fn execute(run: &Arc<Run>, job: &Job) -> Option<Outcome> {
     };
     let kernel = NodeKernel {
         base: match call {
-            None => Base::Agent(&*inner.config.kernel),
+            None => Base::Agent(engine.kernel()),
             Some(c) => Base::Tool(c),
         },
         attempt: &attempt,
     };
     let turn = node_turn(
-        &inner,
+        &engine,
         run,
         job,
         &t.id,
@@ -150,26 +148,26 @@ fn agent_input(prompt: Option<&str>, node: &str, inputs: &Map<String, Value>) ->
     text
 }
 
-/// Creates the attempt's thread, admits a turn on it, runs it with `kernel` through the
-/// engine's turn machinery, and archives the thread.
+/// Runs the attempt as a turn of the engine on a thread of its own (named by the job), with
+/// `kernel`, and tells the job's live state the turn's handle so a fence can stop it.
 #[allow(clippy::too_many_arguments)]
 fn node_turn(
-    inner: &Arc<Inner>,
+    engine: &Arc<dyn GraphEngine>,
     run: &Run,
     job: &Job,
     node_id: &str,
     write_scope: &[String],
     agent_options: Value,
-    owner: std::sync::Weak<crate::engine::ConnShared>,
+    owner: Weak<dyn Follower>,
     text: String,
     kernel: &dyn AgentKernel,
-) -> Result<EndedTurn, String> {
+) -> Result<AttemptEnd, String> {
     let mut metadata = Map::new();
     metadata.insert("graphRun".into(), run.id.clone().into());
     metadata.insert("graphNode".into(), job.node.clone().into());
     metadata.insert("graphAttempt".into(), job.attempt.into());
     metadata.insert("graphFence".into(), job.fence.into());
-    let start = ThreadStart {
+    let thread = ThreadStart {
         thread_id: job.thread_id.clone(),
         title: Some(
             format!("graph {} node {node_id} attempt {}", run.id, job.attempt)
@@ -184,87 +182,37 @@ fn node_turn(
         agent_options: (!agent_options.is_null()).then(|| agent_options.clone()),
         idempotency_key: None,
     };
-    let (summary, _) = inner
-        .store
-        .start_recorded(start, extra)
-        .map_err(|e| format!("could not create the attempt's thread: {e}"))?;
-    let mut data = data_from_summary(&summary);
-    data.agent_options = agent_options;
-    let thread = insert_thread(inner, new_state(inner, &job.thread_id, data));
-    let turn = TurnShared::new(
-        format!("a{}-turn", job.attempt),
-        thread.id.clone(),
-        owner,
-        summary.last_seq,
-    );
-    // Every tool call of the turn (the tool node's one, or the agent's) goes to the executor
-    // with the node's write scope, so it can check the path the tool actually resolves.
-    if !write_scope.is_empty() {
-        let _ = turn.write_scope.set(write_scope.to_vec());
-    }
-    let input = vec![UserInput::Text(TextInput { text })];
-    let recorded = {
-        let guard = crate::engine::lock(&thread.emit_lock);
-        crate::engine::lock(&thread.data).active = Some(Arc::clone(&turn));
-        let started = event(&EventPayload::TurnStarted(TurnStartedEvent {
-            turn_id: turn.id.clone(),
-            input: input.clone(),
-            extra: Map::new(),
-        }));
-        emit_locked(inner, &thread, &guard, vec![started], |events| {
-            turn.set_started_at(&events[0].time);
-            Vec::new()
-        })
+    let started = |turn: Arc<dyn TurnCancel>| {
+        *lock(&job.live.turn) = Some(Arc::clone(&turn));
+        if job.live.fenced.load(Ordering::SeqCst) {
+            turn.cancel();
+        }
     };
-    if let Err(e) = recorded {
-        crate::engine::lock(&thread.data).active = None;
-        return Err(format!("could not record the attempt's turn: {e}"));
-    }
-    *lock(&job.live.turn) = Some(Arc::clone(&turn));
-    if job.live.fenced.load(Ordering::SeqCst) {
-        turn.cancel();
-    }
-    run_on(
-        Arc::clone(inner),
-        Arc::clone(&thread),
-        Arc::clone(&turn),
-        input,
+    Arc::clone(engine).run_attempt(
+        AttemptTurn {
+            thread,
+            extra,
+            agent_options,
+            turn_id: format!("a{}-turn", job.attempt),
+            text,
+            write_scope,
+            owner,
+            started: &started,
+        },
         kernel,
-    );
-    let wire = turn.to_ended();
-    archive(inner, &thread);
-    Ok(wire)
-}
-
-/// Hides a finished attempt's thread from the default thread/list (thread/read still reads it).
-fn archive(inner: &Inner, thread: &ThreadState) {
-    let _emitting = crate::engine::lock(&thread.emit_lock);
-    if crate::engine::lock(&thread.data).is_busy() {
-        return;
-    }
-    match inner.store.set_archived(&thread.id, true) {
-        Ok(ev) => {
-            let mut d = crate::engine::lock(&thread.data);
-            d.archived = true;
-            d.last_seq = ev.seq;
-            d.updated_at = ev.time;
-        }
-        Err(e) => {
-            tracing::warn!(target: "cc_app_server::graph", "could not archive attempt thread {}: {e}", thread.id)
-        }
-    }
+    )
 }
 
 /// The tool result the engine recorded for `item_id` on `thread_id`, if it did: the evidence a
 /// restart (or an interrupted call) reconciles an effect from.
 pub(crate) fn recorded_tool_result(
-    inner: &Inner,
+    engine: &dyn GraphEngine,
     thread_id: &str,
     item_id: &str,
 ) -> Option<ToolResult> {
     let mut after = 0;
     loop {
-        let page = inner.store.read(thread_id, after, MAX_READ_LIMIT).ok()?;
+        let page = engine.thread_store().read(thread_id, after, MAX_READ_LIMIT).ok()?;
         for e in &page.events {
             if e.kind() == "toolResult"
                 && e.payload.get("itemId").and_then(Value::as_str) == Some(item_id)
@@ -280,7 +228,7 @@ pub(crate) fn recorded_tool_result(
 }
 
 /// How the attempt ended, from the turn and what the context saw.
-fn outcome(a: &Attempt<'_>, turn: Result<EndedTurn, String>) -> Outcome {
+fn outcome(a: &Attempt<'_>, turn: Result<AttemptEnd, String>) -> Outcome {
     let tokens = a.seen.tokens.load(Ordering::SeqCst);
     let failed = |code: &str, message: String, retryable: bool| Outcome::Failed {
         error: run_error(code, message, Some(&a.job.node)),
@@ -348,12 +296,12 @@ fn outcome(a: &Attempt<'_>, turn: Result<EndedTurn, String>) -> Outcome {
                 failed(
                     "toolNotCalled",
                     why,
-                    turn.turn.status != TurnStatus::Interrupted,
+                    turn.status != TurnStatus::Interrupted,
                 )
             }
         };
     }
-    match turn.turn.status {
+    match turn.status {
         TurnStatus::Completed => {}
         TurnStatus::Interrupted => {
             return failed(
@@ -629,7 +577,7 @@ impl TurnContext for NodeCtx<'_> {
         // here still has its outcome in the thread's rollout.
         let result = match &answer {
             Ok(r) => Some(r.clone()),
-            Err(_) => recorded_tool_result(a.inner, &thread_id, item_id),
+            Err(_) => recorded_tool_result(a.engine, &thread_id, item_id),
         };
         let Some(result) = result else {
             a.run.effect_unknown(&key, &a.job.node, "the call's outcome could not be recorded; the tool executor or the host must say whether it happened");

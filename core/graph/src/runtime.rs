@@ -9,7 +9,7 @@ use super::clock::RunClock;
 use super::effects::{self, EffectReconciler, Reconciliation};
 use super::plan::{keys, value_fits, End, NodeSpec, Plan};
 use super::state::{run_error, AttemptStatus, Custody, EffectStatus, RunState};
-use crate::engine::{deliver, ConnShared, Inner};
+use super::port::{same_follower, Follower, GraphEngine, TurnCancel};
 use crate::protocol::{
     EventPayload, GraphAttemptFinishedEvent, GraphAttemptStartedEvent, GraphAttemptStatus,
     GraphEffectFailedEvent, GraphEffectIntendedEvent, GraphEffectReceipt,
@@ -51,7 +51,7 @@ pub(crate) struct Live {
     /// Set when the attempt's fence went stale (expiry, cancellation, a failed run): the
     /// attempt's context then reports cancellation and its kernel stops.
     pub fenced: AtomicBool,
-    pub turn: Mutex<Option<Arc<crate::engine::turn::TurnShared>>>,
+    pub turn: Mutex<Option<Arc<dyn TurnCancel>>>,
     pub started_ms: i64,
 }
 
@@ -111,8 +111,8 @@ pub(crate) struct RunCore {
     /// The store refused a write: the run stops here and resumes at the next open.
     pub broken: Option<String>,
     /// Approvals of this run's node turns go to this connection.
-    pub owner: Weak<ConnShared>,
-    followers: Vec<Weak<ConnShared>>,
+    pub owner: Weak<dyn Follower>,
+    followers: Vec<Weak<dyn Follower>>,
     /// Effects already asked of the reconciler since it last changed.
     reconcile_asked: HashSet<String>,
     /// Opened from a log by a new process: `graphRunResumed` comes first.
@@ -133,7 +133,7 @@ pub(crate) struct Run {
     /// Threads waiting for the run's lock other than the scheduler: the scheduler lets them
     /// in between two decisions (the lock is not fair by itself).
     contenders: std::sync::atomic::AtomicUsize,
-    pub inner: Weak<Inner>,
+    pub engine: Weak<dyn GraphEngine>,
     pub store: Arc<dyn RolloutStore>,
     pub clock: RunClock,
     pub reconciler: Mutex<Option<Arc<dyn EffectReconciler>>>,
@@ -146,11 +146,11 @@ impl Run {
     pub fn new(
         id: &str,
         state: RunState,
-        inner: Weak<Inner>,
+        engine: Weak<dyn GraphEngine>,
         store: Arc<dyn RolloutStore>,
         clock: RunClock,
         reconciler: Option<Arc<dyn EffectReconciler>>,
-        owner: Weak<ConnShared>,
+        owner: Weak<dyn Follower>,
         resumed: bool,
     ) -> Arc<Run> {
         let run = Arc::new(Run {
@@ -178,7 +178,7 @@ impl Run {
             wake: Condvar::new(),
             done: Condvar::new(),
             contenders: std::sync::atomic::AtomicUsize::new(0),
-            inner,
+            engine,
             store,
             clock,
             reconciler: Mutex::new(reconciler),
@@ -205,14 +205,14 @@ impl Run {
     }
 
     /// Follows the run from `conn` (its node and run notifications go there too).
-    pub fn follow(&self, conn: &Arc<ConnShared>) {
+    pub fn follow(&self, conn: &Arc<dyn Follower>) {
         let mut core = self.enter();
         core.followers
             .retain(|w| w.upgrade().is_some_and(|c| c.is_open()));
         if core
             .followers
             .iter()
-            .any(|w| w.as_ptr() == Arc::as_ptr(conn))
+            .any(|w| same_follower(w, conn))
         {
             return;
         }
@@ -280,7 +280,7 @@ impl Run {
         if core.followers.is_empty() || seq == 0 {
             return;
         }
-        let Some(inner) = self.inner.upgrade() else {
+        let Some(engine) = self.engine.upgrade() else {
             return;
         };
         let mut texts = Vec::new();
@@ -310,10 +310,10 @@ impl Run {
             });
             texts.push(serde_json::to_string(&note).expect("a notification is JSON"));
         }
-        let conns: Vec<Arc<ConnShared>> = core.followers.iter().filter_map(Weak::upgrade).collect();
+        let conns: Vec<Arc<dyn Follower>> = core.followers.iter().filter_map(Weak::upgrade).collect();
         for text in texts {
             for c in &conns {
-                deliver(&inner, c, text.clone());
+                engine.deliver(&**c, text.clone());
             }
         }
     }
@@ -373,8 +373,8 @@ impl Run {
 
     /// A finished run leaves the live set (it stays readable, replayed from its log).
     fn after_terminal(&self) {
-        if let Some(inner) = self.inner.upgrade() {
-            inner.graph.remember_finished(&self.id);
+        if let Some(engine) = self.engine.upgrade() {
+            engine.graph().remember_finished(&self.id);
         }
     }
 
@@ -908,9 +908,9 @@ impl Run {
         let (op, call) = (e.operation_digest.clone(), e.call.clone());
         core.reconcile_asked.insert(key.clone());
         let from_rollout = self
-            .inner
+            .engine
             .upgrade()
-            .and_then(|inner| super::exec::recorded_tool_result(&inner, &evidence.0, &evidence.2));
+            .and_then(|engine| super::exec::recorded_tool_result(&*engine, &evidence.0, &evidence.2));
         let ev = (
             evidence.0.as_str(),
             evidence.1.as_str(),
