@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+use crate::rollout::sync::lock;
 
 /// Decides approval/decide requests for the host. Absent, failing or too slow: the client
 /// declines, so the server fails closed. Runs on the client's approval threads (at most
@@ -91,9 +92,6 @@ impl ClientError {
 
 type Pending = Arc<Mutex<HashMap<u64, SyncSender<Result<Value, ClientError>>>>>;
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// A connected, initialized client.
 pub struct Client {

@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
+use cc_app_server::rollout::sync::lock;
 
 /// Records queued for the host at most; more are dropped (and counted) until it catches up.
 pub(crate) const LOG_QUEUE_CAPACITY: usize = 1024;
@@ -141,9 +142,6 @@ static DELIVERY: Mutex<Option<Delivery>> = Mutex::new(None);
 /// Whether our subscriber became the process's global default (set once, on first use).
 static INSTALLED: OnceLock<bool> = OnceLock::new();
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Replaces the log destination (`None`: logging off). Returns false if another `tracing`
 /// subscriber already owns this process (a Rust host that installed its own), in which case

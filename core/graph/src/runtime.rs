@@ -26,15 +26,13 @@ use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+pub(crate) use crate::rollout::sync::lock;
 
 /// Events one scheduling decision writes at most (well inside the store's 4096 per append).
 const MAX_BATCH: usize = 1024;
 /// Connections following one run (the starter and readers); more forget the oldest.
 const MAX_FOLLOWERS: usize = 64;
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 fn payload_event(p: &EventPayload) -> NewEvent {
     let value = serde_json::to_value(p).expect("a graph event is JSON");

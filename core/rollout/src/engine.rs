@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
+use crate::sync::lock;
 
 /// A thread's state as far as the store needs it without reading history.
 #[derive(Debug, Clone, PartialEq)]
@@ -801,11 +802,6 @@ pub struct Engine<B: Backend> {
     _lock: super::fsutil::DirLock,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panicking thread must not take the whole store down with it; the state it guarded is
-    // only ever updated after the I/O it describes succeeded.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Whether a load error is the thread's own (cached as unreadable) rather than the moment's.
 fn is_verdict(e: &StoreError) -> bool {

@@ -14,6 +14,7 @@ mod identity;
 mod jsonl;
 mod keyed;
 mod sqlite;
+pub mod sync;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

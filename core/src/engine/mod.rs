@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 use turn::TurnShared;
+pub(crate) use crate::rollout::sync::lock;
 
 /// Features this server implements (and so may advertise), in negotiation order.
 pub const IMPLEMENTED_FEATURES: &[&str] = &[
@@ -64,9 +65,6 @@ pub enum SendError {
     Closed,
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// One thread's live state; the rollout is the truth, this is its cached head.
 pub(crate) struct ThreadState {

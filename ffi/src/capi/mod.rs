@@ -77,6 +77,7 @@ pub enum cc_result {
 }
 
 use cc_result::*;
+use cc_app_server::rollout::sync::lock;
 
 /// Approval callback results: run this call once.
 pub const CC_DECISION_ACCEPT_ONCE: i32 = 1;
@@ -184,9 +185,6 @@ trait Handle {
     fn last_error(&self) -> &LastError;
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The panic boundary, the one `catch_unwind` of the C ABI: a panic in `body` becomes a
 /// `CC_ERR_PANIC` failure that carries the panic's message, so the host can report it.
