@@ -5,6 +5,7 @@
 use crate::engine::{AppServer, Connection, RecvError, SendError};
 use crate::protocol::error_code;
 use crate::protocol::{ApprovalDecision, ApprovalRequest, Decline};
+use crate::rollout::sync::lock;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -14,7 +15,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use crate::rollout::sync::lock;
 
 /// Decides approval/decide requests for the host. Absent, failing or too slow: the client
 /// declines, so the server fails closed. Runs on the client's approval threads (at most
@@ -91,7 +91,6 @@ impl ClientError {
 }
 
 type Pending = Arc<Mutex<HashMap<u64, SyncSender<Result<Value, ClientError>>>>>;
-
 
 /// A connected, initialized client.
 pub struct Client {

@@ -7,6 +7,7 @@
 use crate::errors::{signed, ListenerError};
 use std::ffi::{c_char, c_void, CString};
 
+use cc_app_server::rollout::sync::lock;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
@@ -15,7 +16,6 @@ use std::thread::JoinHandle;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
-use cc_app_server::rollout::sync::lock;
 
 /// Records queued for the host at most; more are dropped (and counted) until it catches up.
 pub(crate) const LOG_QUEUE_CAPACITY: usize = 1024;
@@ -141,7 +141,6 @@ static LISTENER_ERRORS: AtomicU64 = AtomicU64::new(0);
 static DELIVERY: Mutex<Option<Delivery>> = Mutex::new(None);
 /// Whether our subscriber became the process's global default (set once, on first use).
 static INSTALLED: OnceLock<bool> = OnceLock::new();
-
 
 /// Replaces the log destination (`None`: logging off). Returns false if another `tracing`
 /// subscriber already owns this process (a Rust host that installed its own), in which case

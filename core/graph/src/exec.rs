@@ -6,15 +6,15 @@
 
 use super::effects::{self, EffectContext};
 use super::plan::{NodeSpec, Plan};
+use super::port::{AttemptEnd, AttemptTurn, Follower, GraphEngine, TurnCancel};
 use super::runtime::{check_output, lock, outcome_event, Intent, Job, Outcome, Run};
 use super::state::run_error;
-use super::port::{AttemptEnd, AttemptTurn, Follower, GraphEngine, TurnCancel};
 use crate::kernel::{AgentKernel, History, KernelError, ToolSpec, TurnContext};
 use crate::protocol::{
     GraphReceiptSource, GraphRunError, ItemContent, ItemDelta, ToolCall, ToolResult,
     ToolResultDenied, TurnStatus, UserInput,
 };
-use crate::rollout::{HeaderExtra, ThreadStart, MAX_READ_LIMIT};
+use crate::rollout::{HeaderExtra, ThreadStart};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -203,30 +203,6 @@ fn node_turn(
     )
 }
 
-/// The tool result the engine recorded for `item_id` on `thread_id`, if it did: the evidence a
-/// restart (or an interrupted call) reconciles an effect from.
-pub(crate) fn recorded_tool_result(
-    engine: &dyn GraphEngine,
-    thread_id: &str,
-    item_id: &str,
-) -> Option<ToolResult> {
-    let mut after = 0;
-    loop {
-        let page = engine.thread_store().read(thread_id, after, MAX_READ_LIMIT).ok()?;
-        for e in &page.events {
-            if e.kind() == "toolResult"
-                && e.payload.get("itemId").and_then(Value::as_str) == Some(item_id)
-            {
-                return serde_json::from_value(e.payload.get("result")?.clone()).ok();
-            }
-        }
-        match page.events.last() {
-            Some(last) if page.has_more => after = last.seq,
-            _ => return None,
-        }
-    }
-}
-
 /// How the attempt ended, from the turn and what the context saw.
 fn outcome(a: &Attempt<'_>, turn: Result<AttemptEnd, String>) -> Outcome {
     let tokens = a.seen.tokens.load(Ordering::SeqCst);
@@ -293,11 +269,7 @@ fn outcome(a: &Attempt<'_>, turn: Result<AttemptEnd, String>) -> Outcome {
                 let why = turn
                     .error
                     .map_or_else(|| "the tool call did not happen".to_string(), |e| e.message);
-                failed(
-                    "toolNotCalled",
-                    why,
-                    turn.status != TurnStatus::Interrupted,
-                )
+                failed("toolNotCalled", why, turn.status != TurnStatus::Interrupted)
             }
         };
     }
@@ -577,7 +549,7 @@ impl TurnContext for NodeCtx<'_> {
         // here still has its outcome in the thread's rollout.
         let result = match &answer {
             Ok(r) => Some(r.clone()),
-            Err(_) => recorded_tool_result(a.engine, &thread_id, item_id),
+            Err(_) => a.engine.recorded_tool_result(&thread_id, item_id),
         };
         let Some(result) = result else {
             a.run.effect_unknown(&key, &a.job.node, "the call's outcome could not be recorded; the tool executor or the host must say whether it happened");

@@ -6,10 +6,11 @@ use super::clock::RunClock;
 use super::compiler::{compile, CompileError};
 use super::effects::EffectReconciler;
 use super::plan::{value_fits, Plan};
+use super::port::{nobody, Follower, GraphEngine};
 use super::runtime::{lock, start_events, Run};
 use super::state::{RunState, DEFAULT_LEASE_MS, DEFAULT_WORKER};
 use super::store::{self, RunHeader};
-use super::port::{nobody, Follower, GraphEngine};
+use super::threads::Threads;
 use crate::protocol::error_code;
 use crate::protocol::{
     GraphDefinition, GraphFencedAttempt, GraphRunGrant, GraphRunOptions, GraphRunStartedEvent,
@@ -20,7 +21,6 @@ use serde_json::{json, Map, Value};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Runs that may be live (not terminal) at once; one more start is -32001.
@@ -88,47 +88,6 @@ impl From<StoreError> for GraphError {
     }
 }
 
-/// Threads the graph runtime started, joined at shutdown.
-#[derive(Default)]
-pub(crate) struct Threads {
-    handles: Mutex<Vec<JoinHandle<()>>>,
-}
-
-impl Threads {
-    /// Starts a named thread; false if the OS refused one.
-    pub fn spawn(&self, name: &str, f: impl FnOnce() + Send + 'static) -> bool {
-        match std::thread::Builder::new()
-            .name(name.chars().take(15).collect())
-            .spawn(f)
-        {
-            Ok(h) => {
-                let mut hs = lock(&self.handles);
-                hs.retain(|h| !h.is_finished());
-                hs.push(h);
-                true
-            }
-            Err(e) => {
-                tracing::error!(target: "cc_app_server::graph", "could not start a graph thread: {e}");
-                false
-            }
-        }
-    }
-
-    fn join_all(&self) {
-        loop {
-            let hs: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&self.handles));
-            if hs.is_empty() {
-                return;
-            }
-            for h in hs {
-                if h.thread().id() != std::thread::current().id() {
-                    let _ = h.join();
-                }
-            }
-        }
-    }
-}
-
 struct Settings {
     clock: RunClock,
     reconciler: Option<Arc<dyn EffectReconciler>>,
@@ -153,25 +112,26 @@ pub struct GraphHost {
     starting: Mutex<()>,
     /// Large compiles running now (`MAX_CONCURRENT_COMPILES`).
     compiles: Arc<std::sync::atomic::AtomicUsize>,
+    /// The engine this runtime runs attempts on.
+    engine: Weak<dyn GraphEngine>,
 }
 
-impl GraphHost {
-    /// Opens `<state_dir>/graph-runs` (if it exists) with the server's store kind and options.
-    pub fn open(
-        kind: crate::rollout::StoreKind,
-        state_dir: &std::path::Path,
-        options: crate::rollout::StoreOptions,
-    ) -> Result<GraphHost, StoreError> {
-        let store = if store::runs_dir(state_dir).exists() {
-            Some(store::open_runs(kind, state_dir, options.clone())?)
-        } else {
-            None
-        };
-        Ok(GraphHost {
-            store: Mutex::new(store),
-            kind,
-            options,
-            state_dir: state_dir.to_path_buf(),
+/// A server's run store, opened before its engine exists; `attach` makes the engine's host of it.
+pub struct OpenedRuns {
+    store: Option<Arc<dyn RolloutStore>>,
+    kind: crate::rollout::StoreKind,
+    options: crate::rollout::StoreOptions,
+    state_dir: std::path::PathBuf,
+}
+
+impl OpenedRuns {
+    /// The graph runtime of `engine` (called while the engine is being made, so it takes a weak).
+    pub fn attach(self, engine: Weak<dyn GraphEngine>) -> GraphHost {
+        GraphHost {
+            store: Mutex::new(self.store),
+            kind: self.kind,
+            options: self.options,
+            state_dir: self.state_dir,
             runs: Mutex::new(HashMap::new()),
             finished: Mutex::new(VecDeque::new()),
             keys: Mutex::new(HashMap::new()),
@@ -183,7 +143,35 @@ impl GraphHost {
             stopping: AtomicBool::new(false),
             starting: Mutex::new(()),
             compiles: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            engine,
+        }
+    }
+}
+
+impl GraphHost {
+    /// Opens `<state_dir>/graph-runs` (if it exists) with the server's store kind and options;
+    /// a server that never runs a graph leaves its state directory as it was.
+    pub fn open(
+        kind: crate::rollout::StoreKind,
+        state_dir: &std::path::Path,
+        options: crate::rollout::StoreOptions,
+    ) -> Result<OpenedRuns, StoreError> {
+        let store = if store::runs_dir(state_dir).exists() {
+            Some(store::open_runs(kind, state_dir, options.clone())?)
+        } else {
+            None
+        };
+        Ok(OpenedRuns {
+            store,
+            kind,
+            options,
+            state_dir: state_dir.to_path_buf(),
         })
+    }
+
+    /// The engine, while it lives.
+    fn engine(&self) -> Option<Arc<dyn GraphEngine>> {
+        self.engine.upgrade()
     }
 
     /// Takes a large-compile slot; None when `MAX_CONCURRENT_COMPILES` are taken.
@@ -214,15 +202,24 @@ impl GraphHost {
         Ok(store)
     }
 
-    fn spawn_scheduler(&self, run: &Arc<Run>) {
+    fn spawn_scheduler(self: &Arc<Self>, run: &Arc<Run>) {
         if !Run::claim_scheduler(&mut run.enter()) {
             return;
         }
-        let (r, threads) = (Arc::clone(run), Arc::clone(&self.threads));
+        let (r, threads, host) = (
+            Arc::clone(run),
+            Arc::clone(&self.threads),
+            Arc::downgrade(self),
+        );
         if !self
             .threads
             .spawn(&format!("cc-graph-{}", run.id), move || {
-                r.schedule(&threads)
+                // A finished run leaves the live set (it stays readable, replayed from its log).
+                if r.schedule(&threads) {
+                    if let Some(host) = host.upgrade() {
+                        host.remember_finished(&r.id);
+                    }
+                }
             })
         {
             run.enter().broken = Some("no scheduler thread".into());
@@ -270,8 +267,7 @@ impl GraphHost {
 /// Resumes every run a previous process left unfinished (called once by `AppServer::open`). An
 /// attempt's turn the dead process left open is closed (`serverRestarted`) when its thread is
 /// first touched (core/src/engine/threads.rs), which a resumed attempt does before it runs again.
-pub fn resume(engine: &Arc<dyn GraphEngine>) {
-    let host = engine.graph();
+pub fn resume(host: &Arc<GraphHost>) {
     let Some(runs_store) = host.existing_store() else {
         return;
     };
@@ -308,7 +304,7 @@ pub fn resume(engine: &Arc<dyn GraphEngine>) {
         }
         let resumed = state.start.is_some();
         let run = new_run(
-            engine,
+            host,
             Arc::clone(&runs_store),
             &header.run_id,
             state,
@@ -321,14 +317,13 @@ pub fn resume(engine: &Arc<dyn GraphEngine>) {
 }
 
 fn new_run(
-    engine: &Arc<dyn GraphEngine>,
+    host: &Arc<GraphHost>,
     runs: Arc<dyn RolloutStore>,
     id: &str,
     state: RunState,
     owner: Weak<dyn Follower>,
     resumed: bool,
 ) -> Arc<Run> {
-    let host = engine.graph();
     let (clock, reconciler) = {
         let s = lock(&host.settings);
         (s.clock.clone(), s.reconciler.clone())
@@ -336,7 +331,8 @@ fn new_run(
     Run::new(
         id,
         state,
-        Arc::downgrade(engine),
+        Weak::clone(&host.engine),
+        super::exec::execute,
         runs,
         clock,
         reconciler,
@@ -446,12 +442,11 @@ fn random_run_id() -> String {
 
 /// Starts a run: compiles, records the header and `graphRunStarted` durably, then schedules.
 pub(crate) fn start(
-    engine: &Arc<dyn GraphEngine>,
+    host: &Arc<GraphHost>,
     req: StartRequest,
     owner: Weak<dyn Follower>,
 ) -> Result<(Arc<Run>, GraphRunSummary), GraphError> {
-    let host = engine.graph();
-    if host.stopping.load(Ordering::SeqCst) || engine.is_shut_down() {
+    if host.stopping.load(Ordering::SeqCst) || host.engine().is_none_or(|e| e.is_shut_down()) {
         return Err(GraphError::Closed);
     }
     let plan = Arc::new(
@@ -473,7 +468,7 @@ pub(crate) fn start(
     let runs_store = host.store()?;
     let same = |id: &str, digest: &str| -> Result<(Arc<Run>, GraphRunSummary), GraphError> {
         if digest == params_digest {
-            let run = get(engine, id)?;
+            let run = get(host, id)?;
             let summary = {
                 let mut core = run.enter();
                 // Joining a run whose starter is gone (a restart, a closed connection) makes the
@@ -547,7 +542,7 @@ pub(crate) fn start(
     let events = start_events(started, &plan);
     let mut state = store::load(&*runs_store, &run_id)?;
     state.preload(Arc::clone(&plan), req.grant.clone());
-    let run = new_run(engine, Arc::clone(&runs_store), &run_id, state, owner, false);
+    let run = new_run(host, Arc::clone(&runs_store), &run_id, state, owner, false);
     // The answer is the run as its start left it, taken before the scheduler can move on.
     let summary = {
         let mut core = run.enter();
@@ -563,8 +558,7 @@ pub(crate) fn start(
 }
 
 /// A run: live, recently finished, or replayed from its log.
-pub(crate) fn get(engine: &Arc<dyn GraphEngine>, run_id: &str) -> Result<Arc<Run>, GraphError> {
-    let host = engine.graph();
+pub(crate) fn get(host: &Arc<GraphHost>, run_id: &str) -> Result<Arc<Run>, GraphError> {
     if let Some(r) = lock(&host.runs).get(run_id) {
         return Ok(Arc::clone(r));
     }
@@ -577,7 +571,7 @@ pub(crate) fn get(engine: &Arc<dyn GraphEngine>, run_id: &str) -> Result<Arc<Run
     if state.start.is_none() && state.last_seq == 0 {
         return Err(GraphError::NotFound(run_id.to_string()));
     }
-    let run = new_run(engine, runs_store, run_id, state, nobody(), false);
+    let run = new_run(host, runs_store, run_id, state, nobody(), false);
     let run = Arc::clone(lock(&host.runs).entry(run_id.to_string()).or_insert(run));
     if run.enter().state.status.is_terminal() {
         host.remember_finished(run_id);
@@ -588,13 +582,18 @@ pub(crate) fn get(engine: &Arc<dyn GraphEngine>, run_id: &str) -> Result<Arc<Run
 /// The Graph Kernel of a server, for Rust hosts (`AppServer::graph()`).
 #[derive(Clone)]
 pub struct GraphHandle {
-    engine: Arc<dyn GraphEngine>,
+    host: Arc<GraphHost>,
+    /// Holds the server open while the handle lives (its runs need the engine's turns).
+    _engine: Arc<dyn GraphEngine>,
 }
 
 impl GraphHandle {
-    /// The handle of `engine`'s graph runtime (hosts get it from `AppServer::graph()`).
-    pub fn new(engine: Arc<dyn GraphEngine>) -> Self {
-        GraphHandle { engine }
+    /// The handle of `engine`'s graph runtime `host` (hosts get it from `AppServer::graph()`).
+    pub fn new(host: Arc<GraphHost>, engine: Arc<dyn GraphEngine>) -> Self {
+        GraphHandle {
+            host,
+            _engine: engine,
+        }
     }
 
     /// Compiles a definition for a run with `grant`, running nothing.
@@ -611,17 +610,17 @@ impl GraphHandle {
     /// itself shares the same bound; None while `MAX_CONCURRENT_COMPILES` are taken. The slot
     /// is given back when dropped.
     pub fn compile_slot(&self) -> Option<CompileSlot> {
-        self.engine.graph().compile_slot()
+        self.host.compile_slot()
     }
 
     /// Starts a run; returns once its start is durable.
     pub fn start(&self, req: StartRequest) -> Result<GraphRunSummary, GraphError> {
-        Ok(start(&self.engine, req, nobody())?.1)
+        Ok(start(&self.host, req, nobody())?.1)
     }
 
     /// The run's state (the reduction of its log), cloned.
     pub fn state(&self, run_id: &str) -> Result<RunState, GraphError> {
-        let run = get(&self.engine, run_id)?;
+        let run = get(&self.host, run_id)?;
         let s = run.enter().state.clone();
         Ok(s)
     }
@@ -631,14 +630,14 @@ impl GraphHandle {
         run_id: &str,
         include_content: bool,
     ) -> Result<GraphRunSummary, GraphError> {
-        let run = get(&self.engine, run_id)?;
+        let run = get(&self.host, run_id)?;
         let s = run.enter().state.summary(include_content);
         Ok(s)
     }
 
     /// Waits until the run is terminal (or `timeout`); returns its summary either way.
     pub fn wait(&self, run_id: &str, timeout: Duration) -> Result<GraphRunSummary, GraphError> {
-        let run = get(&self.engine, run_id)?;
+        let run = get(&self.host, run_id)?;
         let deadline = Instant::now() + timeout;
         let mut core = run.enter();
         while !core.state.status.is_terminal() && core.broken.is_none() {
@@ -661,21 +660,21 @@ impl GraphHandle {
         run_id: &str,
         reason: Option<String>,
     ) -> Result<Vec<GraphFencedAttempt>, GraphError> {
-        let run = get(&self.engine, run_id)?;
+        let run = get(&self.host, run_id)?;
         run.cancel(reason).map_err(GraphError::from)
     }
 
     /// Replaces the clock new runs (and runs resumed later) use for leases and wall-time
     /// budgets; tests pass a manual one.
     pub fn set_clock(&self, clock: RunClock) {
-        lock(&self.engine.graph().settings).clock = clock;
+        lock(&self.host.settings).clock = clock;
     }
 
     /// Sets who answers "did this effect happen?" for intended effects without an outcome, and
     /// asks it about every effect now waiting in reconcile.
     pub fn set_reconciler(&self, reconciler: Arc<dyn EffectReconciler>) {
-        lock(&self.engine.graph().settings).reconciler = Some(Arc::clone(&reconciler));
-        let runs: Vec<Arc<Run>> = lock(&self.engine.graph().runs).values().cloned().collect();
+        lock(&self.host.settings).reconciler = Some(Arc::clone(&reconciler));
+        let runs: Vec<Arc<Run>> = lock(&self.host.runs).values().cloned().collect();
         for r in runs {
             *lock(&r.reconciler) = Some(Arc::clone(&reconciler));
             r.reconciler_changed();
@@ -690,7 +689,7 @@ impl GraphHandle {
         key: &str,
         applied: Option<ToolResult>,
     ) -> Result<(), GraphError> {
-        let run = get(&self.engine, run_id)?;
+        let run = get(&self.host, run_id)?;
         run.resolve_effect(key, applied)
             .map_err(GraphError::Conflict)
     }
@@ -698,14 +697,14 @@ impl GraphHandle {
     /// Delivers a message again (at least once); true if it had been consumed already, in which
     /// case it is acknowledged as a duplicate and not processed again.
     pub fn redeliver(&self, run_id: &str, message_id: &str) -> Result<bool, GraphError> {
-        let run = get(&self.engine, run_id)?;
+        let run = get(&self.host, run_id)?;
         run.redeliver(message_id).map_err(GraphError::Conflict)
     }
 
     /// What this process did for a run: appends to its log, events they carried, attempts
     /// running here now (diagnostics and benchmarks).
     pub fn run_stats(&self, run_id: &str) -> Result<RunStats, GraphError> {
-        let run = get(&self.engine, run_id)?;
+        let run = get(&self.host, run_id)?;
         let core = run.enter();
         Ok(RunStats {
             commits: core.commits,
@@ -716,7 +715,7 @@ impl GraphHandle {
 
     /// Every run in the store: (header, finished).
     pub fn list(&self) -> Result<Vec<(RunHeader, bool)>, GraphError> {
-        match self.engine.graph().existing_store() {
+        match self.host.existing_store() {
             Some(s) => Ok(store::list_runs(&*s)?.0),
             None => Ok(Vec::new()),
         }
@@ -724,6 +723,6 @@ impl GraphHandle {
 
     /// The run store (for verification and tools), created if no run was started yet.
     pub fn store(&self) -> Result<Arc<dyn RolloutStore>, GraphError> {
-        Ok(self.engine.graph().store()?)
+        Ok(self.host.store()?)
     }
 }

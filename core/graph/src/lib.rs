@@ -29,15 +29,16 @@ pub mod port;
 mod runtime;
 pub mod state;
 pub mod store;
+mod threads;
 pub mod wire;
 
 pub use clock::{ManualClock, RunClock};
 pub use compiler::{compile, granted, CompileError, MAX_ERRORS};
 pub use effects::{current_effect, EffectContext, EffectReconciler, Reconciliation};
-pub use plan::Plan;
-pub use state::RunState;
 pub use host::{
-    grant, CompileSlot, GraphError, GraphHandle, GraphHost, RunStats, StartRequest,
+    grant, CompileSlot, GraphError, GraphHandle, GraphHost, OpenedRuns, RunStats, StartRequest,
     MAX_CONCURRENT_COMPILES,
 };
+pub use plan::Plan;
+pub use state::RunState;
 pub use wire::LARGE_COMPILE_ELEMENTS;

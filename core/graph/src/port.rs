@@ -2,18 +2,17 @@
 //! engine implements (core/src/engine/attempt.rs). The graph modules name no engine type, so the
 //! dependency runs one way: the engine calls the graph host (graph/* requests, `resume` at open,
 //! `AppServer::graph()`), and the graph reaches back only through `GraphEngine` and `Follower`.
+//! This module is the bottom of the graph host: it names nothing of the crate above the types.
 
-use super::host::GraphHost;
 use crate::kernel::AgentKernel;
-use crate::protocol::{TurnError, TurnStatus};
-use crate::rollout::{HeaderExtra, RolloutStore, ThreadStart};
+use crate::protocol::{ToolResult, TurnError, TurnStatus};
+use crate::rollout::{HeaderExtra, RolloutStore, ThreadStart, MAX_READ_LIMIT};
+use serde_json::Value;
 use std::any::Any;
 use std::sync::{Arc, Weak};
 
 /// The engine as the graph host sees it.
 pub trait GraphEngine: Send + Sync {
-    /// The server's graph runtime (the engine owns it).
-    fn graph(&self) -> &GraphHost;
     /// Whether the server has begun shutting down (no new run starts).
     fn is_shut_down(&self) -> bool;
     /// The server's kernel, which an agent node's attempt runs.
@@ -30,6 +29,29 @@ pub trait GraphEngine: Send + Sync {
     /// Sends one notification text to a follower; a follower that stopped reading is closed by
     /// the engine as any slow consumer is.
     fn deliver(&self, to: &dyn Follower, text: String);
+
+    /// The tool result the engine recorded for `item_id` on `thread_id`, if it did: the
+    /// evidence a restart (or an interrupted call) reconciles an effect from.
+    fn recorded_tool_result(&self, thread_id: &str, item_id: &str) -> Option<ToolResult> {
+        let mut after = 0;
+        loop {
+            let page = self
+                .thread_store()
+                .read(thread_id, after, MAX_READ_LIMIT)
+                .ok()?;
+            for e in &page.events {
+                if e.kind() == "toolResult"
+                    && e.payload.get("itemId").and_then(Value::as_str) == Some(item_id)
+                {
+                    return serde_json::from_value(e.payload.get("result")?.clone()).ok();
+                }
+            }
+            match page.events.last() {
+                Some(last) if page.has_more => after = last.seq,
+                _ => return None,
+            }
+        }
+    }
 }
 
 /// A connection following a run: where its notifications go and whose approvals its attempts ask.

@@ -8,8 +8,9 @@
 use super::clock::RunClock;
 use super::effects::{self, EffectReconciler, Reconciliation};
 use super::plan::{keys, value_fits, End, NodeSpec, Plan};
-use super::state::{run_error, AttemptStatus, Custody, EffectStatus, RunState};
 use super::port::{same_follower, Follower, GraphEngine, TurnCancel};
+use super::state::{run_error, AttemptStatus, Custody, EffectStatus, RunState};
+use super::threads::Threads;
 use crate::protocol::{
     EventPayload, GraphAttemptFinishedEvent, GraphAttemptStartedEvent, GraphAttemptStatus,
     GraphEffectFailedEvent, GraphEffectIntendedEvent, GraphEffectReceipt,
@@ -21,18 +22,17 @@ use crate::protocol::{
     GraphScopeReason, GraphStaleRefusedEvent, GraphStaleWhat, GraphUsage, ServerNotification,
     ToolCall, ToolResult,
 };
+pub(crate) use crate::rollout::sync::lock;
 use crate::rollout::{NewEvent, RolloutStore, StoreError, StoredEvent};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
-pub(crate) use crate::rollout::sync::lock;
 
 /// Events one scheduling decision writes at most (well inside the store's 4096 per append).
 const MAX_BATCH: usize = 1024;
 /// Connections following one run (the starter and readers); more forget the oldest.
 const MAX_FOLLOWERS: usize = 64;
-
 
 fn payload_event(p: &EventPayload) -> NewEvent {
     let value = serde_json::to_value(p).expect("a graph event is JSON");
@@ -132,6 +132,7 @@ pub(crate) struct Run {
     /// in between two decisions (the lock is not fair by itself).
     contenders: std::sync::atomic::AtomicUsize,
     pub engine: Weak<dyn GraphEngine>,
+    execute: Execute,
     pub store: Arc<dyn RolloutStore>,
     pub clock: RunClock,
     pub reconciler: Mutex<Option<Arc<dyn EffectReconciler>>>,
@@ -139,12 +140,17 @@ pub(crate) struct Run {
     waker: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
 }
 
+/// Runs one attempt to its end (`exec::execute`; None: nothing to record, the server stops).
+/// The scheduler is given it, so it knows nothing of how an attempt runs.
+pub(crate) type Execute = fn(&Arc<Run>, &Job) -> Option<Outcome>;
+
 impl Run {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: &str,
         state: RunState,
         engine: Weak<dyn GraphEngine>,
+        execute: Execute,
         store: Arc<dyn RolloutStore>,
         clock: RunClock,
         reconciler: Option<Arc<dyn EffectReconciler>>,
@@ -177,6 +183,7 @@ impl Run {
             done: Condvar::new(),
             contenders: std::sync::atomic::AtomicUsize::new(0),
             engine,
+            execute,
             store,
             clock,
             reconciler: Mutex::new(reconciler),
@@ -207,11 +214,7 @@ impl Run {
         let mut core = self.enter();
         core.followers
             .retain(|w| w.upgrade().is_some_and(|c| c.is_open()));
-        if core
-            .followers
-            .iter()
-            .any(|w| same_follower(w, conn))
-        {
+        if core.followers.iter().any(|w| same_follower(w, conn)) {
             return;
         }
         if core.followers.len() >= MAX_FOLLOWERS {
@@ -308,7 +311,8 @@ impl Run {
             });
             texts.push(serde_json::to_string(&note).expect("a notification is JSON"));
         }
-        let conns: Vec<Arc<dyn Follower>> = core.followers.iter().filter_map(Weak::upgrade).collect();
+        let conns: Vec<Arc<dyn Follower>> =
+            core.followers.iter().filter_map(Weak::upgrade).collect();
         for text in texts {
             for c in &conns {
                 engine.deliver(&**c, text.clone());
@@ -326,7 +330,8 @@ impl Run {
     // ------------------------------------------------------------------ the scheduler
 
     /// Drives the run until it is terminal, the host stops, or the store refuses a write.
-    pub fn schedule(self: &Arc<Self>, host: &super::host::Threads) {
+    /// True when the run ended (it may leave the host's live set).
+    pub fn schedule(self: &Arc<Self>, threads: &Threads) -> bool {
         let mut core = lock(&self.core);
         loop {
             if core.stopping || core.broken.is_some() {
@@ -346,7 +351,7 @@ impl Run {
                         live.fence();
                     }
                     if !jobs.is_empty() {
-                        self.dispatch(&mut core, jobs, host);
+                        self.dispatch(&mut core, jobs, threads);
                     }
                     // Let workers reporting results, readers and cancel in between decisions.
                     if self.contenders.load(Ordering::SeqCst) > 0 {
@@ -364,23 +369,14 @@ impl Run {
         self.done.notify_all();
         let done = core.state.status.is_terminal();
         drop(core);
-        if done {
-            self.after_terminal();
-        }
-    }
-
-    /// A finished run leaves the live set (it stays readable, replayed from its log).
-    fn after_terminal(&self) {
-        if let Some(engine) = self.engine.upgrade() {
-            engine.graph().remember_finished(&self.id);
-        }
+        done
     }
 
     pub fn claim_scheduler(core: &mut RunCore) -> bool {
         !std::mem::replace(&mut core.scheduler, true)
     }
 
-    fn dispatch(self: &Arc<Self>, core: &mut RunCore, jobs: Vec<Job>, host: &super::host::Threads) {
+    fn dispatch(self: &Arc<Self>, core: &mut RunCore, jobs: Vec<Job>, threads: &Threads) {
         let capacity: usize = core
             .state
             .start
@@ -395,7 +391,7 @@ impl Run {
         while core.idle < core.jobs.len() && core.workers < capacity * 2 {
             core.workers += 1;
             let run = Arc::clone(self);
-            let spawned = host.spawn(&format!("cc-graph-{}", self.id), move || run.work());
+            let spawned = threads.spawn(&format!("cc-graph-{}", self.id), move || run.work());
             if !spawned {
                 core.workers -= 1;
                 tracing::error!(target: "cc_app_server::graph", "run {}: could not start a worker thread; the queued attempts wait", self.id);
@@ -430,7 +426,7 @@ impl Run {
                 return;
             };
             let attempt = job.attempt;
-            let outcome = super::exec::execute(&self, &job);
+            let outcome = (self.execute)(&self, &job);
             let mut core = self.enter();
             core.live.remove(&attempt);
             if let Some(outcome) = outcome {
@@ -908,7 +904,7 @@ impl Run {
         let from_rollout = self
             .engine
             .upgrade()
-            .and_then(|engine| super::exec::recorded_tool_result(&*engine, &evidence.0, &evidence.2));
+            .and_then(|engine| engine.recorded_tool_result(&evidence.0, &evidence.2));
         let ev = (
             evidence.0.as_str(),
             evidence.1.as_str(),

@@ -3,9 +3,10 @@
 //! answers are built from the generated types.
 
 use super::compiler::compile;
+use super::host::GraphHost;
 use super::host::{self, GraphError, StartRequest};
+use super::port::Follower;
 use super::runtime::lock;
-use super::port::{Follower, GraphEngine};
 use crate::protocol::error_code;
 use crate::protocol::{
     GraphRunCancelResult, GraphRunGrant, GraphRunOptions, GraphRunReadResult, GraphRunStartResult,
@@ -50,7 +51,7 @@ fn elements(definition: &Value, limit: usize) -> usize {
 /// Serves one graph/* request: inline, or — a large graph/validate or graph/run/start — on a
 /// thread of its own holding one of the server's compile slots (none free: -32001 at once).
 pub fn serve(
-    engine: &Arc<dyn GraphEngine>,
+    host: &Arc<GraphHost>,
     conn: &Arc<dyn Follower>,
     method: &str,
     params: Value,
@@ -63,9 +64,9 @@ pub fn serve(
             .get("definition")
             .is_some_and(|d| elements(d, LARGE_COMPILE_ELEMENTS) > LARGE_COMPILE_ELEMENTS);
     if !large {
-        return answer(handle(engine, conn, method, &params));
+        return answer(handle(host, conn, method, &params));
     }
-    let Some(slot) = engine.graph().compile_slot() else {
+    let Some(slot) = host.compile_slot() else {
         return answer(Err(WireError {
             code: error_code::OVERLOADED,
             message: format!(
@@ -75,12 +76,12 @@ pub fn serve(
             data: Some(json!({"retry_after_ms": 500})),
         }));
     };
-    let (engine2, conn2, method2) = (Arc::clone(engine), Arc::clone(conn), method.to_string());
+    let (host2, conn2, method2) = (Arc::clone(host), Arc::clone(conn), method.to_string());
     // The answer is moved into the thread; if no thread can be started it comes back here.
     let pending = Arc::new(Mutex::new(Some(answer)));
     let mine = Arc::clone(&pending);
-    let started = engine.graph().threads.spawn("cc-graph-compile", move || {
-        let result = handle(&engine2, &conn2, &method2, &params);
+    let started = host.threads.spawn("cc-graph-compile", move || {
+        let result = handle(&host2, &conn2, &method2, &params);
         drop(slot);
         if let Some(answer) = lock(&mine).take() {
             answer(result);
@@ -157,7 +158,7 @@ fn no_grant() -> GraphRunGrant {
 
 /// Answers one graph/* request.
 pub(crate) fn handle(
-    engine: &Arc<dyn GraphEngine>,
+    host: &Arc<GraphHost>,
     conn: &Arc<dyn Follower>,
     method: &str,
     params: &Value,
@@ -171,9 +172,9 @@ pub(crate) fn handle(
     }
     let result = match method {
         "graph/validate" => validate(params)?,
-        "graph/run/start" => run_start(engine, conn, params)?,
-        "graph/run/read" => run_read(engine, conn, params)?,
-        "graph/run/cancel" => run_cancel(engine, conn, params)?,
+        "graph/run/start" => run_start(host, conn, params)?,
+        "graph/run/read" => run_read(host, conn, params)?,
+        "graph/run/cancel" => run_cancel(host, conn, params)?,
         other => {
             return Err(WireError {
                 code: error_code::METHOD_NOT_FOUND,
@@ -216,7 +217,7 @@ fn validate(params: &Value) -> Result<Value, WireError> {
 }
 
 fn run_start(
-    engine: &Arc<dyn GraphEngine>,
+    host: &Arc<GraphHost>,
     conn: &Arc<dyn Follower>,
     params: &Value,
 ) -> Result<Value, WireError> {
@@ -228,7 +229,7 @@ fn run_start(
         options: decode::<GraphRunOptions>(params, "options")?,
         idempotency_key: decode(params, "idempotencyKey")?,
     };
-    let (run, summary) = host::start(engine, req, Arc::downgrade(conn)).map_err(WireError::from)?;
+    let (run, summary) = host::start(host, req, Arc::downgrade(conn)).map_err(WireError::from)?;
     run.follow(conn);
     to_value(GraphRunStartResult {
         run: summary,
@@ -237,12 +238,12 @@ fn run_start(
 }
 
 fn run_read(
-    engine: &Arc<dyn GraphEngine>,
+    host: &Arc<GraphHost>,
     conn: &Arc<dyn Follower>,
     params: &Value,
 ) -> Result<Value, WireError> {
     let run_id = params["runId"].as_str().unwrap_or_default();
-    let run = host::get(engine, run_id).map_err(WireError::from)?;
+    let run = host::get(host, run_id).map_err(WireError::from)?;
     let include = params
         .get("includeContent")
         .and_then(Value::as_bool)
@@ -300,12 +301,12 @@ fn run_read(
 }
 
 fn run_cancel(
-    engine: &Arc<dyn GraphEngine>,
+    host: &Arc<GraphHost>,
     conn: &Arc<dyn Follower>,
     params: &Value,
 ) -> Result<Value, WireError> {
     let run_id = params["runId"].as_str().unwrap_or_default();
-    let run = host::get(engine, run_id).map_err(WireError::from)?;
+    let run = host::get(host, run_id).map_err(WireError::from)?;
     run.follow(conn);
     let reason = params
         .get("reason")

@@ -10,11 +10,11 @@
 use super::cache::{CacheLimits, TailCache};
 use super::encode::{push_u64, EncodedPayload};
 use super::*;
+use crate::sync::lock;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
-use crate::sync::lock;
 
 /// A thread's state as far as the store needs it without reading history.
 #[derive(Debug, Clone, PartialEq)]
@@ -801,7 +801,6 @@ pub struct Engine<B: Backend> {
     closed: AtomicBool,
     _lock: super::fsutil::DirLock,
 }
-
 
 /// Whether a load error is the thread's own (cached as unreadable) rather than the moment's.
 fn is_verdict(e: &StoreError) -> bool {

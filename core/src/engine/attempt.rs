@@ -6,7 +6,6 @@ use super::threads::{data_from_summary, insert_thread, new_state};
 use super::turn::{event, run_on, TurnShared};
 use super::{deliver, emit_locked, lock, ConnShared, Inner, ThreadState};
 use crate::graph::port::{AttemptEnd, AttemptTurn, Follower, GraphEngine, TurnCancel};
-use crate::graph::GraphHost;
 use crate::kernel::AgentKernel;
 use crate::protocol::{EventPayload, TextInput, TurnStartedEvent, UserInput};
 use crate::rollout::RolloutStore;
@@ -34,15 +33,15 @@ impl TurnCancel for TurnShared {
 fn connection(follower: &Weak<dyn Follower>) -> Weak<ConnShared> {
     follower
         .upgrade()
-        .and_then(|f| (f as Arc<dyn Any + Send + Sync>).downcast::<ConnShared>().ok())
+        .and_then(|f| {
+            (f as Arc<dyn Any + Send + Sync>)
+                .downcast::<ConnShared>()
+                .ok()
+        })
         .map_or_else(Weak::new, |c| Arc::downgrade(&c))
 }
 
 impl GraphEngine for Inner {
-    fn graph(&self) -> &GraphHost {
-        &self.graph
-    }
-
     fn is_shut_down(&self) -> bool {
         self.shut_down.load(Ordering::SeqCst)
     }

@@ -457,9 +457,14 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
                 });
                 reply(&inner2, &conn2, &id2, r)
             };
-            let engine: Arc<dyn crate::graph::port::GraphEngine> = Arc::<Inner>::clone(inner);
             let follower: Arc<dyn crate::graph::port::Follower> = Arc::<ConnShared>::clone(conn);
-            return crate::graph::wire::serve(&engine, &follower, graph, params, Box::new(answer));
+            return crate::graph::wire::serve(
+                &inner.graph,
+                &follower,
+                graph,
+                params,
+                Box::new(answer),
+            );
         }
         (other, true) => Err(RpcError::new(
             error_code::METHOD_NOT_FOUND,

@@ -23,6 +23,7 @@ pub use turn::{EVENT_ENVELOPE_BYTES, OUTPUT_LIMIT_CODE};
 
 use crate::approval::{ApprovalPolicy, Grants, UsedNonces};
 use crate::protocol::{EventPayload, ServerNotification};
+pub(crate) use crate::rollout::sync::lock;
 use crate::rollout::{open_store, NewEvent, RolloutStore, StoreError, StoredEvent};
 use pool::TurnPool;
 use queue::BoundedQueue;
@@ -32,7 +33,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 use turn::TurnShared;
-pub(crate) use crate::rollout::sync::lock;
 
 /// Features this server implements (and so may advertise), in negotiation order.
 pub const IMPLEMENTED_FEATURES: &[&str] = &[
@@ -64,7 +64,6 @@ pub enum SendError {
     #[error("connection closed")]
     Closed,
 }
-
 
 /// One thread's live state; the rollout is the truth, this is its cached head.
 pub(crate) struct ThreadState {
@@ -300,7 +299,7 @@ pub(crate) struct Inner {
     pub warm_stop: Arc<AtomicBool>,
     pub warm_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The Graph Kernel: graph runs on `<state>/graph-runs/` (core/src/graph/).
-    pub graph: crate::graph::GraphHost,
+    pub graph: Arc<crate::graph::GraphHost>,
 }
 
 /// An in-process app server over one state directory. Cheap to clone; shuts down on `shutdown`
@@ -341,12 +340,13 @@ impl AppServer {
             config.store_options.clone(),
         )?;
         let policy = (config.policy, config.workspace.clone());
-        let graph = crate::graph::GraphHost::open(
+        let runs = crate::graph::GraphHost::open(
             config.store,
             &config.state_dir,
             config.store_options.clone(),
         )?;
-        let inner = Arc::new(Inner {
+        // The graph host holds a weak of the engine it runs attempts on (core/src/engine/attempt.rs).
+        let inner = Arc::new_cyclic(|me: &std::sync::Weak<Inner>| Inner {
             config,
             store,
             threads: Mutex::new(HashMap::new()),
@@ -364,11 +364,13 @@ impl AppServer {
             committer: pipeline::Committer::new(),
             warm_stop: Arc::new(AtomicBool::new(false)),
             warm_thread: Mutex::new(None),
-            graph,
+            graph: Arc::new(
+                runs.attach(me.clone() as std::sync::Weak<dyn crate::graph::port::GraphEngine>),
+            ),
         });
         inner.committer.start(&inner);
         threads::start_warming(&inner);
-        crate::graph::host::resume(&(Arc::clone(&inner) as Arc<dyn crate::graph::port::GraphEngine>));
+        crate::graph::host::resume(&inner.graph);
         Ok(AppServer { inner })
     }
 
@@ -485,7 +487,7 @@ impl AppServer {
 
     /// The Graph Kernel of this server (docs/graph.md).
     pub fn graph(&self) -> crate::graph::GraphHandle {
-        crate::graph::GraphHandle::new(Arc::clone(&self.inner) as _)
+        crate::graph::GraphHandle::new(Arc::clone(&self.inner.graph), Arc::clone(&self.inner) as _)
     }
 
     /// The rollout store this server writes (for verification and tools).

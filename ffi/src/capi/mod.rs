@@ -76,8 +76,8 @@ pub enum cc_result {
     CC_ERR_FAILED = 13,
 }
 
-use cc_result::*;
 use cc_app_server::rollout::sync::lock;
+use cc_result::*;
 
 /// Approval callback results: run this call once.
 pub const CC_DECISION_ACCEPT_ONCE: i32 = 1;
@@ -184,7 +184,6 @@ impl LastError {
 trait Handle {
     fn last_error(&self) -> &LastError;
 }
-
 
 /// The panic boundary, the one `catch_unwind` of the C ABI: a panic in `body` becomes a
 /// `CC_ERR_PANIC` failure that carries the panic's message, so the host can report it.
