@@ -161,6 +161,41 @@ fn handshake_rules() {
     assert_eq!(r["result"]["downgraded"], false);
 }
 
+/// Dispatch reads every request into the generated types; JSON Schema counts `2.0` as an
+/// integer, so an integral float where the schema says integer is read as that integer, and a
+/// float in free-form metadata is kept as the host wrote it.
+#[test]
+fn integral_floats_are_integers_and_free_form_floats_are_kept() {
+    let dir = state_dir();
+    let server = server_with(dir.path(), |_| {});
+    let mut raw = Raw::init(&server, &[]);
+    let r = raw.req(
+        "thread/start",
+        json!({"threadId": "f", "metadata": {"ratio": 1.0, "half": 0.5}}),
+    );
+    assert_eq!(
+        r["result"]["thread"]["metadata"],
+        json!({"ratio": 1.0, "half": 0.5}),
+        "{r}"
+    );
+    raw.req("thread/start", json!({"threadId": "g"}));
+    raw.req("thread/start", json!({"threadId": "h"}));
+    let r = raw.req("thread/list", json!({"limit": 2.0}));
+    assert_eq!(
+        r["result"]["threads"].as_array().map(Vec::len),
+        Some(2),
+        "{r}"
+    );
+    // A fractional number where the schema says integer is still refused by the schema.
+    assert_eq!(code(&raw.req("thread/list", json!({"limit": 2.5}))), -32602);
+    let r = raw.req("thread/read", json!({"threadId": "f", "limit": 1.0}));
+    assert_eq!(
+        r["result"]["events"].as_array().map(Vec::len),
+        Some(1),
+        "{r}"
+    );
+}
+
 #[test]
 fn malformed_input_gets_the_right_codes_and_loses_nothing() {
     let dir = state_dir();

@@ -9,7 +9,8 @@ use super::port::Follower;
 use super::runtime::lock;
 use crate::protocol::error_code;
 use crate::protocol::{
-    GraphRunCancelResult, GraphRunGrant, GraphRunOptions, GraphRunReadResult, GraphRunStartResult,
+    GraphRunCancelParams, GraphRunCancelResult, GraphRunGrant, GraphRunReadParams,
+    GraphRunReadResult, GraphRunStartParams, GraphRunStartResult, GraphValidateParams,
     GraphValidateResult,
 };
 use serde_json::{json, Map, Value};
@@ -48,23 +49,46 @@ fn elements(definition: &Value, limit: usize) -> usize {
     count
 }
 
+/// One graph/* request, as the engine's typed dispatch hands it over.
+pub enum GraphCall {
+    Validate(GraphValidateParams),
+    RunStart(GraphRunStartParams),
+    RunRead(GraphRunReadParams),
+    RunCancel(GraphRunCancelParams),
+}
+
+impl GraphCall {
+    fn method(&self) -> &'static str {
+        match self {
+            GraphCall::Validate(_) => "graph/validate",
+            GraphCall::RunStart(_) => "graph/run/start",
+            GraphCall::RunRead(_) => "graph/run/read",
+            GraphCall::RunCancel(_) => "graph/run/cancel",
+        }
+    }
+
+    /// The definition a graph/validate or graph/run/start compiles, as the JSON the compiler
+    /// reads (and the run's digest is taken over).
+    fn definition(&self) -> Option<Value> {
+        let definition = match self {
+            GraphCall::Validate(p) => &p.definition,
+            GraphCall::RunStart(p) => &p.definition,
+            _ => return None,
+        };
+        Some(serde_json::to_value(definition).expect("a definition is JSON"))
+    }
+}
+
 /// Serves one graph/* request: inline, or — a large graph/validate or graph/run/start — on a
 /// thread of its own holding one of the server's compile slots (none free: -32001 at once).
-pub fn serve(
-    host: &Arc<GraphHost>,
-    conn: &Arc<dyn Follower>,
-    method: &str,
-    params: Value,
-    answer: Answer,
-) {
-    let compiles = matches!(method, "graph/validate" | "graph/run/start");
-    let large = compiles
-        && conn.has_feature(TYPED_GRAPH)
-        && params
-            .get("definition")
+pub fn serve(host: &Arc<GraphHost>, conn: &Arc<dyn Follower>, call: GraphCall, answer: Answer) {
+    let definition = call.definition();
+    let large = conn.has_feature(TYPED_GRAPH)
+        && definition
+            .as_ref()
             .is_some_and(|d| elements(d, LARGE_COMPILE_ELEMENTS) > LARGE_COMPILE_ELEMENTS);
     if !large {
-        return answer(handle(host, conn, method, &params));
+        return answer(handle(host, conn, call, definition));
     }
     let Some(slot) = host.compile_slot() else {
         return answer(Err(WireError {
@@ -76,12 +100,12 @@ pub fn serve(
             data: Some(json!({"retry_after_ms": 500})),
         }));
     };
-    let (host2, conn2, method2) = (Arc::clone(host), Arc::clone(conn), method.to_string());
+    let (host2, conn2) = (Arc::clone(host), Arc::clone(conn));
     // The answer is moved into the thread; if no thread can be started it comes back here.
     let pending = Arc::new(Mutex::new(Some(answer)));
     let mine = Arc::clone(&pending);
     let started = host.threads.spawn("cc-graph-compile", move || {
-        let result = handle(&host2, &conn2, &method2, &params);
+        let result = handle(&host2, &conn2, call, definition);
         drop(slot);
         if let Some(answer) = lock(&mine).take() {
             answer(result);
@@ -137,18 +161,6 @@ fn params_error(message: impl Into<String>) -> WireError {
     }
 }
 
-fn decode<T: serde::de::DeserializeOwned>(
-    params: &Value,
-    name: &str,
-) -> Result<Option<T>, WireError> {
-    match params.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => serde_json::from_value(v.clone())
-            .map(Some)
-            .map_err(|e| params_error(format!("{name}: {e}"))),
-    }
-}
-
 fn no_grant() -> GraphRunGrant {
     GraphRunGrant {
         capabilities: Vec::new(),
@@ -156,34 +168,40 @@ fn no_grant() -> GraphRunGrant {
     }
 }
 
-/// Answers one graph/* request.
-pub(crate) fn handle(
+/// Answers one graph/* request (`definition`: the call's definition as JSON, when it has one).
+fn handle(
     host: &Arc<GraphHost>,
     conn: &Arc<dyn Follower>,
-    method: &str,
-    params: &Value,
+    call: GraphCall,
+    definition: Option<Value>,
 ) -> Result<Value, WireError> {
     if !conn.has_feature(TYPED_GRAPH) {
         return Err(WireError {
             code: error_code::METHOD_NOT_FOUND,
-            message: format!("{method} needs the typed_graph feature: ask for it in initialize"),
+            message: format!(
+                "{} needs the typed_graph feature: ask for it in initialize",
+                call.method()
+            ),
             data: None,
         });
     }
-    let result = match method {
-        "graph/validate" => validate(params)?,
-        "graph/run/start" => run_start(host, conn, params)?,
-        "graph/run/read" => run_read(host, conn, params)?,
-        "graph/run/cancel" => run_cancel(host, conn, params)?,
-        other => {
-            return Err(WireError {
-                code: error_code::METHOD_NOT_FOUND,
-                message: format!("method {other:?} is not served"),
-                data: None,
-            })
+    let definition = definition.unwrap_or(Value::Null);
+    match call {
+        GraphCall::Validate(p) => validate(&definition, p.grant.unwrap_or_else(no_grant)),
+        GraphCall::RunStart(p) => {
+            let req = StartRequest {
+                definition,
+                run_id: p.run_id,
+                inputs: p.inputs.unwrap_or_default(),
+                grant: p.grant.unwrap_or_else(no_grant),
+                options: p.options,
+                idempotency_key: p.idempotency_key,
+            };
+            run_start(host, conn, req)
         }
-    };
-    Ok(result)
+        GraphCall::RunRead(p) => run_read(host, conn, &p),
+        GraphCall::RunCancel(p) => run_cancel(host, conn, &p.run_id, p.reason),
+    }
 }
 
 fn to_value(v: impl serde::Serialize) -> Result<Value, WireError> {
@@ -194,10 +212,8 @@ fn to_value(v: impl serde::Serialize) -> Result<Value, WireError> {
     })
 }
 
-fn validate(params: &Value) -> Result<Value, WireError> {
-    let grant = decode(params, "grant")?.unwrap_or_else(no_grant);
-    let definition = params.get("definition").cloned().unwrap_or(Value::Null);
-    let result = match compile(&definition, &grant) {
+fn validate(definition: &Value, grant: GraphRunGrant) -> Result<Value, WireError> {
+    let result = match compile(definition, &grant) {
         Ok(plan) => GraphValidateResult {
             valid: true,
             plan_digest: Some(plan.digest.clone()),
@@ -219,16 +235,8 @@ fn validate(params: &Value) -> Result<Value, WireError> {
 fn run_start(
     host: &Arc<GraphHost>,
     conn: &Arc<dyn Follower>,
-    params: &Value,
+    req: StartRequest,
 ) -> Result<Value, WireError> {
-    let req = StartRequest {
-        definition: params.get("definition").cloned().unwrap_or(Value::Null),
-        run_id: decode(params, "runId")?,
-        inputs: decode::<Map<String, Value>>(params, "inputs")?.unwrap_or_default(),
-        grant: decode(params, "grant")?.unwrap_or_else(no_grant),
-        options: decode::<GraphRunOptions>(params, "options")?,
-        idempotency_key: decode(params, "idempotencyKey")?,
-    };
     let (run, summary) = host::start(host, req, Arc::downgrade(conn)).map_err(WireError::from)?;
     run.follow(conn);
     to_value(GraphRunStartResult {
@@ -240,15 +248,12 @@ fn run_start(
 fn run_read(
     host: &Arc<GraphHost>,
     conn: &Arc<dyn Follower>,
-    params: &Value,
+    params: &GraphRunReadParams,
 ) -> Result<Value, WireError> {
-    let run_id = params["runId"].as_str().unwrap_or_default();
+    let run_id = params.run_id.as_str();
     let run = host::get(host, run_id).map_err(WireError::from)?;
-    let include = params
-        .get("includeContent")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let after = params.get("afterEventSeq").and_then(Value::as_u64);
+    let include = params.include_content.unwrap_or(false);
+    let after = params.after_event_seq;
     if after.is_some() && !include {
         return Err(params_error(
             "afterEventSeq returns the run's log, whose events carry content: pass includeContent: true",
@@ -287,7 +292,7 @@ fn run_read(
     };
     let mut value = to_value(&result)?;
     if let Some(after) = after {
-        let limit = params.get("limit").and_then(Value::as_u64).unwrap_or(100) as usize;
+        let limit = params.limit.unwrap_or(100) as usize;
         let page = run
             .store
             .read(run_id, after, limit)
@@ -303,15 +308,11 @@ fn run_read(
 fn run_cancel(
     host: &Arc<GraphHost>,
     conn: &Arc<dyn Follower>,
-    params: &Value,
+    run_id: &str,
+    reason: Option<String>,
 ) -> Result<Value, WireError> {
-    let run_id = params["runId"].as_str().unwrap_or_default();
     let run = host::get(host, run_id).map_err(WireError::from)?;
     run.follow(conn);
-    let reason = params
-        .get("reason")
-        .and_then(Value::as_str)
-        .map(str::to_string);
     let fenced = run
         .cancel(reason)
         .map_err(|e| WireError::from(GraphError::from(e)))?;

@@ -2,9 +2,11 @@
 //! node runs here as an ordinary turn on a thread of its own, so its tool calls pass the one
 //! approval gate every turn passes; the graph host reaches the engine through nothing else.
 
+use super::outbound::deliver;
+use super::pipeline::emit_locked;
 use super::threads::{data_from_summary, insert_thread, new_state};
 use super::turn::{event, run_on, TurnShared};
-use super::{deliver, emit_locked, lock, ConnShared, Inner, ThreadState};
+use super::{lock, ConnShared, Inner, ThreadState};
 use crate::graph::port::{AttemptEnd, AttemptTurn, Follower, GraphEngine, TurnCancel};
 use crate::kernel::AgentKernel;
 use crate::protocol::{EventPayload, TextInput, TurnStartedEvent, UserInput};

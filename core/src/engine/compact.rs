@@ -7,13 +7,12 @@
 //! it ends the request is answered (when someone is left to read it) and the thread's
 //! compaction slot is freed.
 
-use super::dispatch::{
-    announce_thread_update, reply, result, wire_thread, RawId, RpcError, RpcResult,
-};
+use super::outbound::{announce_thread_update, reply, result, RawId, RpcError, RpcResult};
+use super::threads::wire_thread;
 use super::{lock, ConnShared, Inner, ThreadState};
 use crate::protocol::error_code;
 use crate::protocol::ThreadCompactResult;
-use serde_json::{Map, Value};
+use serde_json::Map;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -39,7 +38,7 @@ pub(crate) fn thread_compact(
     conn: &Arc<ConnShared>,
     thread: Arc<ThreadState>,
     id: RawId,
-    params: &Value,
+    summary: Option<String>,
 ) {
     if !conn.has_feature(FEATURE) {
         return reply(
@@ -74,21 +73,18 @@ pub(crate) fn thread_compact(
             )),
         );
     }
-    let summary = params
-        .get("summary")
-        .and_then(Value::as_str)
-        .map(str::to_string);
     let slot = Slot {
         inner: Arc::clone(inner),
         thread_id: thread.id.clone(),
     };
     let (inner2, conn2, id2) = (Arc::clone(inner), Arc::clone(conn), id.clone());
+    let given = summary.is_some();
     let work = move || {
         let result = compact(&slot.inner, &conn2, &thread, summary);
         drop(slot);
         reply(&inner2, &conn2, &id2, result);
     };
-    if params.get("summary").is_some() {
+    if given {
         work();
     } else if std::thread::Builder::new()
         .name("cc-compact".into())

@@ -1,198 +1,43 @@
 //! Reading a connection's inbound queue: parse, validate against the schema, enforce the
 //! handshake, then run the method. Request ids are echoed byte for byte as the host wrote them.
 
-use super::pool::{Job, SubmitError};
-use super::threads::{data_from_summary, finished_turn, insert_thread, load_thread, new_state};
-use super::turn::{self, event, rpc, EndedTurn, Unstarted};
-use super::{
-    emit_locked, lock, ConnShared, Inner, Stats, ThreadData, ThreadState, IMPLEMENTED_FEATURES,
+use super::idempotency::{thread_start_fingerprint, turn_start_fingerprint};
+use super::outbound::{
+    announce_thread_update, cap, reply, reply_with, result, rpc, RawId, RpcError, RpcResult,
 };
+use super::pipeline::emit_locked;
+use super::pool::SubmitError;
+use super::threads::{
+    data_from_summary, finished_turn, insert_thread, load_thread, new_state, wire_thread,
+};
+use super::turn::{self, event, reply_settled, Job, Unstarted};
+use super::{lock, ConnShared, Inner, Stats, ThreadState, IMPLEMENTED_FEATURES};
 use crate::approval::digest_json;
+use crate::graph::wire::GraphCall;
 use crate::protocol::error_code;
 use crate::protocol::{
-    EventPayload, InitializeResult, ServerInfo, ServerNotification, Thread, ThreadArchiveResult,
-    ThreadForkResult, ThreadStartResult, ThreadStatus, ThreadUpdatedNotification,
-    ThreadUpdatedParams, TurnInterruptResult, TurnStartResult, TurnStartedEvent,
-    TurnStartedNotification, TurnStartedParams, UserInput,
+    AgentOptions, ClientRequest, InitializeParams, ThreadForkParams, ThreadStartParams,
+    TurnStartParams,
+};
+use crate::protocol::{
+    EventPayload, InitializeResult, ServerInfo, ServerNotification, ThreadArchiveResult,
+    ThreadForkResult, ThreadStartResult, TurnStartResult, TurnStartedEvent,
+    TurnStartedNotification, TurnStartedParams,
 };
 use crate::rollout::{HeaderExtra, StoreError, ThreadStart};
 use cc_agent_protocol::{validate_protocol_message, MessageKind};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
-use serde::Serialize;
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// A request id exactly as the host wrote it (JSON text), or `null` when it had none or an
-/// unusable one.
-pub(crate) type RawId = Arc<str>;
-
 /// Longest string id, in characters (the schema's `RequestId`).
 pub const MAX_STRING_ID_CHARS: usize = 128;
 /// Largest integer id (2^53 - 1: every language holds it exactly).
 const MAX_INTEGER_ID: u64 = 9_007_199_254_740_991;
-
-/// A JSON-RPC error on its way to the host.
-pub(crate) struct RpcError {
-    code: i64,
-    pub message: String,
-    data: Option<Value>,
-}
-
-impl RpcError {
-    pub(crate) fn new(code: i64, message: impl Into<String>) -> Self {
-        RpcError {
-            code,
-            message: message.into(),
-            data: None,
-        }
-    }
-
-    fn with_reason(mut self, reason: impl Into<String>) -> Self {
-        self.data = Some(json!({"reason": cap(&reason.into(), 1024)}));
-        self
-    }
-
-    fn overloaded(message: impl Into<String>, retry_after_ms: u64) -> Self {
-        RpcError {
-            code: error_code::OVERLOADED,
-            message: message.into(),
-            data: Some(json!({"retry_after_ms": retry_after_ms.min(3_600_000)})),
-        }
-    }
-}
-
-/// Caps a message at `max` bytes on a character boundary (the schema bounds every message).
-pub(crate) fn cap(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max.saturating_sub(3);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &text[..end])
-}
-
-impl From<StoreError> for RpcError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::NotFound(id) => {
-                RpcError::new(error_code::NOT_FOUND, format!("thread {id:?} not found"))
-            }
-            StoreError::AlreadyExists(id) => RpcError::new(
-                error_code::CONFLICT,
-                format!("thread {id:?} already exists; resume it or pick another id"),
-            ),
-            e @ (StoreError::InvalidId { .. } | StoreError::InvalidArgument(_)) => {
-                RpcError::new(error_code::INVALID_PARAMS, cap(&e.to_string(), 512))
-            }
-            // Damaged history is the data's fault, not the server's: say which thread and what
-            // to do, in data.reason, without file paths (the store's messages carry none).
-            StoreError::Corrupt {
-                thread_id,
-                seq,
-                reason,
-            } => {
-                // The host's log hears of it too: threads load lazily, so this is where damage
-                // is first seen (a mobile host cannot read stderr).
-                tracing::warn!(target: "cc_app_server::engine", "thread {thread_id:?} is unreadable: first bad event at seq {seq}: {reason}");
-                RpcError::new(
-                error_code::INTERNAL,
-                format!(
-                    "thread {thread_id:?} is unreadable: its rollout fails verification; restore it from a backup (see `cc-app-server rollout verify`)"
-                ),
-            )
-            .with_reason(format!("first bad event at seq {seq}: {reason}"))
-            }
-            StoreError::AnchorMismatch { thread_id, reason } => {
-                tracing::warn!(target: "cc_app_server::engine", "thread {thread_id:?} is unreadable: {reason}");
-                RpcError::new(
-                error_code::INTERNAL,
-                format!(
-                    "thread {thread_id:?} is unreadable: its rollout does not match its head anchor; restore it from a backup or accept it as it is (see `cc-app-server rollout verify`)"
-                ),
-            )
-            .with_reason(reason)
-            }
-            other => {
-                // Internals go to diagnostics, never to the wire.
-                tracing::error!(target: "cc_app_server::rollout", "rollout store error: {other}");
-                RpcError::new(
-                    error_code::INTERNAL,
-                    "internal error: the rollout store failed; see the server's diagnostics",
-                )
-            }
-        }
-    }
-}
-
-pub(crate) type RpcResult = Result<Value, RpcError>;
-
-/// A typed result on its way to the wire.
-pub(crate) fn result(value: impl Serialize) -> RpcResult {
-    serde_json::to_value(value)
-        .map_err(|_| RpcError::new(error_code::INTERNAL, "internal error: unencodable result"))
-}
-
-/// Sends the one answer a request gets, echoing its id as written.
-pub(crate) fn reply(inner: &Inner, conn: &ConnShared, id: &str, result: RpcResult) {
-    reply_raw(inner, conn, id, result.map(|v| v.to_string()))
-}
-
-/// `reply` for a result already written as JSON text (thread/list, thread/read).
-pub(crate) fn reply_raw(
-    inner: &Inner,
-    conn: &ConnShared,
-    id: &str,
-    result: Result<String, RpcError>,
-) {
-    reply_with(inner, conn, id, 0, |out| {
-        out.push_str(&result?);
-        Ok(())
-    })
-}
-
-/// `reply` for a result written by `write` straight into the answer's text (no copy of it is
-/// made); `size` is a guess of its length. An error discards what `write` wrote.
-pub(crate) fn reply_with(
-    inner: &Inner,
-    conn: &ConnShared,
-    id: &str,
-    size: usize,
-    write: impl FnOnce(&mut String) -> Result<(), RpcError>,
-) {
-    let mut out = String::with_capacity(size + id.len() + 48);
-    out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
-    out.push_str(id);
-    let at = out.len();
-    out.push_str(",\"result\":");
-    match write(&mut out) {
-        Ok(()) => out.push('}'),
-        Err(e) => {
-            out.truncate(at);
-            let mut error = json!({"code": e.code, "message": cap(&e.message, 512)});
-            if let Some(data) = e.data {
-                error["data"] = data;
-            }
-            out.push_str(",\"error\":");
-            out.push_str(&error.to_string());
-            out.push('}');
-        }
-    }
-    super::deliver(inner, conn, out);
-    // Counted once the answer is queued (or dropped with a closed connection), so a drain that
-    // sees nothing unanswered never shuts down ahead of an answer still being delivered.
-    conn.answered
-        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-}
-
-/// turn/interrupt's answer: only ever given once the kernel has returned.
-pub(crate) fn reply_settled(inner: &Inner, conn: &ConnShared, id: &str, turn: EndedTurn) {
-    reply(inner, conn, id, settled(turn));
-}
 
 /// The connection's worker: one message at a time, in arrival order, until the queue closes.
 /// Between messages it answers the turn/interrupt requests whose settle deadline has passed, so
@@ -397,87 +242,211 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
             )
         }
     };
-    let params = value.get("params").cloned().unwrap_or_else(|| json!({}));
-    let initialized = lock(&conn.state).initialized;
-    let result = match (method.as_str(), initialized) {
-        ("initialize", false) => initialize(inner, conn, &params),
-        ("initialize", true) => Err(RpcError::new(
+    if method == "initialize" && lock(&conn.state).initialized {
+        let e = RpcError::new(
             error_code::CONFLICT,
             "already initialized on this connection",
-        )),
-        (_, false) => Err(RpcError::new(
+        );
+        return reply(inner, conn, id, Err(e));
+    }
+    if method != "initialize" && !lock(&conn.state).initialized {
+        let e = RpcError::new(
             error_code::NOT_INITIALIZED,
             "not initialized: send initialize first",
-        )),
-        ("thread/start", true) => idempotent(inner, "thread/start", &params, || {
-            thread_start(inner, conn, &params)
-        }),
+        );
+        return reply(inner, conn, id, Err(e));
+    }
+    // Valid against the schema, so the generated type reads it; a disagreement between the two
+    // would be ours, and is refused rather than guessed at.
+    let request = match ClientRequest::deserialize(&value) {
+        Ok(r) => Ok(r),
+        Err(_) => {
+            let mut value = value;
+            integral_floats_as_integers(&mut value);
+            serde_json::from_value::<ClientRequest>(value)
+        }
+    };
+    let request = match request {
+        Ok(r) => r,
+        Err(e) => {
+            let message = cap(&format!("invalid params: {e}"), 512);
+            return reply(
+                inner,
+                conn,
+                id,
+                Err(RpcError::new(error_code::INVALID_PARAMS, message)),
+            );
+        }
+    };
+    route(inner, conn, id, request);
+}
 
-        ("thread/read", true) => {
+/// One handler per method of the generated `ClientRequest`. A handler that answers later (from
+/// another thread, or straight into the answer's text) replies itself; the rest return.
+fn route(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: &str, request: ClientRequest) {
+    let result = match request {
+        ClientRequest::Initialize(r) => initialize(inner, conn, &r.params),
+        ClientRequest::ThreadStart(r) => {
+            let params = r.params.unwrap_or_else(no_params);
+            let keyed = params.idempotency_key.as_deref().map(|key| Keyed {
+                method: "thread/start",
+                key,
+                fingerprint: thread_start_fingerprint(
+                    params.title.as_deref(),
+                    params.metadata.as_ref().unwrap_or(&Map::new()),
+                    &agent_options(params.agent_options.as_ref()).unwrap_or(Value::Null),
+                ),
+                names: params.thread_id.as_deref(),
+                thread_id: None,
+            });
+            idempotent(inner, keyed, || thread_start(inner, conn, &params))
+        }
+        ClientRequest::ThreadRead(r) => {
+            let p = r.params;
             return reply_with(inner, conn, id, 4096, |out| {
-                thread_read(inner, conn, &params, false, out)
-            })
+                thread_read(
+                    inner,
+                    conn,
+                    &p.thread_id,
+                    p.after_event_seq,
+                    p.limit,
+                    false,
+                    out,
+                )
+            });
         }
-        ("thread/resume", true) => {
+        ClientRequest::ThreadResume(r) => {
+            let p = r.params;
             return reply_with(inner, conn, id, 4096, |out| {
-                thread_read(inner, conn, &params, true, out)
-            })
+                thread_read(
+                    inner,
+                    conn,
+                    &p.thread_id,
+                    p.after_event_seq,
+                    p.limit,
+                    true,
+                    out,
+                )
+            });
         }
-        ("thread/fork", true) => idempotent(inner, "thread/fork", &params, || {
-            thread_fork(inner, conn, &params)
-        }),
-        ("thread/list", true) => {
-            return reply_with(inner, conn, id, 24 * 1024, |out| {
-                super::listing::thread_list(inner, &params, out)
-            })
-        }
-        ("thread/archive", true) => thread_archive(inner, conn, &params),
-        ("turn/start", true) => idempotent(inner, "turn/start", &params, || {
-            turn_start(inner, conn, &params)
-        }),
-        ("turn/interrupt", true) => return turn_interrupt(inner, conn, id.into(), &params),
-        ("thread/compact", true) => {
-            match load_thread(inner, str_param(&params, "threadId").unwrap_or_default()) {
-                Ok(thread) => {
-                    return super::compact::thread_compact(inner, conn, thread, id.into(), &params)
-                }
+        ClientRequest::ThreadFork(r) => {
+            let params = r.params;
+            let keyed = params
+                .idempotency_key
+                .as_deref()
+                .map(|key| {
+                    Ok(Keyed {
+                        method: "thread/fork",
+                        key,
+                        fingerprint: params_fingerprint(&params)?,
+                        names: params.new_thread_id.as_deref(),
+                        thread_id: None,
+                    })
+                })
+                .transpose();
+            match keyed {
+                Ok(keyed) => idempotent(inner, keyed, || thread_fork(inner, conn, &params)),
                 Err(e) => Err(e),
             }
         }
-        (graph, true) if graph.starts_with("graph/") => {
-            // A large compile is answered from a thread of its own (possibly after later
-            // requests of this connection); everything else in order, from here.
-            let (inner2, conn2, id2): (_, _, RawId) =
-                (Arc::clone(inner), Arc::clone(conn), id.into());
-            let answer = move |r: Result<Value, crate::graph::wire::WireError>| {
-                let r = r.map_err(|e| RpcError {
-                    code: e.code,
-                    message: e.message,
-                    data: e.data,
-                });
-                reply(&inner2, &conn2, &id2, r)
-            };
-            let follower: Arc<dyn crate::graph::port::Follower> = Arc::<ConnShared>::clone(conn);
-            return crate::graph::wire::serve(
-                &inner.graph,
-                &follower,
-                graph,
-                params,
-                Box::new(answer),
-            );
+        ClientRequest::ThreadList(r) => {
+            return reply_with(inner, conn, id, 24 * 1024, |out| {
+                super::listing::thread_list(inner, r.params, out)
+            });
         }
-        (other, true) => Err(RpcError::new(
-            error_code::METHOD_NOT_FOUND,
-            format!("method {other:?} is not served"),
-        )),
+        ClientRequest::ThreadArchive(r) => thread_archive(inner, conn, &r.params.thread_id),
+        ClientRequest::TurnStart(r) => {
+            let params = r.params;
+            let keyed = params.idempotency_key.as_deref().map(|key| Keyed {
+                method: "turn/start",
+                key,
+                fingerprint: turn_start_fingerprint(&params.thread_id, &params.input),
+                names: None,
+                thread_id: Some(&params.thread_id),
+            });
+            idempotent(inner, keyed, || turn_start(inner, conn, &params))
+        }
+        ClientRequest::TurnInterrupt(r) => {
+            let p = r.params;
+            return turn_interrupt(inner, conn, id.into(), &p.thread_id, &p.turn_id);
+        }
+        ClientRequest::ThreadCompact(r) => match load_thread(inner, &r.params.thread_id) {
+            Ok(thread) => {
+                let (id, summary) = (id.into(), r.params.summary);
+                return super::compact::thread_compact(inner, conn, thread, id, summary);
+            }
+            Err(e) => Err(e),
+        },
+        ClientRequest::GraphValidate(r) => {
+            return graph(inner, conn, id, GraphCall::Validate(r.params))
+        }
+        ClientRequest::GraphRunStart(r) => {
+            return graph(inner, conn, id, GraphCall::RunStart(r.params))
+        }
+        ClientRequest::GraphRunRead(r) => {
+            return graph(inner, conn, id, GraphCall::RunRead(r.params))
+        }
+        ClientRequest::GraphRunCancel(r) => {
+            return graph(inner, conn, id, GraphCall::RunCancel(r.params))
+        }
     };
     reply(inner, conn, id, result);
 }
 
-fn initialize(inner: &Inner, conn: &ConnShared, params: &Value) -> RpcResult {
+/// The graph methods, served by the Graph Kernel's host. A large compile is answered from a
+/// thread of its own (possibly after later requests of this connection); everything else in
+/// order, from here.
+fn graph(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: &str, call: GraphCall) {
+    let (inner2, conn2, id2): (_, _, RawId) = (Arc::clone(inner), Arc::clone(conn), id.into());
+    let answer = move |r: Result<Value, crate::graph::wire::WireError>| {
+        let r = r.map_err(|e| RpcError {
+            code: e.code,
+            message: e.message,
+            data: e.data,
+        });
+        reply(&inner2, &conn2, &id2, r)
+    };
+    let follower: Arc<dyn crate::graph::port::Follower> = Arc::<ConnShared>::clone(conn);
+    crate::graph::wire::serve(&inner.graph, &follower, call, Box::new(answer));
+}
+
+/// JSON Schema counts `3.0` as an integer, so the validator accepts it where the schema says
+/// `integer`; the generated types read integers only. A message the typed read refuses is read
+/// again with its integral floats as integers (the id is still echoed exactly as written: it
+/// was taken from the text; free-form values such as metadata keep their floats otherwise).
+fn integral_floats_as_integers(value: &mut Value) {
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Number(n) if n.is_f64() => {
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                if f.fract() == 0.0 && f >= 0.0 && f <= u64::MAX as f64 {
+                    *v = Value::from(f as u64);
+                } else if f.fract() == 0.0 && f < 0.0 && f >= i64::MIN as f64 {
+                    *v = Value::from(f as i64);
+                }
+            }
+            Value::Array(items) => stack.extend(items.iter_mut()),
+            Value::Object(members) => stack.extend(members.values_mut()),
+            _ => {}
+        }
+    }
+}
+
+/// A request whose params are all optional, sent without params.
+fn no_params<T: serde::de::DeserializeOwned>() -> T {
+    serde_json::from_value(json!({})).expect("every member of these params is optional")
+}
+
+/// The agent options as the header records them (JSON).
+fn agent_options(options: Option<&AgentOptions>) -> Option<Value> {
+    options.map(|o| serde_json::to_value(o).expect("agent options are JSON"))
+}
+
+fn initialize(inner: &Inner, conn: &ConnShared, params: &InitializeParams) -> RpcResult {
     let (server_lo, server_hi) = inner.config.protocol_versions;
-    let client_hi = params["protocolVersion"].as_u64().unwrap_or(0) as u32;
-    let client_lo = params["minimumProtocolVersion"].as_u64().unwrap_or(0) as u32;
+    let client_hi = u32::try_from(params.protocol_version).unwrap_or(u32::MAX);
+    let client_lo = u32::try_from(params.minimum_protocol_version).unwrap_or(u32::MAX);
     if client_lo > client_hi {
         return Err(RpcError::new(
             error_code::INVALID_PARAMS,
@@ -494,10 +463,12 @@ fn initialize(inner: &Inner, conn: &ConnShared, params: &Value) -> RpcResult {
             ),
         );
     }
-    let wanted: Vec<&str> = params["features"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let wanted: Vec<&str> = params
+        .features
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
     let features: Vec<String> = IMPLEMENTED_FEATURES
         .iter()
         .filter(|f| wanted.contains(f))
@@ -520,60 +491,35 @@ fn initialize(inner: &Inner, conn: &ConnShared, params: &Value) -> RpcResult {
     })
 }
 
-/// What a thread/start retry must repeat to count as the same request: the members the header
-/// records (so the check survives a restart).
-pub(crate) fn thread_start_fingerprint(
-    title: Option<&str>,
-    metadata: &Map<String, Value>,
-    agent_options: &Value,
-) -> String {
-    digest_json(&json!({"title": title, "metadata": metadata, "agentOptions": agent_options}))
+/// The fingerprint of params that are remembered only by this process (thread/fork): all of
+/// them but the key.
+fn params_fingerprint(params: &impl serde::Serialize) -> Result<String, RpcError> {
+    let mut p = result(params)?;
+    if let Some(o) = p.as_object_mut() {
+        o.remove("idempotencyKey");
+    }
+    Ok(digest_json(&p))
 }
 
-/// What a turn/start retry must repeat: the thread and the input, as `turnStarted` records them.
-pub(crate) fn turn_start_fingerprint(thread_id: &str, input: &[UserInput]) -> String {
-    digest_json(&json!({"threadId": thread_id, "input": input}))
-}
-
-/// The fingerprint of a request's params for its idempotency entry.
-fn fingerprint(method: &str, params: &Value) -> Result<String, RpcError> {
-    Ok(match method {
-        "thread/start" => thread_start_fingerprint(
-            str_param(params, "title"),
-            &params
-                .get("metadata")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default(),
-            params.get("agentOptions").unwrap_or(&Value::Null),
-        ),
-        "turn/start" => turn_start_fingerprint(
-            str_param(params, "threadId").unwrap_or_default(),
-            &user_input(params)?,
-        ),
-        _ => {
-            let mut p = params.clone();
-            if let Some(o) = p.as_object_mut() {
-                o.remove("idempotencyKey");
-            }
-            digest_json(&p)
-        }
-    })
+/// A request that carried an idempotencyKey: what a retry must repeat to be the same request.
+struct Keyed<'a> {
+    method: &'static str,
+    key: &'a str,
+    fingerprint: String,
+    /// The new thread the request names (thread/start, thread/fork): a retry must name it too.
+    names: Option<&'a str>,
+    /// The thread a turn/start runs on, where its key is recorded.
+    thread_id: Option<&'a str>,
 }
 
 /// Runs `f` once per (method, idempotencyKey); a retry returns the first result, a reuse of the
 /// key with other params is a conflict. Entries are rebuilt from the rollout at open, so a retry
 /// after a restart gets the same answer too (thread/start and turn/start; see docs/engine.md).
-fn idempotent(
-    inner: &Inner,
-    method: &str,
-    params: &Value,
-    f: impl FnOnce() -> RpcResult,
-) -> RpcResult {
-    let Some(key) = params.get("idempotencyKey").and_then(Value::as_str) else {
+fn idempotent(inner: &Inner, keyed: Option<Keyed<'_>>, f: impl FnOnce() -> RpcResult) -> RpcResult {
+    let Some(keyed) = keyed else {
         return f();
     };
-    let digest = fingerprint(method, params)?;
+    let (method, key, digest) = (keyed.method, keyed.key, &keyed.fingerprint);
     let slot = (method.to_string(), key.to_string());
     let mut cache = lock(&inner.idempotency);
     // The same key still running (a retry sent before the first was answered): wait for it.
@@ -585,12 +531,7 @@ fn idempotent(
     }
     // A thread/start or thread/fork retry that names its new thread must name the same one.
     let same = |seen: &str, result: &Value| {
-        let named = match method {
-            "thread/start" => str_param(params, "threadId"),
-            "thread/fork" => str_param(params, "newThreadId"),
-            _ => None,
-        };
-        let same_thread = named.is_none_or(|n| result["thread"]["id"] == n);
+        let same_thread = keyed.names.is_none_or(|n| result["thread"]["id"] == n);
         if seen == digest && same_thread {
             Ok(result.clone())
         } else {
@@ -608,7 +549,7 @@ fn idempotent(
     // Not in the cache (it is bounded, and starts empty after a restart): the rollout records
     // the keys of thread/start and turn/start, so the first request's answer is rebuilt from
     // there rather than running the request twice.
-    let (outcome, entry) = match recorded_result(inner, method, key, params) {
+    let (outcome, entry) = match recorded_result(inner, &keyed) {
         Err(e) => (Err(e), None),
         Ok(Some((seen, result))) => (same(&seen, &result), Some((seen, result))),
         Ok(None) => {
@@ -633,26 +574,20 @@ fn idempotent(
     outcome
 }
 
-/// The (fingerprint, result) of the request that first used `key`, as the rollout recorded it:
-/// a thread/start's key in its thread's header, a turn/start's in its `turnStarted` event.
-fn recorded_result(
-    inner: &Inner,
-    method: &str,
-    key: &str,
-    params: &Value,
-) -> Result<Option<(String, Value)>, RpcError> {
-    match method {
-        "thread/start" => {
-            let Some(id) = inner.store.thread_by_start_key(key)? else {
+/// The (fingerprint, result) of the request that first used the key, as the rollout recorded
+/// it: a thread/start's key in its thread's header, a turn/start's in its `turnStarted` event.
+fn recorded_result(inner: &Inner, keyed: &Keyed<'_>) -> Result<Option<(String, Value)>, RpcError> {
+    match (keyed.method, keyed.thread_id) {
+        ("thread/start", _) => {
+            let Some(id) = inner.store.thread_by_start_key(keyed.key)? else {
                 return Ok(None);
             };
             let summary = inner.store.summary(&id)?;
             let header = inner.store.header(&id)?;
             Ok(super::threads::rebuilt_thread_start(&summary, &header).map(|(_, _, f, r)| (f, r)))
         }
-        "turn/start" => {
-            let thread_id = str_param(params, "threadId").unwrap_or_default();
-            match inner.store.find_by_idempotency_key(thread_id, key) {
+        ("turn/start", Some(thread_id)) => {
+            match inner.store.find_by_idempotency_key(thread_id, keyed.key) {
                 Ok(Some(ev)) if ev.kind() == "turnStarted" => {
                     Ok(super::threads::rebuilt_turn_start(thread_id, &ev)
                         .map(|(_, _, f, r)| (f, r)))
@@ -669,35 +604,6 @@ fn recorded_result(
 
 fn random_id(prefix: &str) -> String {
     format!("{prefix}-{}", &crate::approval::new_nonce()[..20])
-}
-
-pub(crate) fn wire_thread(id: &str, data: &ThreadData) -> Thread {
-    let status = if data.archived {
-        ThreadStatus::Archived
-    } else if data.active.is_some() {
-        ThreadStatus::Active
-    } else {
-        ThreadStatus::Idle
-    };
-    Thread {
-        id: id.into(),
-        title: data.title.clone(),
-        status,
-        parent_thread_id: data.forked_from.as_ref().map(|f| f.thread_id.clone()),
-        created_at: data.created_at.clone(),
-        updated_at: data.updated_at.clone(),
-        revision: data.last_seq,
-        metadata: data.metadata.clone(),
-    }
-}
-
-fn str_param<'a>(params: &'a Value, name: &str) -> Option<&'a str> {
-    params.get(name).and_then(Value::as_str)
-}
-
-fn user_input(params: &Value) -> Result<Vec<UserInput>, RpcError> {
-    serde_json::from_value(params["input"].clone())
-        .map_err(|e| RpcError::new(error_code::INVALID_PARAMS, cap(&format!("input: {e}"), 512)))
 }
 
 /// Writes the terminal event of a turn the store refused to record (disk full) before anything
@@ -722,24 +628,18 @@ pub(crate) fn record_pending_terminal(inner: &Inner, thread: &ThreadState) -> Re
     }
 }
 
-fn thread_start(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcResult {
-    let thread_id = str_param(params, "threadId")
-        .map(str::to_string)
-        .unwrap_or_else(|| random_id("th"));
+fn thread_start(inner: &Inner, conn: &Arc<ConnShared>, params: &ThreadStartParams) -> RpcResult {
+    let thread_id = params.thread_id.clone().unwrap_or_else(|| random_id("th"));
     let start = ThreadStart {
         thread_id: thread_id.clone(),
-        title: str_param(params, "title").map(str::to_string),
-        metadata: params
-            .get("metadata")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default(),
+        title: params.title.clone(),
+        metadata: params.metadata.clone().unwrap_or_default(),
         forked_from: None,
     };
-    let agent_options = params.get("agentOptions").cloned();
+    let agent_options = agent_options(params.agent_options.as_ref());
     let recorded = HeaderExtra {
         agent_options: agent_options.clone(),
-        idempotency_key: str_param(params, "idempotencyKey").map(str::to_string),
+        idempotency_key: params.idempotency_key.clone(),
     };
     let (summary, _) = inner.store.start_recorded(start, recorded)?;
     let mut data = data_from_summary(&summary);
@@ -757,16 +657,14 @@ fn thread_start(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcRes
 fn thread_read(
     inner: &Inner,
     conn: &Arc<ConnShared>,
-    params: &Value,
+    thread_id: &str,
+    after: Option<u64>,
+    limit: Option<u64>,
     resume: bool,
     out: &mut String,
 ) -> Result<(), RpcError> {
-    let thread = load_thread(inner, str_param(params, "threadId").unwrap_or_default())?;
-    let after = params
-        .get("afterEventSeq")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    let limit = params.get("limit").and_then(Value::as_u64).unwrap_or(100) as usize;
+    let thread = load_thread(inner, thread_id)?;
+    let (after, limit) = (after.unwrap_or(0), limit.unwrap_or(100) as usize);
     super::listing::thread_read(inner, &thread, after, limit, resume, out)?;
     conn.follow(&thread.id);
     Ok(())
@@ -774,13 +672,14 @@ fn thread_read(
 
 /// Forks only settled history: while a turn is live, everything up to the last event before it
 /// (`base_seq`); an `atEventSeq` inside the live turn is a conflict.
-fn thread_fork(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcResult {
-    let source = load_thread(inner, str_param(params, "threadId").unwrap_or_default())?;
+fn thread_fork(inner: &Inner, conn: &Arc<ConnShared>, params: &ThreadForkParams) -> RpcResult {
+    let source = load_thread(inner, &params.thread_id)?;
     record_pending_terminal(inner, &source)?;
-    let new_id = str_param(params, "newThreadId")
-        .map(str::to_string)
+    let new_id = params
+        .new_thread_id
+        .clone()
         .unwrap_or_else(|| random_id("th"));
-    let requested = params.get("atEventSeq").and_then(Value::as_u64);
+    let requested = params.at_event_seq;
     let (settled, live) = {
         let _emitting = lock(&source.emit_lock);
         let data = lock(&source.data);
@@ -799,12 +698,9 @@ fn thread_fork(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcResu
         (Some(at), _) => at,
         (None, _) => settled,
     };
-    let (summary, _) = inner.store.fork(
-        &source.id,
-        Some(at),
-        &new_id,
-        str_param(params, "title").map(str::to_string),
-    )?;
+    let (summary, _) = inner
+        .store
+        .fork(&source.id, Some(at), &new_id, params.title.clone())?;
     let mut data = data_from_summary(&summary);
     data.agent_options = lock(&source.data).agent_options.clone();
     data.recovered = true;
@@ -819,8 +715,8 @@ fn thread_fork(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcResu
     })
 }
 
-fn thread_archive(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcResult {
-    let thread = load_thread(inner, str_param(params, "threadId").unwrap_or_default())?;
+fn thread_archive(inner: &Inner, conn: &Arc<ConnShared>, thread_id: &str) -> RpcResult {
+    let thread = load_thread(inner, thread_id)?;
     conn.follow(&thread.id);
     record_pending_terminal(inner, &thread)?;
     let _guard = lock(&thread.emit_lock);
@@ -854,34 +750,11 @@ fn thread_archive(inner: &Inner, conn: &Arc<ConnShared>, params: &Value) -> RpcR
     })
 }
 
-/// Tells every connection that follows the thread that it changed (archive, compaction): the
-/// event at `event_seq` is already durable.
-pub(crate) fn announce_thread_update(
-    inner: &Inner,
-    thread_id: &str,
-    event_seq: u64,
-    wire: &Thread,
-) {
-    let note = ServerNotification::ThreadUpdated(ThreadUpdatedNotification {
-        jsonrpc: rpc(),
-        params: ThreadUpdatedParams {
-            thread_id: thread_id.to_string(),
-            event_seq,
-            thread: wire.clone(),
-            extra: Map::new(),
-        },
-    });
-    let note = serde_json::to_string(&note).expect("a notification is JSON");
-    for c in super::followers(inner, thread_id) {
-        super::deliver(inner, &c, note.clone());
-    }
-}
-
 /// Admits the turn (bounded: -32001 beyond the running and queued bounds), records
 /// `turnStarted`, answers at once with the turn `queued`, and hands it to the runner pool.
-fn turn_start(inner: &Arc<Inner>, conn: &Arc<ConnShared>, params: &Value) -> RpcResult {
-    let thread = load_thread(inner, str_param(params, "threadId").unwrap_or_default())?;
-    let input = user_input(params)?;
+fn turn_start(inner: &Arc<Inner>, conn: &Arc<ConnShared>, params: &TurnStartParams) -> RpcResult {
+    let thread = load_thread(inner, &params.thread_id)?;
+    let input = params.input.clone();
     conn.follow(&thread.id);
     record_pending_terminal(inner, &thread)?;
     if let Err(retry_after_ms) = inner.pool.admit() {
@@ -935,7 +808,7 @@ fn turn_start(inner: &Arc<Inner>, conn: &Arc<ConnShared>, params: &Value) -> Rpc
         input: input.clone(),
         extra: Map::new(),
     }));
-    started.idempotency_key = str_param(params, "idempotencyKey").map(str::to_string);
+    started.idempotency_key = params.idempotency_key.clone();
     let recorded = emit_locked(inner, &thread, &guard, vec![started], |events| {
         turn.set_started_at(&events[0].time);
         vec![ServerNotification::TurnStarted(TurnStartedNotification {
@@ -977,19 +850,24 @@ fn turn_start(inner: &Arc<Inner>, conn: &Arc<ConnShared>, params: &Value) -> Rpc
 /// Cancels the turn and answers once its kernel has stopped, or -32010 at the settle deadline.
 /// Waiting costs no thread: the runner answers when the turn settles, the connection's worker at
 /// the deadline.
-fn turn_interrupt(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: RawId, params: &Value) {
-    let thread = match load_thread(inner, str_param(params, "threadId").unwrap_or_default()) {
+fn turn_interrupt(
+    inner: &Arc<Inner>,
+    conn: &Arc<ConnShared>,
+    id: RawId,
+    thread_id: &str,
+    turn_id: &str,
+) {
+    let thread = match load_thread(inner, thread_id) {
         Ok(t) => t,
         Err(e) => return reply(inner, conn, &id, Err(e)),
     };
-    let turn_id = str_param(params, "turnId").unwrap_or_default().to_string();
     let active = lock(&thread.data)
         .active
         .clone()
         .filter(|t| t.id == turn_id);
     let Some(turn) = active else {
-        let result = match finished_turn(inner, &thread, &turn_id) {
-            Ok(Some(turn)) => settled(turn),
+        let result = match finished_turn(inner, &thread, turn_id) {
+            Ok(Some(turn)) => turn::settled(turn),
             Ok(None) => Err(RpcError::new(
                 error_code::NOT_FOUND,
                 format!("turn {turn_id:?} not found in this thread"),
@@ -1036,14 +914,4 @@ fn turn_interrupt(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: RawId, params:
         Ok(t) => reply_settled(inner, conn, &id, t),
         Err(()) => lock(&conn.interrupts).push((deadline, turn)),
     }
-}
-
-/// turn/interrupt's answer: only ever given once the kernel has returned.
-fn settled(ended: EndedTurn) -> RpcResult {
-    result(TurnInterruptResult {
-        turn: ended.turn,
-        error: ended.error,
-        physically_settled: true,
-        extra: Map::new(),
-    })
 }

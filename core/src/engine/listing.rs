@@ -3,9 +3,9 @@
 //! from its tail cache. Nothing is decoded into a value tree and serialised again, which is
 //! what used to make an in-process list no faster than a pipe to a child process.
 
-use super::dispatch::RpcError;
+use super::outbound::{cap, RpcError};
 use super::{lock, Inner, ThreadData};
-use crate::protocol::{ForkOrigin, ThreadStatus};
+use crate::protocol::{ForkOrigin, ThreadListParams, ThreadStatus};
 use crate::rollout::{push_u64, write_json_string, ListQuery, SummaryRef};
 use serde_json::{Map, Value};
 
@@ -96,17 +96,18 @@ impl<'a> ThreadJson<'a> {
 
 /// thread/list's result: the summaries of one page from the store's index (a thread loaded
 /// here is shown as this server sees it: active, or ahead of the index by its last events).
-pub(crate) fn thread_list(inner: &Inner, params: &Value, out: &mut String) -> Result<(), RpcError> {
+pub(crate) fn thread_list(
+    inner: &Inner,
+    params: Option<ThreadListParams>,
+    out: &mut String,
+) -> Result<(), RpcError> {
+    let (include_archived, cursor, limit) = params
+        .map(|p| (p.include_archived, p.cursor.flatten(), p.limit))
+        .unwrap_or_default();
     let query = ListQuery {
-        include_archived: params
-            .get("includeArchived")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
-        cursor: params
-            .get("cursor")
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        limit: params.get("limit").and_then(Value::as_u64).unwrap_or(100) as usize,
+        include_archived: include_archived.unwrap_or(false),
+        cursor,
+        limit: limit.unwrap_or(100) as usize,
     };
     out.push_str("{\"threads\":[");
     let mut first = true;
@@ -141,7 +142,7 @@ pub(crate) fn thread_list(inner: &Inner, params: &Value, out: &mut String) -> Re
             out.push_str("{\"threadId\":");
             write_json_string(id, out);
             out.push_str(",\"status\":\"unreadable\",\"reason\":");
-            write_json_string(&super::dispatch::cap(reason, 1024), out);
+            write_json_string(&cap(reason, 1024), out);
             out.push('}');
         }
         out.push(']');

@@ -7,7 +7,9 @@ mod attempt;
 mod compact;
 mod config;
 mod dispatch;
+mod idempotency;
 mod listing;
+mod outbound;
 mod pipeline;
 mod pool;
 pub mod queue;
@@ -22,15 +24,16 @@ pub use stats::{FailedClosedCounts, Stats, StatsSnapshot};
 pub use turn::{EVENT_ENVELOPE_BYTES, OUTPUT_LIMIT_CODE};
 
 use crate::approval::{ApprovalPolicy, Grants, UsedNonces};
-use crate::protocol::{EventPayload, ServerNotification};
+use crate::protocol::EventPayload;
 pub(crate) use crate::rollout::sync::lock;
-use crate::rollout::{open_store, NewEvent, RolloutStore, StoreError, StoredEvent};
+use crate::rollout::{open_store, RolloutStore, StoreError};
+use idempotency::IdempotencyCache;
 use pool::TurnPool;
 use queue::BoundedQueue;
 use serde_json::{Map, Value};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 use turn::TurnShared;
 
@@ -74,7 +77,7 @@ pub(crate) struct ThreadState {
     /// When it was last used (a tick of `Inner::clock`), for unloading the least recent.
     pub last_used: AtomicU64,
     /// The running turn's events on their way to the disk and the hosts (pipeline.rs).
-    pub pipe: Mutex<pipeline::Pipe>,
+    pub pipe: Mutex<pipeline::ThreadPipeline>,
     /// Signalled when the committer delivers or fails a batch of this thread.
     pub pipe_cv: std::sync::Condvar,
 }
@@ -239,38 +242,6 @@ impl ConnShared {
         for t in waiting {
             t.wake();
         }
-    }
-}
-
-/// The idempotency cache: (method, key) → (params fingerprint, result), bounded, oldest evicted
-/// first, plus the keys whose first request is still running (a retry waits for it rather than
-/// running twice; the cache's lock is never held while a request runs).
-#[derive(Default)]
-pub(crate) struct IdempotencyCache {
-    entries: HashMap<(String, String), (String, Value)>,
-    order: VecDeque<(String, String)>,
-    pub in_flight: std::collections::HashSet<(String, String)>,
-}
-
-impl IdempotencyCache {
-    pub fn get(&self, method: &str, key: &str) -> Option<&(String, Value)> {
-        self.entries.get(&(method.to_string(), key.to_string()))
-    }
-
-    pub fn put(&mut self, method: &str, key: &str, digest: String, result: Value, capacity: usize) {
-        let k = (method.to_string(), key.to_string());
-        if self.entries.insert(k.clone(), (digest, result)).is_none() {
-            self.order.push_back(k);
-        }
-        while self.order.len() > capacity {
-            if let Some(old) = self.order.pop_front() {
-                self.entries.remove(&old);
-            }
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
     }
 }
 
@@ -646,113 +617,4 @@ impl Drop for Connection {
 fn retry_after_ms(conn: &ConnShared) -> u64 {
     let (messages, _) = conn.inbound.usage();
     (messages as u64 / 16).clamp(1, 1000)
-}
-
-/// The open connections that follow `thread_id`.
-pub(crate) fn followers(inner: &Inner, thread_id: &str) -> Vec<Arc<ConnShared>> {
-    lock(&inner.connections)
-        .iter()
-        .filter_map(Weak::upgrade)
-        .filter(|c| c.is_open() && lock(&c.follows).contains(thread_id))
-        .collect()
-}
-
-/// Appends events to a thread and then delivers the notifications built from them, under the
-/// thread's emit lock so hosts see notifications in seq order.
-pub(crate) fn emit(
-    inner: &Inner,
-    thread: &ThreadState,
-    events: Vec<NewEvent>,
-    notify: impl FnOnce(&[StoredEvent]) -> Vec<ServerNotification>,
-) -> Result<Vec<StoredEvent>, StoreError> {
-    let guard = lock(&thread.emit_lock);
-    emit_locked(inner, thread, &guard, events, notify)
-}
-
-/// `emit` for a caller that already holds the thread's emit lock (`_held` is the proof).
-pub(crate) fn emit_locked(
-    inner: &Inner,
-    thread: &ThreadState,
-    _held: &MutexGuard<'_, ()>,
-    events: Vec<NewEvent>,
-    notify: impl FnOnce(&[StoredEvent]) -> Vec<ServerNotification>,
-) -> Result<Vec<StoredEvent>, StoreError> {
-    // Pipelined events of this thread go first (the pipe enqueues under the same emit lock).
-    let _ = pipeline::flush(thread);
-    let events = inner.store.append(&thread.id, events)?;
-    {
-        let mut data = lock(&thread.data);
-        if let Some(last) = events.last() {
-            data.last_seq = last.seq;
-            data.updated_at = last.time.clone();
-        }
-    }
-    let subscribers = followers(inner, &thread.id);
-    for message in notify(&events) {
-        let text = serde_json::to_string(&message).expect("a notification is JSON");
-        for conn in &subscribers {
-            deliver(inner, conn, text.clone());
-        }
-    }
-    Ok(events)
-}
-
-/// Puts one message on a connection's outbound queue, waiting while the host takes messages
-/// (backpressure: a slow reader slows the engine's work for it down, it does not lose its
-/// connection). A host that takes nothing for `outbound_stall` has its connection closed — the
-/// engine and every other connection keep running.
-pub(crate) fn deliver(inner: &Inner, conn: &ConnShared, text: String) {
-    #[cfg(debug_assertions)]
-    check_outbound(&text);
-    if conn.outbound.push_waiting(text, conn.outbound_stall) == Err(PushError::Full) {
-        Stats::bump(&inner.stats.closed_slow_consumers);
-        tracing::warn!(
-            target: "cc_app_server::engine",
-            "connection {} took no message for {:?} with its outbound queue full; closed as a slow consumer",
-            conn.id, conn.outbound_stall
-        );
-        conn.close_all(true);
-    }
-}
-
-/// Debug builds check every message the engine sends: against the schema, and that our own
-/// parser (and so every client) can read it back.
-#[cfg(debug_assertions)]
-pub(crate) fn check_outbound(text: &str) {
-    match serde_json::from_str::<Value>(text) {
-        Ok(value) => {
-            if let Err(e) = cc_agent_protocol::validate_protocol_message(&value) {
-                panic!("engine produced an invalid message: {e}\n{text}");
-            }
-        }
-        Err(e) => panic!("engine produced a message its own parser refuses: {e}"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn idempotency_cache_is_bounded_and_evicts_the_oldest() {
-        let mut cache = IdempotencyCache::default();
-        for i in 0..1024 {
-            cache.put("turn/start", &format!("k{i}"), "d".into(), json!(i), 1024);
-        }
-        assert_eq!(cache.len(), 1024);
-        assert!(cache.get("turn/start", "k0").is_some());
-        cache.put("turn/start", "k1024", "d".into(), json!(1024), 1024);
-        assert_eq!(cache.len(), 1024);
-        assert!(
-            cache.get("turn/start", "k0").is_none(),
-            "the oldest went first"
-        );
-        assert_eq!(
-            cache.get("turn/start", "k1024").map(|e| &e.1),
-            Some(&json!(1024))
-        );
-        // Same key under another method is another entry.
-        assert!(cache.get("thread/start", "k5").is_none());
-    }
 }

@@ -8,13 +8,18 @@
 //!
 //! Ordering: the committer is the only deliverer of pipelined events and handles one round at a
 //! time; a synchronous emitter on the same thread (`emit`) first waits for the pipe to drain,
-//! under the thread's emit lock, which `record` also takes to enqueue.
+//! under the thread's emit lock, which `record` also takes to enqueue. `emit` and `emit_locked`
+//! are here too: the two ways an event reaches the store, and only then (outbound.rs) a host.
 
-use super::{followers, lock, ConnShared, Inner, Stats, ThreadState};
+use super::outbound::{deliver, followers};
+use super::{lock, ConnShared, Inner, Stats, ThreadState};
+use crate::protocol::ServerNotification;
 use crate::rollout::{AppendedEvent, CheckedEvent, MAX_BATCH_EVENTS};
+use crate::rollout::{NewEvent, StoreError, StoredEvent};
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 
@@ -45,7 +50,7 @@ struct Pending {
 
 /// A thread's events on their way to the disk and to its followers.
 #[derive(Default)]
-pub(crate) struct Pipe {
+pub(crate) struct ThreadPipeline {
     queued: Vec<Pending>,
     /// Handed over (queued or being committed) and not yet delivered.
     inflight_events: usize,
@@ -60,7 +65,7 @@ pub(crate) struct Pipe {
     congested: Vec<Weak<ConnShared>>,
 }
 
-impl Pipe {
+impl ThreadPipeline {
     /// Starts a turn's recording afresh (a failure belongs to the turn that met it).
     pub fn reset(&mut self) {
         self.failed = None;
@@ -248,7 +253,7 @@ fn deliver_round(inner: &Inner, thread: &ThreadState, appended: &[AppendedEvent]
             Note::Build(f) => f(event.seq),
         };
         #[cfg(debug_assertions)]
-        super::check_outbound(&text);
+        super::outbound::check_outbound(&text);
         for conn in &subscribers {
             if conn.outbound.force_push(text.clone()) == Ok(true)
                 && !congested.iter().any(|w| w.as_ptr() == Arc::as_ptr(conn))
@@ -470,4 +475,44 @@ pub(crate) fn approx_json_len(v: &serde_json::Value) -> usize {
                 .sum::<usize>()
         }
     }
+}
+
+/// Appends events to a thread and then delivers the notifications built from them, under the
+/// thread's emit lock so hosts see notifications in seq order.
+pub(crate) fn emit(
+    inner: &Inner,
+    thread: &ThreadState,
+    events: Vec<NewEvent>,
+    notify: impl FnOnce(&[StoredEvent]) -> Vec<ServerNotification>,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    let guard = lock(&thread.emit_lock);
+    emit_locked(inner, thread, &guard, events, notify)
+}
+
+/// `emit` for a caller that already holds the thread's emit lock (`_held` is the proof).
+pub(crate) fn emit_locked(
+    inner: &Inner,
+    thread: &ThreadState,
+    _held: &MutexGuard<'_, ()>,
+    events: Vec<NewEvent>,
+    notify: impl FnOnce(&[StoredEvent]) -> Vec<ServerNotification>,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    // Pipelined events of this thread go first (the pipe enqueues under the same emit lock).
+    let _ = flush(thread);
+    let events = inner.store.append(&thread.id, events)?;
+    {
+        let mut data = lock(&thread.data);
+        if let Some(last) = events.last() {
+            data.last_seq = last.seq;
+            data.updated_at = last.time.clone();
+        }
+    }
+    let subscribers = followers(inner, &thread.id);
+    for message in notify(&events) {
+        let text = serde_json::to_string(&message).expect("a notification is JSON");
+        for conn in &subscribers {
+            deliver(inner, conn, text.clone());
+        }
+    }
+    Ok(events)
 }

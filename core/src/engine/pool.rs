@@ -4,9 +4,7 @@
 //! queue gives the `queued` state a meaning. Threads are created on demand up to the bound and
 //! retire after sitting idle, so an idle server holds none.
 
-use super::turn::{self, TurnShared};
-use super::{Inner, ThreadState};
-use crate::protocol::UserInput;
+use super::turn::{self, Job};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -15,14 +13,6 @@ use std::time::Duration;
 
 /// How long a runner thread waits for work before it retires.
 const IDLE_RETIRE: Duration = Duration::from_secs(30);
-
-/// One admitted turn on its way to a runner.
-pub(crate) struct Job {
-    pub inner: Arc<Inner>,
-    pub thread: Arc<ThreadState>,
-    pub turn: Arc<TurnShared>,
-    pub input: Vec<UserInput>,
-}
 
 #[derive(Default)]
 struct PoolState {

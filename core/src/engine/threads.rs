@@ -5,7 +5,8 @@
 //! then; a retried request's idempotency key is looked up in the rollout when it misses the
 //! cache.
 
-use super::dispatch::{thread_start_fingerprint, turn_start_fingerprint, RpcError};
+use super::idempotency::{thread_start_fingerprint, turn_start_fingerprint};
+use super::outbound::RpcError;
 use super::turn::{event, terminal_evidence, turn_error, wire_turn, EndedTurn};
 use super::{lock, Inner, Stats, ThreadData, ThreadState};
 use crate::protocol::{
@@ -132,7 +133,7 @@ fn close_dangling_turn(inner: &Inner, thread: &ThreadState) -> Result<(), RpcErr
             physically_settled: true,
             extra: Map::new(),
         }));
-        super::emit_locked(inner, thread, &_emitting, vec![ev], |_| vec![])?;
+        super::pipeline::emit_locked(inner, thread, &_emitting, vec![ev], |_| vec![])?;
         Stats::bump(&inner.stats.dangling_turns_closed);
     }
     lock(&thread.data).recovered = true;
@@ -311,4 +312,24 @@ pub(crate) fn rebuilt_thread_start(
     })
     .ok()?;
     Some(("thread/start", key, fingerprint, result))
+}
+
+pub(crate) fn wire_thread(id: &str, data: &ThreadData) -> Thread {
+    let status = if data.archived {
+        ThreadStatus::Archived
+    } else if data.active.is_some() {
+        ThreadStatus::Active
+    } else {
+        ThreadStatus::Idle
+    };
+    Thread {
+        id: id.into(),
+        title: data.title.clone(),
+        status,
+        parent_thread_id: data.forked_from.as_ref().map(|f| f.thread_id.clone()),
+        created_at: data.created_at.clone(),
+        updated_at: data.updated_at.clone(),
+        revision: data.last_seq,
+        metadata: data.metadata.clone(),
+    }
 }

@@ -6,10 +6,10 @@
 //! is appended (durably) before `turn/completed` is sent, and exactly once per turn; the one
 //! exception, a store that refuses writes, is spelled out at `unrecorded_end`.
 
-use super::dispatch::{reply_settled, RawId};
+use super::outbound::{deliver, followers, reply, result, rpc, RawId, RpcResult};
+use super::pipeline::emit;
 use super::pipeline::{self, Note};
-use super::pool::Job;
-use super::{deliver, emit, followers, lock, ConnShared, Inner, Stats, ThreadState};
+use super::{lock, ConnShared, Inner, Stats, ThreadState};
 use crate::approval::{self, ApprovalPolicy};
 use crate::kernel::{KernelError, TurnContext};
 use crate::protocol::{
@@ -291,11 +291,6 @@ pub(crate) fn turn_error(code: &str, message: &str) -> TurnError {
     }
 }
 
-/// The JSON-RPC version every envelope carries.
-pub(crate) fn rpc() -> String {
-    "2.0".into()
-}
-
 fn truncate(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_string();
@@ -334,7 +329,7 @@ pub(crate) fn run_on(
         finish(&inner, &thread, &turn, TurnStatus::Interrupted, error);
         return;
     }
-    let ctx = Ctx {
+    let ctx = KernelContext {
         inner: &inner,
         thread: &thread,
         turn: &turn,
@@ -568,7 +563,7 @@ fn unrecorded_end(
     terminal
 }
 
-struct Ctx<'a> {
+struct KernelContext<'a> {
     inner: &'a Arc<Inner>,
     thread: &'a Arc<ThreadState>,
     turn: &'a Arc<TurnShared>,
@@ -657,7 +652,7 @@ enum Verdict {
     Cancel,
 }
 
-impl Ctx<'_> {
+impl KernelContext<'_> {
     /// The store refused this turn's events (the committer has logged and counted it).
     /// Adds `bytes` (and `chars` of `item`'s text) to what the turn streamed; past a bound the
     /// turn's error code becomes `outputLimitExceeded` and the kernel gets an error to stop on.
@@ -1035,7 +1030,7 @@ enum Answer {
     Interrupted,
 }
 
-impl TurnContext for Ctx<'_> {
+impl TurnContext for KernelContext<'_> {
     fn thread_id(&self) -> &str {
         &self.thread.id
     }
@@ -1241,6 +1236,29 @@ impl TurnContext for Ctx<'_> {
                 .0;
         }
     }
+}
+
+/// One admitted turn on its way to a runner.
+pub(crate) struct Job {
+    pub inner: Arc<Inner>,
+    pub thread: Arc<ThreadState>,
+    pub turn: Arc<TurnShared>,
+    pub input: Vec<UserInput>,
+}
+
+/// turn/interrupt's answer: only ever given once the kernel has returned.
+pub(crate) fn reply_settled(inner: &Inner, conn: &ConnShared, id: &str, turn: EndedTurn) {
+    reply(inner, conn, id, settled(turn));
+}
+
+/// turn/interrupt's answer: only ever given once the kernel has returned.
+pub(crate) fn settled(ended: EndedTurn) -> RpcResult {
+    result(crate::protocol::TurnInterruptResult {
+        turn: ended.turn,
+        error: ended.error,
+        physically_settled: true,
+        extra: Map::new(),
+    })
 }
 
 #[cfg(test)]
