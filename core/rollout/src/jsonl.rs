@@ -11,9 +11,9 @@
 //! log, so creation is one durable point; a log that is exactly one header line and has no
 //! anchor is such a thread. Keyed stores and forks write the anchor before the log, as always.
 
-use super::engine::{check_event, parse_line, Backend, Head, Loaded, Repair, Sealed, WriteSet};
 use super::fsutil::{fdatasync, Dir, Open};
 use super::keyed::mac_eq;
+use super::store::{check_event, parse_line, Backend, Head, Loaded, Repair, Sealed, WriteSet};
 use super::{
     layout, validate_thread_id, ChainCtx, RolloutKey, StoreError, StoreOptions, StoredEvent,
     VerifyReport, MAX_EVENT_BYTES, ZERO_HASH,

@@ -8,12 +8,12 @@ use cc_app_server_protocol::time;
 mod cache;
 mod encode;
 pub use encode::push_u64;
-mod engine;
 mod fsutil;
 mod identity;
 mod jsonl;
 mod keyed;
 mod sqlite;
+mod store;
 pub mod sync;
 
 use serde::{Deserialize, Serialize};
@@ -220,7 +220,7 @@ impl CheckedEvent {
     /// the committer's (glibc's arenas). `into_inner` parses it back for a store that needs it;
     /// `event().payload` is `null` from here on.
     pub fn shed_payload(&mut self) {
-        if engine::is_hot_kind(&self.event.payload) {
+        if store::is_hot_kind(&self.event.payload) {
             self.event.payload = Value::Null;
         }
     }
@@ -379,7 +379,7 @@ pub struct AppendedEvent {
 impl AppendedEvent {
     /// The payload's JSON text inside the line (`{"type":…}`; the `type` member comes first).
     pub fn payload_json(&self) -> &str {
-        &self.line[engine::payload_range(&self.line)]
+        &self.line[store::payload_range(&self.line)]
     }
 
     /// The event's chain hash (64 hex digits), read from its line: every sealed line starts
@@ -766,9 +766,9 @@ pub fn open_store(
 }
 
 /// The JSONL store (one file per thread).
-pub type JsonlRolloutStore = engine::Engine<JsonlBackend>;
+pub type JsonlRolloutStore = store::BackedStore<JsonlBackend>;
 /// The SQLite store (one database per state directory).
-pub type SqliteRolloutStore = engine::Engine<SqliteBackend>;
+pub type SqliteRolloutStore = store::BackedStore<SqliteBackend>;
 
 pub fn open_jsonl(
     state_dir: &Path,
@@ -783,7 +783,7 @@ pub fn open_jsonl(
     })?;
     options.key = options.key.map(|k| k.bound_to(store_id.as_deref()));
     backend.bind_key(options.key.clone());
-    engine::Engine::new(backend, lock, options)
+    store::BackedStore::new(backend, lock, options)
 }
 
 pub fn open_sqlite(
@@ -799,7 +799,7 @@ pub fn open_sqlite(
     })?;
     options.key = options.key.map(|k| k.bound_to(store_id.as_deref()));
     backend.bind_key(options.key.clone());
-    engine::Engine::new(backend, lock, options)
+    store::BackedStore::new(backend, lock, options)
 }
 
 fn lock_state_dir(

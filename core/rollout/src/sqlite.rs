@@ -7,10 +7,10 @@
 //! state directory's pinned descriptor (`/proc/self/fd/N/...` on Linux, see fsutil), and SQLite
 //! keeps every file it needs open for the connection's lifetime.
 
-use super::engine::{check_event, payload_range, Backend, Head, Loaded, Repair, Sealed, WriteSet};
 use super::fsutil::{Dir, Open};
 use super::jsonl::judge_store;
 use super::keyed::mac_eq;
+use super::store::{check_event, payload_range, Backend, Head, Loaded, Repair, Sealed, WriteSet};
 use super::{
     validate_thread_id, ChainCtx, Durability, RolloutKey, StoreError, StoreOptions, StoredEvent,
     VerifyReport, ZERO_HASH,

@@ -786,7 +786,7 @@ impl Catalog {
 type SealedPage = (Vec<Arc<str>>, Option<Vec<StoredEvent>>, bool);
 
 /// A rollout store over a backend.
-pub struct Engine<B: Backend> {
+pub struct BackedStore<B: Backend> {
     backend: B,
     options: StoreOptions,
     slots: Mutex<Slots<B::Tx>>,
@@ -815,7 +815,7 @@ fn parse_cached(line: &str) -> StoredEvent {
     serde_json::from_str(line).expect("a cached line is a checked event")
 }
 
-impl<B: Backend> Engine<B> {
+impl<B: Backend> BackedStore<B> {
     pub(crate) fn new(
         backend: B,
         lock_file: super::fsutil::DirLock,
@@ -839,7 +839,7 @@ impl<B: Backend> Engine<B> {
             bytes_per_thread: options.tail_cache_thread_bytes,
             total_bytes: options.tail_cache_bytes,
         });
-        Ok(Engine {
+        Ok(BackedStore {
             backend,
             slots: Mutex::new(Slots {
                 map: HashMap::new(),
@@ -1670,7 +1670,7 @@ impl<B: Backend> Engine<B> {
     }
 }
 
-impl<B: Backend> Drop for Engine<B> {
+impl<B: Backend> Drop for BackedStore<B> {
     fn drop(&mut self) {
         if !self.closed.load(Ordering::Acquire) {
             let _ = self.exclusive(|| self.flush_inner());
@@ -1678,7 +1678,7 @@ impl<B: Backend> Drop for Engine<B> {
     }
 }
 
-impl<B: Backend> RolloutStore for Engine<B> {
+impl<B: Backend> RolloutStore for BackedStore<B> {
     fn start(&self, start: ThreadStart) -> Result<(ThreadSummary, StoredEvent), StoreError> {
         self.create(start, HeaderExtra::default(), Vec::new())
     }

@@ -128,7 +128,7 @@ pub struct cc_kernel {
 // (`cc_server_open`, with no handle to keep a last error on, calls `catch` and fills
 // `error_buf`). Those and `catch` are the only places that catch panics, record last errors and
 // turn failures into codes; the argument helpers (`handle`, `turn_state`, `str_arg`, `out_arg`,
-// `put`, `TextOut`, `Kept`) are the only places that read or write a caller's pointers.
+// `put`, `TextOut`, `OversizedText`) are the only places that read or write a caller's pointers.
 
 /// A failure: the code returned and the text kept as the handle's last error.
 struct Failure(cc_result, String);
@@ -223,7 +223,7 @@ fn guarded(last: Option<&LastError>, body: impl FnOnce() -> Outcome) -> cc_resul
 /// An entry point on a handle: `live` is the looked-up handle (`handle` or `turn_state`); a
 /// missing one is its code with no text (there is no handle to keep it on), otherwise `body`
 /// runs behind the panic boundary and a failure's text becomes that handle's last error.
-fn on<H: Handle + ?Sized>(
+fn on_handle<H: Handle + ?Sized>(
     live: Result<impl Deref<Target = H>, cc_result>,
     body: impl FnOnce(&H) -> Outcome,
 ) -> cc_result {
@@ -337,9 +337,9 @@ impl TextOut {
 /// Text from a one-shot operation that did not fit the caller's buffer, with the code it came
 /// with, kept on the handle until a call hands it out.
 #[derive(Default)]
-struct Kept(Mutex<Option<(cc_result, String)>>);
+struct OversizedText(Mutex<Option<(cc_result, String)>>);
 
-impl Kept {
+impl OversizedText {
     /// Writes `text` (answering `code`); if it does not fit, keeps both.
     unsafe fn write_or_keep(&self, out: TextOut, code: cc_result, text: String) -> Outcome {
         match out.write(&text) {
@@ -743,7 +743,7 @@ pub unsafe extern "C" fn cc_server_verify_thread(
     out_ok: *mut bool,
     out_events: *mut u64,
 ) -> cc_result {
-    on(handle(server), |s| {
+    on_handle(handle(server), |s| {
         let id = str_arg(thread_id, "thread_id")?;
         let report = s
             .server
@@ -763,7 +763,7 @@ pub unsafe extern "C" fn cc_server_verify_thread(
 /// freed (and closed) by `cc_connection_free`.
 pub struct cc_connection {
     conn: CoreConnection,
-    kept: Kept,
+    kept: OversizedText,
     last_error: LastError,
 }
 
@@ -782,7 +782,7 @@ pub unsafe extern "C" fn cc_server_connect(
     server: *const cc_server,
     out_conn: *mut *mut cc_connection,
 ) -> cc_result {
-    on(handle(server), |s| {
+    on_handle(handle(server), |s| {
         let out = out_arg(out_conn, "out_conn")?;
         let conn = s
             .server
@@ -790,7 +790,7 @@ pub unsafe extern "C" fn cc_server_connect(
             .map_err(|_| fail(CC_ERR_CLOSED, "the server is shut down"))?;
         *out = into_handle(cc_connection {
             conn,
-            kept: Kept::default(),
+            kept: OversizedText::default(),
             last_error: LastError::default(),
         });
         Ok(())
@@ -808,7 +808,7 @@ pub unsafe extern "C" fn cc_connection_send(
     message: *const c_char,
     out_retry_after_ms: *mut u64,
 ) -> cc_result {
-    on(handle(conn), |c| {
+    on_handle(handle(conn), |c| {
         let message = str_arg(message, "message")?;
         c.conn.send(message).map_err(|e| {
             let code = match e {
@@ -839,7 +839,7 @@ pub unsafe extern "C" fn cc_connection_recv(
     out_needed: *mut usize,
 ) -> cc_result {
     let out = TextOut::new(buf, len, out_needed);
-    on(handle(conn), |c| {
+    on_handle(handle(conn), |c| {
         if c.kept.take_into(out)? {
             return Ok(());
         }
@@ -867,7 +867,7 @@ pub unsafe extern "C" fn cc_connection_is_open(conn: *const cc_connection) -> bo
 /// `conn` NULL or valid.
 #[no_mangle]
 pub unsafe extern "C" fn cc_connection_close(conn: *const cc_connection) -> cc_result {
-    on(handle(conn), |c| {
+    on_handle(handle(conn), |c| {
         c.conn.close();
         Ok(())
     })
@@ -903,8 +903,8 @@ pub unsafe extern "C" fn cc_connection_last_error(
 /// default decline). Created by `cc_client_connect`, freed (and closed) by `cc_client_free`.
 pub struct cc_client {
     client: Client,
-    kept_result: Kept,
-    kept_notification: Kept,
+    kept_result: OversizedText,
+    kept_notification: OversizedText,
     last_error: LastError,
     last_code: Mutex<i64>,
 }
@@ -968,7 +968,7 @@ pub unsafe extern "C" fn cc_client_connect(
     request_timeout_ms: u32,
     out_client: *mut *mut cc_client,
 ) -> cc_result {
-    on(handle(server), |s| {
+    on_handle(handle(server), |s| {
         let out = out_arg(out_client, "out_client")?;
         let handler =
             approve.map(|decide| Arc::new(CApproval { decide, user_data }) as Arc<dyn CoreHandler>);
@@ -978,8 +978,8 @@ pub unsafe extern "C" fn cc_client_connect(
         }
         *out = into_handle(cc_client {
             client: Client::connect_core(&s.server, handler, config)?,
-            kept_result: Kept::default(),
-            kept_notification: Kept::default(),
+            kept_result: OversizedText::default(),
+            kept_notification: OversizedText::default(),
             last_error: LastError::default(),
             last_code: Mutex::new(0),
         });
@@ -1005,7 +1005,7 @@ pub unsafe extern "C" fn cc_client_request(
     out_needed: *mut usize,
 ) -> cc_result {
     let out = TextOut::new(buf, len, out_needed);
-    on(handle(client), |c| {
+    on_handle(handle(client), |c| {
         let method = str_arg(method, "method")?;
         let params = if params_json.is_null() {
             Value::Object(Map::new())
@@ -1046,7 +1046,7 @@ pub unsafe extern "C" fn cc_client_last_result(
     len: usize,
     out_needed: *mut usize,
 ) -> cc_result {
-    on(handle(client), |c| {
+    on_handle(handle(client), |c| {
         c.kept_result
             .hand_out(TextOut::new(buf, len, out_needed), "result")
     })
@@ -1077,7 +1077,7 @@ pub unsafe extern "C" fn cc_client_next_notification(
     out_needed: *mut usize,
 ) -> cc_result {
     let out = TextOut::new(buf, len, out_needed);
-    on(handle(client), |c| {
+    on_handle(handle(client), |c| {
         if c.kept_notification.take_into(out)? {
             return Ok(());
         }
@@ -1125,7 +1125,7 @@ pub struct cc_turn {
 /// What a `cc_turn` token stands for while its `run_turn` runs.
 struct TurnState {
     ctx: Arc<TurnContext>,
-    kept: Kept,
+    kept: OversizedText,
     failure: Mutex<Option<String>>,
     last_error: LastError,
 }
@@ -1180,7 +1180,7 @@ impl CoreKernel for CKernel {
         let lease = Lease::new(ctx);
         let state = Arc::new(TurnState {
             ctx: Arc::clone(&lease.0),
-            kept: Kept::default(),
+            kept: OversizedText::default(),
             failure: Mutex::new(None),
             last_error: LastError::default(),
         });
@@ -1239,7 +1239,7 @@ unsafe fn turn_text(
     out_needed: *mut usize,
     text: impl FnOnce(&TurnContext) -> Result<String, KernelError>,
 ) -> cc_result {
-    on(turn_state(turn), |t| {
+    on_handle(turn_state(turn), |t| {
         TextOut::new(buf, len, out_needed).write(&text(&t.ctx)?)
     })
 }
@@ -1329,7 +1329,7 @@ pub unsafe extern "C" fn cc_turn_item_started(
     turn: *const cc_turn,
     item_json: *const c_char,
 ) -> cc_result {
-    on(turn_state(turn), |t| {
+    on_handle(turn_state(turn), |t| {
         let item = str_arg(item_json, "item_json")?.to_string();
         Ok(t.ctx.item_started(item)?)
     })
@@ -1345,7 +1345,7 @@ pub unsafe extern "C" fn cc_turn_item_delta(
     item_id: *const c_char,
     delta_json: *const c_char,
 ) -> cc_result {
-    on(turn_state(turn), |t| {
+    on_handle(turn_state(turn), |t| {
         let id = str_arg(item_id, "item_id")?.to_string();
         let delta = str_arg(delta_json, "delta_json")?.to_string();
         Ok(t.ctx.item_delta(id, delta)?)
@@ -1361,7 +1361,7 @@ pub unsafe extern "C" fn cc_turn_item_completed(
     turn: *const cc_turn,
     item_json: *const c_char,
 ) -> cc_result {
-    on(turn_state(turn), |t| {
+    on_handle(turn_state(turn), |t| {
         let item = str_arg(item_json, "item_json")?.to_string();
         Ok(t.ctx.item_completed(item)?)
     })
@@ -1384,7 +1384,7 @@ pub unsafe extern "C" fn cc_turn_request_tool(
     len: usize,
     out_needed: *mut usize,
 ) -> cc_result {
-    on(turn_state(turn), |t| {
+    on_handle(turn_state(turn), |t| {
         let id = str_arg(item_id, "item_id")?.to_string();
         let tool = str_arg(tool, "tool")?.to_string();
         let args = str_arg(arguments_json, "arguments_json")?.to_string();
@@ -1407,7 +1407,7 @@ pub unsafe extern "C" fn cc_turn_last_result(
     len: usize,
     out_needed: *mut usize,
 ) -> cc_result {
-    on(turn_state(turn), |t| {
+    on_handle(turn_state(turn), |t| {
         t.kept
             .hand_out(TextOut::new(buf, len, out_needed), "tool result")
     })
@@ -1438,7 +1438,7 @@ pub unsafe extern "C" fn cc_turn_sleep(turn: *const cc_turn, ms: u64) -> bool {
 /// `turn` the handle passed to `run_turn`, during that call; `reason` a valid C string.
 #[no_mangle]
 pub unsafe extern "C" fn cc_turn_fail(turn: *const cc_turn, reason: *const c_char) -> cc_result {
-    on(turn_state(turn), |t| {
+    on_handle(turn_state(turn), |t| {
         let reason = str_arg(reason, "reason")?;
         *lock(&t.failure) = Some(reason.chars().take(1024).collect());
         Ok(())
