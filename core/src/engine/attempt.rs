@@ -4,7 +4,7 @@
 
 use super::outbound::deliver;
 use super::pipeline::emit_locked;
-use super::threads::{data_from_summary, insert_thread, new_state};
+use super::threads::data_from_summary;
 use super::turn::{event, run_on, TurnShared};
 use super::{lock, ConnShared, Inner, ThreadState};
 use crate::graph::port::{AttemptEnd, AttemptTurn, Follower, GraphEngine, TurnCancel};
@@ -13,7 +13,6 @@ use crate::protocol::{EventPayload, TextInput, TurnStartedEvent, UserInput};
 use crate::rollout::RolloutStore;
 use serde_json::Map;
 use std::any::Any;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 impl Follower for ConnShared {
@@ -45,7 +44,7 @@ fn connection(follower: &Weak<dyn Follower>) -> Weak<ConnShared> {
 
 impl GraphEngine for Inner {
     fn is_shut_down(&self) -> bool {
-        self.shut_down.load(Ordering::SeqCst)
+        self.lifecycle.is_shut_down()
     }
 
     fn kernel(&self) -> &dyn AgentKernel {
@@ -68,7 +67,7 @@ impl GraphEngine for Inner {
         let thread_id = summary.thread_id.clone();
         let mut data = data_from_summary(&summary);
         data.agent_options = attempt.agent_options;
-        let thread = insert_thread(&self, new_state(&self, &thread_id, data));
+        let thread = self.threads.add(&thread_id, data, &self.stats);
         let turn = TurnShared::new(
             attempt.turn_id,
             thread.id.clone(),
@@ -116,7 +115,7 @@ impl GraphEngine for Inner {
 
     fn deliver(&self, to: &dyn Follower, text: String) {
         if let Some(conn) = (to as &dyn Any).downcast_ref::<ConnShared>() {
-            deliver(self, conn, text);
+            deliver(&self.stats, conn, text);
         }
     }
 }

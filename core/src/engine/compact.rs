@@ -7,13 +7,12 @@
 //! it ends the request is answered (when someone is left to read it) and the thread's
 //! compaction slot is freed.
 
-use super::outbound::{announce_thread_update, reply, result, RawId, RpcError, RpcResult};
+use super::outbound::{reply, result, RawId, RpcError, RpcResult};
 use super::threads::wire_thread;
-use super::{lock, ConnShared, Inner, ThreadState};
+use super::{lock, ConnShared, Inner, Lifecycle, ThreadState};
 use crate::protocol::error_code;
 use crate::protocol::ThreadCompactResult;
 use serde_json::Map;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The feature a connection must negotiate before it may call thread/compact.
@@ -28,7 +27,7 @@ struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        lock(&self.inner.compacting).remove(&self.thread_id);
+        self.inner.threads.end_compaction(&self.thread_id);
     }
 }
 
@@ -42,7 +41,7 @@ pub(crate) fn thread_compact(
 ) {
     if !conn.has_feature(FEATURE) {
         return reply(
-            inner,
+            &inner.stats,
             conn,
             &id,
             Err(RpcError::new(
@@ -53,7 +52,7 @@ pub(crate) fn thread_compact(
     }
     if lock(&thread.data).active.is_some() {
         return reply(
-            inner,
+            &inner.stats,
             conn,
             &id,
             Err(RpcError::new(
@@ -62,9 +61,9 @@ pub(crate) fn thread_compact(
             )),
         );
     }
-    if !lock(&inner.compacting).insert(thread.id.clone()) {
+    if !inner.threads.begin_compaction(&thread.id) {
         return reply(
-            inner,
+            &inner.stats,
             conn,
             &id,
             Err(RpcError::new(
@@ -82,7 +81,7 @@ pub(crate) fn thread_compact(
     let work = move || {
         let result = compact(&slot.inner, &conn2, &thread, summary);
         drop(slot);
-        reply(&inner2, &conn2, &id2, result);
+        reply(&inner2.stats, &conn2, &id2, result);
     };
     if given {
         work();
@@ -92,7 +91,7 @@ pub(crate) fn thread_compact(
         .is_err()
     {
         reply(
-            inner,
+            &inner.stats,
             conn,
             &id,
             Err(RpcError::new(
@@ -105,8 +104,8 @@ pub(crate) fn thread_compact(
 
 /// Why a compaction stops before it records anything: the server began shutting down, or the
 /// connection that asked for it closed (nobody is left to get the answer).
-fn interrupted(inner: &Inner, conn: &ConnShared) -> Option<&'static str> {
-    if inner.shut_down.load(Ordering::SeqCst) {
+fn interrupted(lifecycle: &Lifecycle, conn: &ConnShared) -> Option<&'static str> {
+    if lifecycle.is_shut_down() {
         Some("the server is shutting down")
     } else if !conn.is_open() {
         Some("the connection that asked for it closed")
@@ -128,7 +127,7 @@ fn summarize(
     let options = lock(&thread.data).agent_options.clone();
     let call = || inner.config.kernel.summarize(&thread.id, &options, history);
     let (inner, conn) = (Arc::clone(inner), Arc::clone(conn));
-    crate::kernel::with_summary_cancel(move || interrupted(&inner, &conn).is_some(), call)
+    crate::kernel::with_summary_cancel(move || interrupted(&inner.lifecycle, &conn).is_some(), call)
 }
 
 fn stopped(why: &str) -> RpcError {
@@ -164,7 +163,7 @@ fn compact(
                 ));
             }
             let outcome = summarize(inner, conn, thread, &history);
-            if let Some(why) = interrupted(inner, conn) {
+            if let Some(why) = interrupted(&inner.lifecycle, conn) {
                 return Err(stopped(why));
             }
             match outcome {
@@ -202,7 +201,9 @@ fn compact(
         data.updated_at = event.time.clone();
         wire_thread(&thread.id, &data)
     };
-    announce_thread_update(inner, &thread.id, event.seq, &wire);
+    inner
+        .connections
+        .announce_thread_update(&inner.stats, &thread.id, event.seq, &wire);
     let from_seq = event.payload["fromSeq"].as_u64().unwrap_or(1);
     result(ThreadCompactResult {
         thread: wire,

@@ -1,17 +1,13 @@
 //! Reading a connection's inbound queue: parse, validate against the schema, enforce the
 //! handshake, then run the method. Request ids are echoed byte for byte as the host wrote them.
 
-use super::idempotency::{thread_start_fingerprint, turn_start_fingerprint};
-use super::outbound::{
-    announce_thread_update, cap, reply, reply_with, result, rpc, RawId, RpcError, RpcResult,
-};
+use super::idempotency::{thread_start_fingerprint, turn_start_fingerprint, Keyed, Recorded};
+use super::outbound::{cap, reply, reply_with, result, rpc, RawId, RpcError, RpcResult};
 use super::pipeline::emit_locked;
 use super::pool::SubmitError;
-use super::threads::{
-    data_from_summary, finished_turn, insert_thread, load_thread, new_state, wire_thread,
-};
+use super::threads::{data_from_summary, finished_turn, load_thread, wire_thread};
 use super::turn::{self, event, reply_settled, Job, Unstarted};
-use super::{lock, ConnShared, Inner, Stats, ThreadState, IMPLEMENTED_FEATURES};
+use super::{lock, ConnShared, Inner, ServerConfig, Stats, ThreadState, IMPLEMENTED_FEATURES};
 use crate::approval::digest_json;
 use crate::graph::wire::GraphCall;
 use crate::protocol::error_code;
@@ -51,12 +47,12 @@ pub(crate) fn connection_loop(inner: &Arc<Inner>, conn: &Arc<ConnShared>) {
             Err(super::RecvError::Timeout) => {}
             Err(super::RecvError::Closed) => break,
         }
-        expire_interrupts(inner, conn);
+        expire_interrupts(&inner.stats, conn);
     }
     conn.close_all(false);
 }
 
-fn expire_interrupts(inner: &Inner, conn: &ConnShared) {
+fn expire_interrupts(stats: &Stats, conn: &ConnShared) {
     let now = Instant::now();
     let mut due = Vec::new();
     lock(&conn.interrupts).retain(|(deadline, turn)| {
@@ -73,7 +69,7 @@ fn expire_interrupts(inner: &Inner, conn: &ConnShared) {
             let e = RpcError::new(error_code::INTERRUPTED, "the kernel has not stopped yet").with_reason(
                 "the turn stays live and ends as interrupted once the kernel stops; ask again or wait for turn/completed",
             );
-            reply(inner, conn, &w.request_id, Err(e));
+            reply(stats, conn, &w.request_id, Err(e));
         }
     }
 }
@@ -168,7 +164,7 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
         Ok(v) => v,
         Err(e) => {
             return reply(
-                inner,
+                &inner.stats,
                 conn,
                 "null",
                 Err(RpcError::new(
@@ -207,7 +203,7 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
                 format!("invalid request: the id must be a string of at most {MAX_STRING_ID_CHARS} characters or an integer from 0 to 2^53-1"),
             )
             .with_reason("the id was refused, so this answer carries id null");
-            return reply(inner, conn, "null", Err(e));
+            return reply(&inner.stats, conn, "null", Err(e));
         }
         None => "null",
     };
@@ -216,12 +212,12 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
             let message = cap(&e.to_string(), 512);
             let mut err = RpcError::new(e.class.code(), message);
             err.data = Some(json!({"pointer": cap(e.pointer(), 1024)}));
-            return reply(inner, conn, id, Err(err));
+            return reply(&inner.stats, conn, id, Err(err));
         }
         Ok(MessageKind::ClientRequest { method, .. }) => method,
         Ok(MessageKind::ServerRequest { method, .. }) => {
             return reply(
-                inner,
+                &inner.stats,
                 conn,
                 id,
                 Err(RpcError::new(
@@ -232,7 +228,7 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
         }
         Ok(MessageKind::Notification { .. }) | Ok(MessageKind::Response) => {
             return reply(
-                inner,
+                &inner.stats,
                 conn,
                 id,
                 Err(RpcError::new(
@@ -247,14 +243,14 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
             error_code::CONFLICT,
             "already initialized on this connection",
         );
-        return reply(inner, conn, id, Err(e));
+        return reply(&inner.stats, conn, id, Err(e));
     }
     if method != "initialize" && !lock(&conn.state).initialized {
         let e = RpcError::new(
             error_code::NOT_INITIALIZED,
             "not initialized: send initialize first",
         );
-        return reply(inner, conn, id, Err(e));
+        return reply(&inner.stats, conn, id, Err(e));
     }
     // Valid against the schema, so the generated type reads it; a disagreement between the two
     // would be ours, and is refused rather than guessed at.
@@ -271,7 +267,7 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
         Err(e) => {
             let message = cap(&format!("invalid params: {e}"), 512);
             return reply(
-                inner,
+                &inner.stats,
                 conn,
                 id,
                 Err(RpcError::new(error_code::INVALID_PARAMS, message)),
@@ -285,7 +281,7 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
 /// another thread, or straight into the answer's text) replies itself; the rest return.
 fn route(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: &str, request: ClientRequest) {
     let result = match request {
-        ClientRequest::Initialize(r) => initialize(inner, conn, &r.params),
+        ClientRequest::Initialize(r) => initialize(&inner.config, conn, &r.params),
         ClientRequest::ThreadStart(r) => {
             let params = r.params.unwrap_or_else(no_params);
             let keyed = params.idempotency_key.as_deref().map(|key| Keyed {
@@ -299,11 +295,15 @@ fn route(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: &str, request: ClientRe
                 names: params.thread_id.as_deref(),
                 thread_id: None,
             });
-            idempotent(inner, keyed, || thread_start(inner, conn, &params))
+            inner.idempotency.once(
+                keyed,
+                |k| recorded_result(inner, k),
+                || thread_start(inner, conn, &params),
+            )
         }
         ClientRequest::ThreadRead(r) => {
             let p = r.params;
-            return reply_with(inner, conn, id, 4096, |out| {
+            return reply_with(&inner.stats, conn, id, 4096, |out| {
                 thread_read(
                     inner,
                     conn,
@@ -317,7 +317,7 @@ fn route(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: &str, request: ClientRe
         }
         ClientRequest::ThreadResume(r) => {
             let p = r.params;
-            return reply_with(inner, conn, id, 4096, |out| {
+            return reply_with(&inner.stats, conn, id, 4096, |out| {
                 thread_read(
                     inner,
                     conn,
@@ -345,12 +345,16 @@ fn route(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: &str, request: ClientRe
                 })
                 .transpose();
             match keyed {
-                Ok(keyed) => idempotent(inner, keyed, || thread_fork(inner, conn, &params)),
+                Ok(keyed) => inner.idempotency.once(
+                    keyed,
+                    |k| recorded_result(inner, k),
+                    || thread_fork(inner, conn, &params),
+                ),
                 Err(e) => Err(e),
             }
         }
         ClientRequest::ThreadList(r) => {
-            return reply_with(inner, conn, id, 24 * 1024, |out| {
+            return reply_with(&inner.stats, conn, id, 24 * 1024, |out| {
                 super::listing::thread_list(inner, r.params, out)
             });
         }
@@ -364,7 +368,11 @@ fn route(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: &str, request: ClientRe
                 names: None,
                 thread_id: Some(&params.thread_id),
             });
-            idempotent(inner, keyed, || turn_start(inner, conn, &params))
+            inner.idempotency.once(
+                keyed,
+                |k| recorded_result(inner, k),
+                || turn_start(inner, conn, &params),
+            )
         }
         ClientRequest::TurnInterrupt(r) => {
             let p = r.params;
@@ -390,7 +398,7 @@ fn route(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: &str, request: ClientRe
             return graph(inner, conn, id, GraphCall::RunCancel(r.params))
         }
     };
-    reply(inner, conn, id, result);
+    reply(&inner.stats, conn, id, result);
 }
 
 /// The graph methods, served by the Graph Kernel's host. A large compile is answered from a
@@ -404,7 +412,7 @@ fn graph(inner: &Arc<Inner>, conn: &Arc<ConnShared>, id: &str, call: GraphCall) 
             message: e.message,
             data: e.data,
         });
-        reply(&inner2, &conn2, &id2, r)
+        reply(&inner2.stats, &conn2, &id2, r)
     };
     let follower: Arc<dyn crate::graph::port::Follower> = Arc::<ConnShared>::clone(conn);
     crate::graph::wire::serve(&inner.graph, &follower, call, Box::new(answer));
@@ -443,8 +451,8 @@ fn agent_options(options: Option<&AgentOptions>) -> Option<Value> {
     options.map(|o| serde_json::to_value(o).expect("agent options are JSON"))
 }
 
-fn initialize(inner: &Inner, conn: &ConnShared, params: &InitializeParams) -> RpcResult {
-    let (server_lo, server_hi) = inner.config.protocol_versions;
+fn initialize(config: &ServerConfig, conn: &ConnShared, params: &InitializeParams) -> RpcResult {
+    let (server_lo, server_hi) = config.protocol_versions;
     let client_hi = u32::try_from(params.protocol_version).unwrap_or(u32::MAX);
     let client_lo = u32::try_from(params.minimum_protocol_version).unwrap_or(u32::MAX);
     if client_lo > client_hi {
@@ -482,8 +490,8 @@ fn initialize(inner: &Inner, conn: &ConnShared, params: &InitializeParams) -> Rp
         downgraded: chosen < client_hi,
         features,
         server: ServerInfo {
-            name: inner.config.server_name.clone(),
-            version: inner.config.server_version.clone(),
+            name: config.server_name.clone(),
+            version: config.server_version.clone(),
             extra: Map::new(),
         },
         schema_digest: cc_agent_protocol::schema_digest().to_string(),
@@ -501,82 +509,9 @@ fn params_fingerprint(params: &impl serde::Serialize) -> Result<String, RpcError
     Ok(digest_json(&p))
 }
 
-/// A request that carried an idempotencyKey: what a retry must repeat to be the same request.
-struct Keyed<'a> {
-    method: &'static str,
-    key: &'a str,
-    fingerprint: String,
-    /// The new thread the request names (thread/start, thread/fork): a retry must name it too.
-    names: Option<&'a str>,
-    /// The thread a turn/start runs on, where its key is recorded.
-    thread_id: Option<&'a str>,
-}
-
-/// Runs `f` once per (method, idempotencyKey); a retry returns the first result, a reuse of the
-/// key with other params is a conflict. Entries are rebuilt from the rollout at open, so a retry
-/// after a restart gets the same answer too (thread/start and turn/start; see docs/engine.md).
-fn idempotent(inner: &Inner, keyed: Option<Keyed<'_>>, f: impl FnOnce() -> RpcResult) -> RpcResult {
-    let Some(keyed) = keyed else {
-        return f();
-    };
-    let (method, key, digest) = (keyed.method, keyed.key, &keyed.fingerprint);
-    let slot = (method.to_string(), key.to_string());
-    let mut cache = lock(&inner.idempotency);
-    // The same key still running (a retry sent before the first was answered): wait for it.
-    while cache.in_flight.contains(&slot) {
-        cache = inner
-            .idempotency_done
-            .wait(cache)
-            .unwrap_or_else(|p| p.into_inner());
-    }
-    // A thread/start or thread/fork retry that names its new thread must name the same one.
-    let same = |seen: &str, result: &Value| {
-        let same_thread = keyed.names.is_none_or(|n| result["thread"]["id"] == n);
-        if seen == digest && same_thread {
-            Ok(result.clone())
-        } else {
-            Err(RpcError::new(
-                error_code::CONFLICT,
-                "idempotencyKey was already used with different params",
-            ))
-        }
-    };
-    if let Some((seen, result)) = cache.get(method, key) {
-        return same(seen, result);
-    }
-    cache.in_flight.insert(slot.clone());
-    drop(cache);
-    // Not in the cache (it is bounded, and starts empty after a restart): the rollout records
-    // the keys of thread/start and turn/start, so the first request's answer is rebuilt from
-    // there rather than running the request twice.
-    let (outcome, entry) = match recorded_result(inner, &keyed) {
-        Err(e) => (Err(e), None),
-        Ok(Some((seen, result))) => (same(&seen, &result), Some((seen, result))),
-        Ok(None) => {
-            let outcome = f();
-            let entry = outcome.as_ref().ok().map(|r| (digest.clone(), r.clone()));
-            (outcome, entry)
-        }
-    };
-    let mut cache = lock(&inner.idempotency);
-    cache.in_flight.remove(&slot);
-    if let Some((seen, result)) = entry {
-        cache.put(
-            method,
-            key,
-            seen,
-            result,
-            inner.config.limits.idempotency_entries,
-        );
-    }
-    drop(cache);
-    inner.idempotency_done.notify_all();
-    outcome
-}
-
 /// The (fingerprint, result) of the request that first used the key, as the rollout recorded
 /// it: a thread/start's key in its thread's header, a turn/start's in its `turnStarted` event.
-fn recorded_result(inner: &Inner, keyed: &Keyed<'_>) -> Result<Option<(String, Value)>, RpcError> {
+fn recorded_result(inner: &Inner, keyed: &Keyed<'_>) -> Recorded {
     match (keyed.method, keyed.thread_id) {
         ("thread/start", _) => {
             let Some(id) = inner.store.thread_by_start_key(keyed.key)? else {
@@ -646,7 +581,7 @@ fn thread_start(inner: &Inner, conn: &Arc<ConnShared>, params: &ThreadStartParam
     data.agent_options = agent_options.unwrap_or(Value::Null);
     data.recovered = true;
     let thread = wire_thread(&thread_id, &data);
-    insert_thread(inner, new_state(inner, &thread_id, data));
+    inner.threads.add(&thread_id, data, &inner.stats);
     conn.follow(&thread_id);
     result(ThreadStartResult {
         thread,
@@ -706,7 +641,7 @@ fn thread_fork(inner: &Inner, conn: &Arc<ConnShared>, params: &ThreadForkParams)
     data.recovered = true;
     let thread = wire_thread(&new_id, &data);
     let forked_from = data.forked_from.clone().expect("a fork records its origin");
-    insert_thread(inner, new_state(inner, &new_id, data));
+    inner.threads.add(&new_id, data, &inner.stats);
     conn.follow(&new_id);
     result(ThreadForkResult {
         thread,
@@ -743,7 +678,9 @@ fn thread_archive(inner: &Inner, conn: &Arc<ConnShared>, thread_id: &str) -> Rpc
         data.updated_at = event.time.clone();
         wire_thread(&thread.id, &data)
     };
-    announce_thread_update(inner, &thread.id, event.seq, &wire);
+    inner
+        .connections
+        .announce_thread_update(&inner.stats, &thread.id, event.seq, &wire);
     result(ThreadArchiveResult {
         thread: wire,
         extra: Map::new(),
@@ -859,7 +796,7 @@ fn turn_interrupt(
 ) {
     let thread = match load_thread(inner, thread_id) {
         Ok(t) => t,
-        Err(e) => return reply(inner, conn, &id, Err(e)),
+        Err(e) => return reply(&inner.stats, conn, &id, Err(e)),
     };
     let active = lock(&thread.data)
         .active
@@ -874,7 +811,7 @@ fn turn_interrupt(
             )),
             Err(e) => Err(e),
         };
-        return reply(inner, conn, &id, result);
+        return reply(&inner.stats, conn, &id, result);
     };
     turn.cancel();
     inner.config.tools.interrupt(&thread.id);
@@ -883,7 +820,7 @@ fn turn_interrupt(
         turn::close_unstarted(job, Unstarted::Interrupted);
     }
     if turn.is_done() {
-        return reply_settled(inner, conn, &id, turn.to_ended());
+        return reply_settled(&inner.stats, conn, &id, turn.to_ended());
     }
     {
         let mut waiting = lock(&conn.interrupts);
@@ -893,7 +830,7 @@ fn turn_interrupt(
             Stats::bump(&inner.stats.interrupts_refused_overloaded);
             let retry = inner.config.settle_deadline.as_millis() as u64;
             return reply(
-                inner,
+                &inner.stats,
                 conn,
                 &id,
                 Err(RpcError::overloaded(
@@ -911,7 +848,7 @@ fn turn_interrupt(
         deadline,
     };
     match turn.settled_or_wait(waiter) {
-        Ok(t) => reply_settled(inner, conn, &id, t),
+        Ok(t) => reply_settled(&inner.stats, conn, &id, t),
         Err(()) => lock(&conn.interrupts).push((deadline, turn)),
     }
 }

@@ -119,7 +119,7 @@ pub(crate) fn thread_list(
             out.push(',');
         }
         first = false;
-        let threads = loaded.get_or_insert_with(|| lock(&inner.threads));
+        let threads = loaded.get_or_insert_with(|| inner.threads.hold());
         match threads.get(s.thread_id) {
             Some(t) => ThreadJson::from_data(&t.id, &lock(&t.data)).write(out),
             None => ThreadJson::from_summary(&s).write(out),

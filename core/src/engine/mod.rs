@@ -27,13 +27,12 @@ use crate::approval::{ApprovalPolicy, Grants, UsedNonces};
 use crate::protocol::EventPayload;
 pub(crate) use crate::rollout::sync::lock;
 use crate::rollout::{open_store, RolloutStore, StoreError};
-use idempotency::IdempotencyCache;
 use pool::TurnPool;
 use queue::BoundedQueue;
 use serde_json::{Map, Value};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use turn::TurnShared;
 
@@ -248,29 +247,99 @@ impl ConnShared {
 pub(crate) struct Inner {
     pub config: ServerConfig,
     pub store: Arc<dyn RolloutStore>,
-    pub threads: Mutex<HashMap<String, Arc<ThreadState>>>,
-    /// Ticks for `ThreadState::last_used`.
-    pub clock: AtomicU64,
-    pub idempotency: Mutex<IdempotencyCache>,
-    /// Signalled when a key leaves `IdempotencyCache::in_flight`.
-    pub idempotency_done: std::sync::Condvar,
-    /// The policy and workspace in force now (hosts may change them; grants then lapse).
-    pub policy: Mutex<(ApprovalPolicy, String)>,
-    pub used_nonces: Mutex<UsedNonces>,
-    pub next_conn: AtomicU64,
-    pub shut_down: AtomicBool,
-    pub connections: Mutex<Vec<Weak<ConnShared>>>,
+    pub threads: threads::ThreadTable,
+    pub idempotency: idempotency::Idempotency,
+    pub approvals: Approvals,
+    pub connections: outbound::Connections,
+    pub lifecycle: Lifecycle,
     pub pool: Arc<TurnPool>,
     pub stats: Stats,
-    /// Threads with a thread/compact in progress (one at a time per thread).
-    pub compacting: Mutex<std::collections::HashSet<String>>,
     /// Commits running turns' events in rounds and releases their notifications.
     pub committer: Arc<pipeline::Committer>,
-    /// Set to stop the background summary of the store's index (`RolloutStore::warm`).
-    pub warm_stop: Arc<AtomicBool>,
-    pub warm_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// The Graph Kernel: graph runs on `<state>/graph-runs/` (core/src/graph/).
+    /// The Graph Kernel: graph runs on `<state>/graph-runs/` (core/graph/).
     pub graph: Arc<crate::graph::GraphHost>,
+}
+
+/// What an approval is checked against: the policy and workspace in force now (hosts may
+/// change them; grants made under the old ones then lapse), and the nonces already used.
+pub(crate) struct Approvals {
+    policy: Mutex<(ApprovalPolicy, String)>,
+    used_nonces: Mutex<UsedNonces>,
+}
+
+impl Approvals {
+    fn new(policy: ApprovalPolicy, workspace: String, max_used_nonces: usize) -> Approvals {
+        Approvals {
+            policy: Mutex::new((policy, workspace)),
+            used_nonces: Mutex::new(UsedNonces::new(max_used_nonces)),
+        }
+    }
+
+    /// The policy and the workspace in force now.
+    pub fn current(&self) -> (ApprovalPolicy, String) {
+        lock(&self.policy).clone()
+    }
+
+    /// Records a nonce as used until `forget_at_ms`; `false` when it was used before.
+    pub fn use_nonce(&self, nonce: &str, forget_at_ms: i64, now_ms: i64) -> bool {
+        lock(&self.used_nonces).insert(nonce, forget_at_ms, now_ms)
+    }
+
+    fn set(&self, change: impl FnOnce(&mut (ApprovalPolicy, String))) {
+        change(&mut lock(&self.policy));
+    }
+
+    fn used_nonces(&self) -> usize {
+        lock(&self.used_nonces).len()
+    }
+}
+
+/// Whether the server is shutting down, and the background summary of the store's index
+/// (`RolloutStore::warm`) that shutdown stops.
+pub(crate) struct Lifecycle {
+    shut_down: AtomicBool,
+    warm_stop: Arc<AtomicBool>,
+    warm_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Lifecycle {
+    fn new() -> Lifecycle {
+        Lifecycle {
+            shut_down: AtomicBool::new(false),
+            warm_stop: Arc::new(AtomicBool::new(false)),
+            warm_thread: Mutex::new(None),
+        }
+    }
+
+    pub fn is_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::SeqCst)
+    }
+
+    /// `true` for the one caller that begins the shutdown.
+    fn begin_shutdown(&self) -> bool {
+        !self.shut_down.swap(true, Ordering::SeqCst)
+    }
+
+    /// Completes the store's index of thread summaries in the background, so `thread/list`
+    /// never opens a thread's files; stopped by `stop_warming`.
+    fn start_warming(&self, store: &Arc<dyn RolloutStore>) {
+        let store = Arc::clone(store);
+        let stop = Arc::clone(&self.warm_stop);
+        let spawned = std::thread::Builder::new()
+            .name("cc-index-warm".into())
+            .spawn(move || store.warm(&stop));
+        // Without the thread, list summarises on demand, as the store always can.
+        if let Ok(h) = spawned {
+            *lock(&self.warm_thread) = Some(h);
+        }
+    }
+
+    fn stop_warming(&self) {
+        self.warm_stop.store(true, Ordering::SeqCst);
+        if let Some(h) = lock(&self.warm_thread).take() {
+            let _ = h.join();
+        }
+    }
 }
 
 /// An in-process app server over one state directory. Cheap to clone; shuts down on `shutdown`
@@ -310,7 +379,11 @@ impl AppServer {
             &config.state_dir,
             config.store_options.clone(),
         )?;
-        let policy = (config.policy, config.workspace.clone());
+        let approvals = Approvals::new(
+            config.policy,
+            config.workspace.clone(),
+            limits.max_used_nonces,
+        );
         let runs = crate::graph::GraphHost::open(
             config.store,
             &config.state_dir,
@@ -320,27 +393,20 @@ impl AppServer {
         let inner = Arc::new_cyclic(|me: &std::sync::Weak<Inner>| Inner {
             config,
             store,
-            threads: Mutex::new(HashMap::new()),
-            clock: AtomicU64::new(0),
-            idempotency: Mutex::new(IdempotencyCache::default()),
-            idempotency_done: std::sync::Condvar::new(),
-            policy: Mutex::new(policy),
-            used_nonces: Mutex::new(UsedNonces::new(limits.max_used_nonces)),
-            next_conn: AtomicU64::new(1),
-            shut_down: AtomicBool::new(false),
-            connections: Mutex::new(Vec::new()),
+            threads: threads::ThreadTable::new(limits.max_loaded_threads),
+            idempotency: idempotency::Idempotency::new(limits.idempotency_entries),
+            approvals,
+            connections: outbound::Connections::default(),
+            lifecycle: Lifecycle::new(),
             pool: TurnPool::new(limits.max_running_turns, limits.max_queued_turns),
             stats: Stats::default(),
-            compacting: Mutex::new(Default::default()),
             committer: pipeline::Committer::new(),
-            warm_stop: Arc::new(AtomicBool::new(false)),
-            warm_thread: Mutex::new(None),
             graph: Arc::new(
                 runs.attach(me.clone() as std::sync::Weak<dyn crate::graph::port::GraphEngine>),
             ),
         });
         inner.committer.start(&inner);
-        threads::start_warming(&inner);
+        inner.lifecycle.start_warming(&inner.store);
         crate::graph::host::resume(&inner.graph);
         Ok(AppServer { inner })
     }
@@ -348,60 +414,56 @@ impl AppServer {
     /// A new connection with its own handshake state. Refused as `Overloaded` when
     /// `max_connections` are open or the OS will not start its worker thread.
     pub fn connect(&self) -> Result<Connection, SendError> {
-        if self.inner.shut_down.load(Ordering::SeqCst) {
+        if self.inner.lifecycle.is_shut_down() {
             return Err(SendError::Closed);
         }
         let limits = self.inner.config.limits;
-        let refuse = || {
-            Stats::bump(&self.inner.stats.connections_refused);
-            SendError::Overloaded {
-                retry_after_ms: 1000,
-            }
-        };
-        let mut connections = lock(&self.inner.connections);
-        connections.retain(|w| w.upgrade().is_some_and(|c| c.is_open()));
-        if connections.len() >= limits.max_connections {
-            return Err(refuse());
-        }
-        let shared = Arc::new(ConnShared {
-            id: self.inner.next_conn.fetch_add(1, Ordering::SeqCst),
-            inbound: BoundedQueue::new(limits.inbound_messages, limits.inbound_bytes),
-            outbound: BoundedQueue::new(limits.outbound_messages, limits.outbound_bytes),
-            state: Mutex::new(ConnState {
-                initialized: false,
-                features: Vec::new(),
-            }),
-            pending: Mutex::new(HashMap::new()),
-            next_request_id: AtomicU64::new(1),
-            session_grants: Mutex::new(Grants::default()),
-            max_line_bytes: limits.max_line_bytes,
-            outbound_stall: limits.outbound_stall,
-            follows: Mutex::new(Follows::new(limits.max_followed_threads)),
-            interrupts: Mutex::new(Vec::new()),
-            accepted: AtomicU64::new(0),
-            answered: AtomicU64::new(0),
-            unanswered_by_design: AtomicU64::new(0),
-            worker_gone: Mutex::new(false),
-            worker_exit: Condvar::new(),
-        });
-        let inner = Arc::clone(&self.inner);
-        let conn = Arc::clone(&shared);
-        let worker = std::thread::Builder::new()
-            .name(format!("cc-conn-{}", shared.id))
-            .spawn(move || {
-                dispatch::connection_loop(&inner, &conn);
-                drop(inner);
-                *lock(&conn.worker_gone) = true;
-                conn.worker_exit.notify_all();
+        let admitted = self.inner.connections.admit(limits.max_connections, |id| {
+            let shared = Arc::new(ConnShared {
+                id,
+                inbound: BoundedQueue::new(limits.inbound_messages, limits.inbound_bytes),
+                outbound: BoundedQueue::new(limits.outbound_messages, limits.outbound_bytes),
+                state: Mutex::new(ConnState {
+                    initialized: false,
+                    features: Vec::new(),
+                }),
+                pending: Mutex::new(HashMap::new()),
+                next_request_id: AtomicU64::new(1),
+                session_grants: Mutex::new(Grants::default()),
+                max_line_bytes: limits.max_line_bytes,
+                outbound_stall: limits.outbound_stall,
+                follows: Mutex::new(Follows::new(limits.max_followed_threads)),
+                interrupts: Mutex::new(Vec::new()),
+                accepted: AtomicU64::new(0),
+                answered: AtomicU64::new(0),
+                unanswered_by_design: AtomicU64::new(0),
+                worker_gone: Mutex::new(false),
+                worker_exit: Condvar::new(),
             });
-        let worker = match worker {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::error!(target: "cc_app_server::engine", "could not start a connection worker thread: {e}");
-                return Err(refuse());
+            let inner = Arc::clone(&self.inner);
+            let conn = Arc::clone(&shared);
+            let worker = std::thread::Builder::new()
+                .name(format!("cc-conn-{id}"))
+                .spawn(move || {
+                    dispatch::connection_loop(&inner, &conn);
+                    drop(inner);
+                    *lock(&conn.worker_gone) = true;
+                    conn.worker_exit.notify_all();
+                });
+            match worker {
+                Ok(w) => Some((shared, w)),
+                Err(e) => {
+                    tracing::error!(target: "cc_app_server::engine", "could not start a connection worker thread: {e}");
+                    None
+                }
             }
+        });
+        let Some((shared, worker)) = admitted else {
+            Stats::bump(&self.inner.stats.connections_refused);
+            return Err(SendError::Overloaded {
+                retry_after_ms: 1000,
+            });
         };
-        connections.push(Arc::downgrade(&shared));
         Stats::bump(&self.inner.stats.connections_opened);
         Ok(Connection {
             shared,
@@ -411,12 +473,12 @@ impl AppServer {
 
     /// Changes the approval policy; grants made under the old one lapse.
     pub fn set_policy(&self, policy: ApprovalPolicy) {
-        lock(&self.inner.policy).0 = policy;
+        self.inner.approvals.set(|p| p.0 = policy);
     }
 
     /// Changes the workspace approvals are bound to; grants made for the old one lapse.
     pub fn set_workspace(&self, workspace: &str) {
-        lock(&self.inner.policy).1 = workspace.to_string();
+        self.inner.approvals.set(|p| p.1 = workspace.to_string());
     }
 
     /// The counters themselves (cheap atomics; see `stats_snapshot` for gauges as well).
@@ -430,10 +492,7 @@ impl AppServer {
     pub fn stats_snapshot(&self) -> StatsSnapshot {
         let inner = &self.inner;
         let mut s = inner.stats.counters();
-        for c in lock(&inner.connections).iter().filter_map(Weak::upgrade) {
-            if !c.is_open() {
-                continue;
-            }
+        for c in inner.connections.open() {
             s.connections_open += 1;
             s.inbound_queued += c.inbound.usage().0 as u64;
             s.outbound_queued += c.outbound.usage().0 as u64;
@@ -444,15 +503,15 @@ impl AppServer {
         s.turns_queued = pool.queued as u64;
         s.runner_threads = pool.workers as u64;
         s.runner_spawn_failures = inner.pool.spawn_failures.load(Ordering::Relaxed);
-        s.threads_loaded = lock(&inner.threads).len() as u64;
-        s.idempotency_entries = lock(&inner.idempotency).len() as u64;
+        s.threads_loaded = inner.threads.len() as u64;
+        s.idempotency_entries = inner.idempotency.len() as u64;
         let store = inner.store.stats();
         s.store_indexed_threads = store.indexed_threads;
         s.store_unsummarised_threads = store.unsummarised_threads;
         s.store_loaded_threads = store.loaded_threads;
         s.tail_cache_threads = store.cached_threads;
         s.tail_cache_bytes = store.cached_bytes;
-        s.used_nonces = lock(&inner.used_nonces).len() as u64;
+        s.used_nonces = inner.approvals.used_nonces() as u64;
         s
     }
 
@@ -468,25 +527,23 @@ impl AppServer {
 
     /// Entries in the idempotency cache now.
     pub fn idempotency_entries(&self) -> usize {
-        lock(&self.inner.idempotency).len()
+        self.inner.idempotency.len()
     }
 
     /// Stops accepting work, interrupts live and queued turns (recording each as interrupted),
     /// waits for every runner to stop, closes every connection and flushes the store. Idempotent.
     pub fn shutdown(&self) {
-        if self.inner.shut_down.swap(true, Ordering::SeqCst) {
+        if !self.inner.lifecycle.begin_shutdown() {
             return;
         }
         self.inner.graph.shutdown();
-        let conns: Vec<Arc<ConnShared>> = lock(&self.inner.connections)
-            .drain(..)
-            .filter_map(|w| w.upgrade())
-            .collect();
+        let conns: Vec<Arc<ConnShared>> = self.inner.connections.take_all();
         for conn in &conns {
             conn.close_all(false);
         }
-        let live: Vec<Arc<TurnShared>> = lock(&self.inner.threads)
-            .values()
+        let loaded = self.inner.threads.all();
+        let live: Vec<Arc<TurnShared>> = loaded
+            .iter()
             .filter_map(|t| lock(&t.data).active.clone())
             .collect();
         for t in &live {
@@ -500,13 +557,9 @@ impl AppServer {
         for h in runners {
             let _ = h.join();
         }
-        self.inner.warm_stop.store(true, Ordering::SeqCst);
-        if let Some(h) = lock(&self.inner.warm_thread).take() {
-            let _ = h.join();
-        }
+        self.inner.lifecycle.stop_warming();
         // Last chance for terminal events the store refused earlier (the disk may have room
         // now); what still fails is closed by recovery at the next open.
-        let loaded: Vec<Arc<ThreadState>> = lock(&self.inner.threads).values().cloned().collect();
         for t in loaded {
             let _ = dispatch::record_pending_terminal(&self.inner, &t);
         }
@@ -532,7 +585,7 @@ impl AppServer {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.committer.signal_stop();
-        self.warm_stop.store(true, Ordering::SeqCst);
+        self.lifecycle.warm_stop.store(true, Ordering::SeqCst);
         let _ = self.store.flush();
     }
 }

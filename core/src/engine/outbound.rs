@@ -1,16 +1,18 @@
 //! Everything the engine sends goes out here: a request's one answer (`reply`, `reply_with`,
 //! with the error shapes of `RpcError`), a notification to one connection (`deliver`, with its
 //! backpressure and slow-consumer close) and to every connection following a thread
-//! (`followers`, `announce_thread_update`). Events reach followers only after they are durable:
+//! (`Connections`: the open connections, `followers`, `announce_thread_update`). Nothing here
+//! needs the engine: a send needs the connection and the counters it bumps. Events reach followers only after they are durable:
 //! `pipeline::emit` records them first, then calls `deliver`.
 
-use super::{lock, ConnShared, Inner, PushError, Stats};
+use super::{lock, ConnShared, PushError, Stats};
 use crate::protocol::error_code;
 use crate::protocol::{ServerNotification, Thread, ThreadUpdatedNotification, ThreadUpdatedParams};
 use crate::rollout::StoreError;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 /// A request id exactly as the host wrote it (JSON text), or `null` when it had none or an
 /// unusable one.
@@ -120,18 +122,18 @@ pub(crate) fn result(value: impl Serialize) -> RpcResult {
 }
 
 /// Sends the one answer a request gets, echoing its id as written.
-pub(crate) fn reply(inner: &Inner, conn: &ConnShared, id: &str, result: RpcResult) {
-    reply_raw(inner, conn, id, result.map(|v| v.to_string()))
+pub(crate) fn reply(stats: &Stats, conn: &ConnShared, id: &str, result: RpcResult) {
+    reply_raw(stats, conn, id, result.map(|v| v.to_string()))
 }
 
 /// `reply` for a result already written as JSON text (thread/list, thread/read).
 pub(crate) fn reply_raw(
-    inner: &Inner,
+    stats: &Stats,
     conn: &ConnShared,
     id: &str,
     result: Result<String, RpcError>,
 ) {
-    reply_with(inner, conn, id, 0, |out| {
+    reply_with(stats, conn, id, 0, |out| {
         out.push_str(&result?);
         Ok(())
     })
@@ -140,7 +142,7 @@ pub(crate) fn reply_raw(
 /// `reply` for a result written by `write` straight into the answer's text (no copy of it is
 /// made); `size` is a guess of its length. An error discards what `write` wrote.
 pub(crate) fn reply_with(
-    inner: &Inner,
+    stats: &Stats,
     conn: &ConnShared,
     id: &str,
     size: usize,
@@ -164,54 +166,99 @@ pub(crate) fn reply_with(
             out.push('}');
         }
     }
-    deliver(inner, conn, out);
+    deliver(stats, conn, out);
     // Counted once the answer is queued (or dropped with a closed connection), so a drain that
     // sees nothing unanswered never shuts down ahead of an answer still being delivered.
     conn.answered
         .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 }
 
-/// Tells every connection that follows the thread that it changed (archive, compaction): the
-/// event at `event_seq` is already durable.
-pub(crate) fn announce_thread_update(
-    inner: &Inner,
-    thread_id: &str,
-    event_seq: u64,
-    wire: &Thread,
-) {
-    let note = ServerNotification::ThreadUpdated(ThreadUpdatedNotification {
-        jsonrpc: rpc(),
-        params: ThreadUpdatedParams {
-            thread_id: thread_id.to_string(),
-            event_seq,
-            thread: wire.clone(),
-            extra: Map::new(),
-        },
-    });
-    let note = serde_json::to_string(&note).expect("a notification is JSON");
-    for c in followers(inner, thread_id) {
-        deliver(inner, &c, note.clone());
-    }
+/// The server's open connections (held weakly: a connection goes when its host drops it) and
+/// the ids they are given.
+#[derive(Default)]
+pub(crate) struct Connections {
+    last_id: AtomicU64,
+    open: Mutex<Vec<Weak<ConnShared>>>,
 }
 
-/// The open connections that follow `thread_id`.
-pub(crate) fn followers(inner: &Inner, thread_id: &str) -> Vec<Arc<ConnShared>> {
-    lock(&inner.connections)
-        .iter()
-        .filter_map(Weak::upgrade)
-        .filter(|c| c.is_open() && lock(&c.follows).contains(thread_id))
-        .collect()
+impl Connections {
+    /// Admits one more connection, made by `make` with its id, unless `max` are open or `make`
+    /// gives up. Under the lock, so two connects cannot both take the last place.
+    pub fn admit<T>(
+        &self,
+        max: usize,
+        make: impl FnOnce(u64) -> Option<(Arc<ConnShared>, T)>,
+    ) -> Option<(Arc<ConnShared>, T)> {
+        let mut open = lock(&self.open);
+        open.retain(|w| w.upgrade().is_some_and(|c| c.is_open()));
+        if open.len() >= max {
+            return None;
+        }
+        let made = make(self.last_id.fetch_add(1, Ordering::SeqCst) + 1)?;
+        open.push(Arc::downgrade(&made.0));
+        Some(made)
+    }
+
+    /// The connections open now.
+    pub fn open(&self) -> Vec<Arc<ConnShared>> {
+        lock(&self.open)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|c| c.is_open())
+            .collect()
+    }
+
+    /// Every connection, forgotten here (shutdown closes them).
+    pub fn take_all(&self) -> Vec<Arc<ConnShared>> {
+        lock(&self.open)
+            .drain(..)
+            .filter_map(|w| w.upgrade())
+            .collect()
+    }
+
+    /// The open connections that follow `thread_id`.
+    pub fn followers(&self, thread_id: &str) -> Vec<Arc<ConnShared>> {
+        lock(&self.open)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|c| c.is_open() && lock(&c.follows).contains(thread_id))
+            .collect()
+    }
+
+    /// Tells every connection that follows the thread that it changed (archive, compaction):
+    /// the event at `event_seq` is already durable.
+    pub fn announce_thread_update(
+        &self,
+        stats: &Stats,
+        thread_id: &str,
+        event_seq: u64,
+        wire: &Thread,
+    ) {
+        let note = ServerNotification::ThreadUpdated(ThreadUpdatedNotification {
+            jsonrpc: rpc(),
+            params: ThreadUpdatedParams {
+                thread_id: thread_id.to_string(),
+                event_seq,
+                thread: wire.clone(),
+                extra: Map::new(),
+            },
+        });
+        let note = serde_json::to_string(&note).expect("a notification is JSON");
+        for c in self.followers(thread_id) {
+            deliver(stats, &c, note.clone());
+        }
+    }
 }
 
 /// Puts one message on a connection's outbound queue, waiting while the host takes messages
 /// (backpressure: a slow reader slows the engine's work for it down, it does not lose its
 /// connection). A host that takes nothing for `outbound_stall` has its connection closed — the
 /// engine and every other connection keep running.
-pub(crate) fn deliver(inner: &Inner, conn: &ConnShared, text: String) {
+pub(crate) fn deliver(stats: &Stats, conn: &ConnShared, text: String) {
     #[cfg(debug_assertions)]
     check_outbound(&text);
     if conn.outbound.push_waiting(text, conn.outbound_stall) == Err(PushError::Full) {
-        Stats::bump(&inner.stats.closed_slow_consumers);
+        Stats::bump(&stats.closed_slow_consumers);
         tracing::warn!(
             target: "cc_app_server::engine",
             "connection {} took no message for {:?} with its outbound queue full; closed as a slow consumer",

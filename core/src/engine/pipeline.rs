@@ -11,7 +11,7 @@
 //! under the thread's emit lock, which `record` also takes to enqueue. `emit` and `emit_locked`
 //! are here too: the two ways an event reaches the store, and only then (outbound.rs) a host.
 
-use super::outbound::{deliver, followers};
+use super::outbound::deliver;
 use super::{lock, ConnShared, Inner, Stats, ThreadState};
 use crate::protocol::ServerNotification;
 use crate::rollout::{AppendedEvent, CheckedEvent, MAX_BATCH_EVENTS};
@@ -240,7 +240,7 @@ fn deliver_round(inner: &Inner, thread: &ThreadState, appended: &[AppendedEvent]
         d.last_seq = last.seq;
         d.updated_at.clone_from(&last.time);
     }
-    let subscribers = followers(inner, &thread.id);
+    let subscribers = inner.connections.followers(&thread.id);
     let mut congested: Vec<Weak<ConnShared>> = Vec::new();
     let mut bytes = 0;
     let n = notes.len();
@@ -396,7 +396,7 @@ pub(crate) fn record(
             let conns = std::mem::take(&mut p.congested);
             drop(p);
             for conn in conns.iter().filter_map(Weak::upgrade) {
-                wait_for_reader(inner, &conn);
+                wait_for_reader(&inner.stats, &conn);
             }
             continue;
         }
@@ -447,9 +447,9 @@ pub(crate) fn flush(thread: &ThreadState) -> Result<(), String> {
     }
 }
 
-fn wait_for_reader(inner: &Inner, conn: &ConnShared) {
+fn wait_for_reader(stats: &Stats, conn: &ConnShared) {
     if conn.outbound.wait_for_room(conn.outbound_stall) == Err(super::PushError::Full) {
-        Stats::bump(&inner.stats.closed_slow_consumers);
+        Stats::bump(&stats.closed_slow_consumers);
         tracing::warn!(
             target: "cc_app_server::engine",
             "connection {} took no message for {:?} with its outbound queue full; closed as a slow consumer",
@@ -507,11 +507,11 @@ pub(crate) fn emit_locked(
             data.updated_at = last.time.clone();
         }
     }
-    let subscribers = followers(inner, &thread.id);
+    let subscribers = inner.connections.followers(&thread.id);
     for message in notify(&events) {
         let text = serde_json::to_string(&message).expect("a notification is JSON");
         for conn in &subscribers {
-            deliver(inner, conn, text.clone());
+            deliver(&inner.stats, conn, text.clone());
         }
     }
     Ok(events)

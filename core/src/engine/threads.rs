@@ -15,9 +15,9 @@ use crate::protocol::{
 };
 use crate::rollout::{StoreError, StoredEvent, ThreadSummary};
 use serde_json::{Map, Value};
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 pub(crate) fn data_from_summary(summary: &ThreadSummary) -> ThreadData {
     ThreadData {
@@ -36,15 +36,95 @@ pub(crate) fn data_from_summary(summary: &ThreadSummary) -> ThreadData {
     }
 }
 
-pub(crate) fn new_state(inner: &Inner, id: &str, data: ThreadData) -> Arc<ThreadState> {
-    Arc::new(ThreadState {
-        id: id.to_string(),
-        data: Mutex::new(data),
-        emit_lock: Mutex::new(()),
-        last_used: AtomicU64::new(inner.clock.fetch_add(1, Ordering::Relaxed)),
-        pipe: Mutex::new(Default::default()),
-        pipe_cv: std::sync::Condvar::new(),
-    })
+/// The threads in memory: at most `cap` of them (the least recently used idle ones unloaded
+/// beyond that), the clock their `last_used` ticks on, and which of them are being compacted
+/// (one compaction at a time per thread).
+pub(crate) struct ThreadTable {
+    loaded: Mutex<HashMap<String, Arc<ThreadState>>>,
+    clock: AtomicU64,
+    cap: usize,
+    compacting: Mutex<HashSet<String>>,
+}
+
+impl ThreadTable {
+    pub fn new(cap: usize) -> ThreadTable {
+        ThreadTable {
+            loaded: Mutex::new(HashMap::new()),
+            clock: AtomicU64::new(0),
+            cap: cap.max(1),
+            compacting: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A loaded thread, marked as just used.
+    pub fn get(&self, id: &str) -> Option<Arc<ThreadState>> {
+        let found = lock(&self.loaded).get(id).cloned()?;
+        found.last_used.store(self.tick(), Ordering::Relaxed);
+        Some(found)
+    }
+
+    /// Adds a thread made from `data` (keeping one that another caller loaded meanwhile), then
+    /// unloads the least recently used idle threads if there are more than `cap`.
+    pub fn add(&self, id: &str, data: ThreadData, stats: &Stats) -> Arc<ThreadState> {
+        let state = Arc::new(ThreadState {
+            id: id.to_string(),
+            data: Mutex::new(data),
+            emit_lock: Mutex::new(()),
+            last_used: AtomicU64::new(self.tick()),
+            pipe: Mutex::new(Default::default()),
+            pipe_cv: std::sync::Condvar::new(),
+        });
+        let cap = self.cap;
+        let mut threads = lock(&self.loaded);
+        let kept = Arc::clone(threads.entry(state.id.clone()).or_insert(state));
+        if threads.len() > cap {
+            // Unload an eighth of the cap at once, so the sort is paid once per cap/8 loads. A
+            // thread is idle when no turn runs on it, nothing waits to be recorded, and nobody
+            // holds it right now (the map's reference is the only one).
+            let mut idle: Vec<(u64, String)> = threads
+                .iter()
+                .filter(|(id, t)| {
+                    **id != kept.id && Arc::strong_count(t) == 1 && !lock(&t.data).is_busy()
+                })
+                .map(|(id, t)| (t.last_used.load(Ordering::Relaxed), id.clone()))
+                .collect();
+            idle.sort_unstable();
+            let excess = threads.len() - cap + cap / 8;
+            for (_, id) in idle.into_iter().take(excess) {
+                threads.remove(&id);
+                Stats::bump(&stats.threads_unloaded);
+            }
+        }
+        kept
+    }
+
+    /// How many threads are loaded.
+    pub fn len(&self) -> usize {
+        lock(&self.loaded).len()
+    }
+
+    /// Every loaded thread, at this moment.
+    pub fn all(&self) -> Vec<Arc<ThreadState>> {
+        lock(&self.loaded).values().cloned().collect()
+    }
+
+    /// The table itself, held (for a listing page that looks up many threads under one lock).
+    pub fn hold(&self) -> MutexGuard<'_, HashMap<String, Arc<ThreadState>>> {
+        lock(&self.loaded)
+    }
+
+    /// Marks the thread as being compacted; `false` when it already is.
+    pub fn begin_compaction(&self, id: &str) -> bool {
+        lock(&self.compacting).insert(id.to_string())
+    }
+
+    pub fn end_compaction(&self, id: &str) {
+        lock(&self.compacting).remove(id);
+    }
 }
 
 /// The host's `agentOptions`, as the thread's header records them (`Null` when none).
@@ -63,20 +143,13 @@ fn recorded_agent_options(inner: &Inner, id: &str) -> Result<Value, StoreError> 
 /// has not touched before is also checked for a turn a dead process left open, which is closed
 /// before the caller does anything with the thread.
 pub(crate) fn load_thread(inner: &Inner, id: &str) -> Result<Arc<ThreadState>, RpcError> {
-    let found = lock(&inner.threads).get(id).cloned();
-    let thread = match found {
-        Some(t) => {
-            t.last_used.store(
-                inner.clock.fetch_add(1, Ordering::Relaxed),
-                Ordering::Relaxed,
-            );
-            t
-        }
+    let thread = match inner.threads.get(id) {
+        Some(t) => t,
         None => {
             let summary = inner.store.summary(id)?;
             let mut data = data_from_summary(&summary);
             data.agent_options = recorded_agent_options(inner, id)?;
-            insert_thread(inner, new_state(inner, id, data))
+            inner.threads.add(id, data, &inner.stats)
         }
     };
     if !lock(&thread.data).recovered {
@@ -138,47 +211,6 @@ fn close_dangling_turn(inner: &Inner, thread: &ThreadState) -> Result<(), RpcErr
     }
     lock(&thread.data).recovered = true;
     Ok(())
-}
-
-/// Completes the store's index of thread summaries in the background, so `thread/list` never
-/// opens a thread's files; stopped by shutdown.
-pub(crate) fn start_warming(inner: &Arc<Inner>) {
-    let store = Arc::clone(&inner.store);
-    let stop = Arc::clone(&inner.warm_stop);
-    let spawned = std::thread::Builder::new()
-        .name("cc-index-warm".into())
-        .spawn(move || store.warm(&stop));
-    // Without the thread, list summarises on demand, as the store always can.
-    if let Ok(h) = spawned {
-        *lock(&inner.warm_thread) = Some(h);
-    }
-}
-
-/// Adds a loaded thread (keeping one that another caller loaded meanwhile), then unloads the
-/// least recently used idle threads if there are more than `max_loaded_threads`.
-pub(crate) fn insert_thread(inner: &Inner, state: Arc<ThreadState>) -> Arc<ThreadState> {
-    let cap = inner.config.limits.max_loaded_threads.max(1);
-    let mut threads = lock(&inner.threads);
-    let kept = Arc::clone(threads.entry(state.id.clone()).or_insert(state));
-    if threads.len() > cap {
-        // Unload an eighth of the cap at once, so the sort is paid once per cap/8 loads. A
-        // thread is idle when no turn runs on it, nothing waits to be recorded, and nobody holds
-        // it right now (the map's reference is the only one).
-        let mut idle: Vec<(u64, String)> = threads
-            .iter()
-            .filter(|(id, t)| {
-                **id != kept.id && Arc::strong_count(t) == 1 && !lock(&t.data).is_busy()
-            })
-            .map(|(id, t)| (t.last_used.load(Ordering::Relaxed), id.clone()))
-            .collect();
-        idle.sort_unstable();
-        let excess = threads.len() - cap + cap / 8;
-        for (_, id) in idle.into_iter().take(excess) {
-            threads.remove(&id);
-            Stats::bump(&inner.stats.threads_unloaded);
-        }
-    }
-    kept
 }
 
 /// A finished turn of this thread: from memory if recent, else from its terminal event in the

@@ -6,7 +6,7 @@
 //! is appended (durably) before `turn/completed` is sent, and exactly once per turn; the one
 //! exception, a store that refuses writes, is spelled out at `unrecorded_end`.
 
-use super::outbound::{deliver, followers, reply, result, rpc, RawId, RpcResult};
+use super::outbound::{deliver, reply, result, rpc, RawId, RpcResult};
 use super::pipeline::emit;
 use super::pipeline::{self, Note};
 use super::{lock, ConnShared, Inner, Stats, ThreadState};
@@ -490,7 +490,7 @@ pub(crate) fn finish(
     };
     for w in waiters {
         if let Some(conn) = w.conn.upgrade() {
-            reply_settled(inner, &conn, &w.request_id, terminal.clone());
+            reply_settled(&inner.stats, &conn, &w.request_id, terminal.clone());
         }
     }
 }
@@ -557,8 +557,8 @@ fn unrecorded_end(
         },
     });
     let text = serde_json::to_string(&note).expect("a notification is JSON");
-    for conn in followers(inner, &thread.id) {
-        deliver(inner, &conn, text.clone());
+    for conn in inner.connections.followers(&thread.id) {
+        deliver(&inner.stats, &conn, text.clone());
     }
     terminal
 }
@@ -767,7 +767,7 @@ impl KernelContext<'_> {
 
     /// The approval gate. Every path that does not end in an explicit acceptance fails closed.
     fn gate(&self, item_id: &str, call: &ToolCall) -> Result<Verdict, KernelError> {
-        let (policy, workspace) = lock(&self.inner.policy).clone();
+        let (policy, workspace) = self.inner.approvals.current();
         let op = approval::operation_digest(call);
         let pd = approval::policy_digest(policy);
         let wd = approval::workspace_digest(&workspace);
@@ -921,7 +921,7 @@ impl KernelContext<'_> {
             },
         });
         deliver(
-            self.inner,
+            &self.inner.stats,
             conn,
             serde_json::to_string(&request).expect("a server request is JSON"),
         );
@@ -983,7 +983,9 @@ impl KernelContext<'_> {
         };
         let forget_at = expires_ms + self.inner.config.approval_grace.as_millis() as i64;
         let first_use =
-            lock(&self.inner.used_nonces).insert(&binding.nonce, forget_at, now_unix_millis());
+            self.inner
+                .approvals
+                .use_nonce(&binding.nonce, forget_at, now_unix_millis());
         if response.get("error").is_some() {
             return fail(ApprovalFailure::HandlerError);
         }
@@ -999,7 +1001,7 @@ impl KernelContext<'_> {
         if now_unix_millis() > expires_ms {
             return fail(ApprovalFailure::Expired);
         }
-        let (now_policy, now_workspace) = lock(&self.inner.policy).clone();
+        let (now_policy, now_workspace) = self.inner.approvals.current();
         if now_policy != policy
             || now_workspace != workspace
             || binding.policy_digest != approval::policy_digest(now_policy)
@@ -1247,8 +1249,8 @@ pub(crate) struct Job {
 }
 
 /// turn/interrupt's answer: only ever given once the kernel has returned.
-pub(crate) fn reply_settled(inner: &Inner, conn: &ConnShared, id: &str, turn: EndedTurn) {
-    reply(inner, conn, id, settled(turn));
+pub(crate) fn reply_settled(stats: &Stats, conn: &ConnShared, id: &str, turn: EndedTurn) {
+    reply(stats, conn, id, settled(turn));
 }
 
 /// turn/interrupt's answer: only ever given once the kernel has returned.
