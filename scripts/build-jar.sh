@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
-out=target/jvm
+out=target/jvm  # the JVM build's own files (kotlin/pom.xml reads them here)
+cargo_out=${CARGO_TARGET_DIR:-target}  # cargo's artifacts, wherever the caller keeps them
 mkdir -p "$out"
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
@@ -32,11 +33,11 @@ cargo build -q -p cc-app-server-ffi --release --features jni
 # The bindgen is the debug one scripts/test-ffi.sh also builds (same command, so no rebuild);
 # building it in release with --features uniffi-cli would rebuild the release library.
 cargo build -q -p cc-app-server-ffi --features uniffi-cli --bins --lib
-lib=target/release/libcc_app_server_ffi.so
+lib=$cargo_out/release/libcc_app_server_ffi.so
 
 echo "uniffi-bindgen: Kotlin glue into $out/uniffi-kotlin"
 rm -rf "$out/uniffi-kotlin"
-target/debug/uniffi-bindgen generate --no-format --library "$lib" --language kotlin \
+"$cargo_out/debug/uniffi-bindgen" generate --no-format --library "$lib" --language kotlin \
   --out-dir "$out/uniffi-kotlin" >/dev/null
 glue="$out/uniffi-kotlin/com/chainlesschain/appserver/ffi/cc_app_server.kt"
 [ -f "$glue" ] || { echo "uniffi-bindgen wrote no $glue" >&2; exit 1; }

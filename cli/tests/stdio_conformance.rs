@@ -240,7 +240,7 @@ fn approvals_answered_by_the_test_as_the_client() {
     assert_eq!(resolved["params"]["outcome"], "declined", "{resolved}");
     assert_eq!(result["params"]["result"]["status"], "denied", "{result}");
     assert_eq!(
-        result["params"]["result"]["reason"], "the user declined: not today",
+        result["params"]["result"]["reason"], "approval declined: not today",
         "the tool result carries the user's reason"
     );
 

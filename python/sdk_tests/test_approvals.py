@@ -74,7 +74,7 @@ def test_every_decision(server: cc.AppServer, decision: cc.Decision, outcome: st
             if recorded == "decline":
                 # A user's reason reaches the kernel in the denied tool result.
                 assert isinstance(result, p.ToolResultDenied), result
-                assert result.reason == ("the user declined: not today" if isinstance(decision, p.Decline)
+                assert result.reason == ("approval declined: not today" if isinstance(decision, p.Decline)
                                          else "the user declined"), result.reason
             assert isinstance(resolved.decision, (p.AcceptOnce, p.AcceptForTurn, p.AcceptForSession, p.Decline,
                                                   p.Cancel))
@@ -160,7 +160,7 @@ def test_fail_closed_with_a_diagnostic(server: cc.AppServer, caplog: pytest.LogC
             assert turn.status == "completed"
             # The decline says why, and the denied tool result carries it.
             assert isinstance(result, p.ToolResultDenied), result
-            assert result.reason.startswith("the user declined: "), result.reason
+            assert result.reason.startswith("approval declined: "), result.reason
             if reason is not None:
                 assert reason in result.reason, result.reason
             if name == "raising":

@@ -213,7 +213,7 @@ def test_approvals_decline_by_default_and_on_handler_failure(state_dir: str, han
            "decline": "no"}[handler]
     assert resolved["params"]["decision"]["reason"].startswith(why), resolved
     result = wait_for(client, "tool/result")["params"]["result"]
-    assert result["status"] == "denied" and result["reason"].startswith("the user declined: " + why), result
+    assert result["status"] == "denied" and result["reason"].startswith("approval declined: " + why), result
     done = wait_for(client, "turn/completed")
     assert done["params"]["turn"]["status"] == "completed"
     assert server.tools_executed() == 0

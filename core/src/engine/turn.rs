@@ -875,9 +875,13 @@ impl KernelContext<'_> {
             }
             (ApprovalOutcome::Approved, _) => Verdict::Run,
             (ApprovalOutcome::Cancelled, _) => Verdict::Cancel,
+            // A decline is not always a person's: a client with no handler, a handler that
+            // failed or did not answer in time declines too, and says so in the reason. The
+            // denied result carries that reason as it came, so the model and the host see the
+            // real cause; only a decline without one is the user's bare "no".
             (ApprovalOutcome::Declined, Some(ApprovalDecision::Decline(d))) => {
                 Verdict::Deny(match d.reason.as_deref().map(str::trim) {
-                    Some(r) if !r.is_empty() => format!("the user declined: {r}"),
+                    Some(r) if !r.is_empty() => format!("approval declined: {r}"),
                     _ => "the user declined".into(),
                 })
             }

@@ -3,7 +3,7 @@ published `ApprovalRequest`: id, binding, operation, risk, reason) and returns a
 generated decision class, or its wire `kind`). The native client answers the server with the bare
 decision. Everything else fails closed — no handler, an exception, a wrong return value, an answer
 past the deadline — and says why twice: on logger `cc_app_server`, and in the decline's reason,
-which the denied tool result carries ("the user declined: <why>"), so a declined tool is never a
+which the denied tool result carries ("approval declined: <why>"), so a declined tool is never a
 mystery.
 """
 

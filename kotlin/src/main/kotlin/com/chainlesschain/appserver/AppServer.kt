@@ -131,6 +131,7 @@ class AppServer private constructor(internal val native: NativeServer) : AutoClo
             if (options.approvalTimeoutMs != null && options.approvalTimeoutMs < 0) {
                 throw AppServerException.InvalidArgument("approvalTimeoutMs must not be negative")
             }
+            NativeLib.prepare()
             AppServerLogging.installDefault()
             val native = native {
                 NativeServer.open(
@@ -167,7 +168,7 @@ class AppServer private constructor(internal val native: NativeServer) : AutoClo
         }
         val handler = approvals?.let {
             SuspendingApprovalHandler(it, options.approvalTimeoutMs, kotlinx.coroutines.Dispatchers.Default)
-        }
+        } ?: NoApprovalHandler
         val native = native { NativeClient.connect(this.native, handler, options.toNative()) }
         return Client(native, options, options.jniHotPath)
     }

@@ -116,9 +116,26 @@ fun interface ApprovalHandler {
 internal val approvalLog: Logger = Logger.getLogger("com.chainlesschain.appserver.approval")
 
 /**
+ * The handler of a client opened without one: every approval is declined, with a WARNING saying
+ * which tool was refused, so a host that forgot its handler finds out from its log rather than
+ * from tools that silently never run.
+ */
+internal object NoApprovalHandler : NativeHandler {
+    const val REASON = "no approval handler is configured on this client"
+
+    override fun decide(request: NativeRequest): NativeDecision {
+        approvalLog.warning(
+            "approval requested for ${request.tool} (item ${request.binding.itemId}) on a client " +
+                "opened without an approval handler; declined (fail closed). Pass one to AppServer.client(approvals = …)",
+        )
+        return NativeDecision.Decline(REASON)
+    }
+}
+
+/**
  * The uniffi handler the Rust client calls on its own thread: runs [handler] with a deadline of
  * [deadlineMs]; anything but a decision in time is a decline, logged at WARNING, whose reason says
- * why (the server records it, and the denied tool result carries it as "the user declined: …").
+ * why (the server records it, and the denied tool result carries it as "approval declined: …").
  * The Rust client's own approval timeout is set a little longer, so this one decides first.
  */
 internal class SuspendingApprovalHandler(

@@ -76,6 +76,9 @@ class JavaAppServer private constructor(private val server: AppServer) : AutoClo
  * [Client.request]). Failures are [AppServerException]s (in a future: its cause).
  */
 class JavaClient internal constructor(private val client: Client) : AutoCloseable {
+    /** True when this client takes the JNI hot path (see [Client.usesJni]). */
+    fun usesJni(): Boolean = client.usesJni
+
     private val scope = CoroutineScope(SupervisorJob() + Dispatchers.Default)
 
     private fun <T> blocking(block: suspend Client.() -> T): T = runBlocking { client.block() }

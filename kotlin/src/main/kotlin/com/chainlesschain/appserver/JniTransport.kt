@@ -25,22 +25,36 @@ internal object JniTransport {
     val available: Boolean by lazy { load() }
 
     private fun load(): Boolean {
-        if (System.getProperty("cc.appserver.jni") == "false") return false
+        if (System.getProperty("cc.appserver.jni") == "false") {
+            log.info("JNI hot path turned off by -Dcc.appserver.jni=false; requests and notifications go through JNA")
+            return false
+        }
         return try {
-            // Loads the library through JNA first (from jna.library.path or the jar's resources).
+            // The file JNA maps is decided first (NativeLib), so JNI can map the same one.
+            NativeLib.prepare()
             protocolVersion()
-            val loader = NativeClient::class.java.classLoader
-            val file = NativeLibrary.getInstance("cc_app_server_ffi", mapOf(Library.OPTION_CLASSLOADER to loader)).file
+            val file = NativeLib.file ?: run {
+                val loader = NativeClient::class.java.classLoader
+                NativeLibrary.getInstance("cc_app_server_ffi", mapOf(Library.OPTION_CLASSLOADER to loader)).file
+            }
             if (file != null) System.load(file.absolutePath) else System.loadLibrary("cc_app_server_ffi")
             val same = anchor() == jniAnchor()
-            if (!same) log.warning("JNI mapped a different copy of libcc_app_server_ffi than JNA; using JNA only")
+            if (!same) fallback("JNI mapped a different copy of libcc_app_server_ffi than JNA", null)
             same
         } catch (e: Throwable) {
             if (e is Error && e !is LinkageError) throw e
-            // A library built without the `jni` feature: the JNA path still works, only slower.
-            log.log(Level.FINE, "JNI hot path unavailable; using JNA", e)
+            fallback("the JNI entry points could not be loaded (${e.javaClass.simpleName}: ${e.message})", e)
             false
         }
+    }
+
+    private fun fallback(why: String, e: Throwable?) {
+        log.log(
+            Level.WARNING,
+            "JNI hot path unavailable: $why; requests and notifications go through JNA instead, " +
+                "measured ~40x slower per request (about 1 ms instead of 25 µs)",
+            e,
+        )
     }
 
     @JvmStatic external fun anchor(): Long

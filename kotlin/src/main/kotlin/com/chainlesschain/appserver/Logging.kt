@@ -25,6 +25,11 @@ import java.util.logging.Logger
 object AppServerLogging {
     @Volatile private var configured = false
 
+    init {
+        // The first thing to touch the library may be logging: it decides which file loads.
+        NativeLib.prepare()
+    }
+
     /** Routes records at [level] and above (JUL levels: SEVERE…FINEST) to java.util.logging. */
     @JvmStatic
     @Synchronized

@@ -42,6 +42,30 @@ public class JavaFacadeTest {
         if (!f.delete() && f.exists()) System.err.println("could not delete " + f);
     }
 
+    /**
+     * The hot path must not silently turn off: on a plain classpath (no jna.library.path) the jar's
+     * library is copied once to a private cache and both JNA and JNI load that file.
+     */
+    @Test
+    public void theJniHotPathIsOnUnlessTurnedOff() throws Exception {
+        boolean off = "false".equals(System.getProperty("cc.appserver.jni"));
+        try (JavaAppServer server = JavaAppServer.open(stateDir());
+             JavaClient client = server.client()) {
+            check(client.usesJni() == !off, "usesJni " + client.usesJni() + " with cc.appserver.jni=" + System.getProperty("cc.appserver.jni"));
+            check(client.threadList().getThreads().isEmpty(), "a request answers");
+        }
+        if (System.getProperty("jna.library.path") == null) {
+            String lib = System.getProperty("uniffi.component.cc_app_server.libraryOverride");
+            check(lib != null && new java.io.File(lib).isFile(), "the library copied out of the jar: " + lib);
+            java.io.File dir = new java.io.File(lib).getParentFile();
+            if (!System.getProperty("os.name").startsWith("Windows")) {
+                java.util.Set<java.nio.file.attribute.PosixFilePermission> perms =
+                    java.nio.file.Files.getPosixFilePermissions(dir.toPath());
+                check(perms.equals(java.nio.file.attribute.PosixFilePermissions.fromString("rwx------")), "private dir " + perms);
+            }
+        }
+    }
+
     @Test
     public void blockingFuturesApprovalsAndSubscription() throws Exception {
         AtomicInteger asked = new AtomicInteger();
@@ -142,7 +166,7 @@ public class JavaFacadeTest {
             }
             check(outcome == ApprovalOutcome.Declined, "outcome " + outcome);
             // The decline says why, and the denied tool result carries it.
-            check(denied != null && denied.startsWith("the user declined: the approval handler failed")
+            check(denied != null && denied.startsWith("approval declined: the approval handler failed")
                 && denied.contains("java handler bug"), "denied " + denied);
             check(server.stats().getToolsExecuted() == 0L, "no tool ran");
         }
@@ -151,7 +175,7 @@ public class JavaFacadeTest {
     /** For the plain-classpath run: every test, in order; exit 1 on the first failure. */
     public static void main(String[] args) throws Exception {
         JavaFacadeTest t = new JavaFacadeTest();
-        String[] names = {"blockingFuturesApprovalsAndSubscription", "typedExceptionsAndTimeouts", "aThrowingApprovalCallbackDeclines"};
+        String[] names = {"theJniHotPathIsOnUnlessTurnedOff", "blockingFuturesApprovalsAndSubscription", "typedExceptionsAndTimeouts", "aThrowingApprovalCallbackDeclines"};
         int passed = 0;
         int failed = 0;
         for (String name : names) {

@@ -12,6 +12,7 @@ import kotlinx.coroutines.runBlocking
 import org.json.JSONObject
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertFalse
+import org.junit.jupiter.api.Assertions.assertNotNull
 import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.Test
 import org.junit.jupiter.params.ParameterizedTest
@@ -100,7 +101,7 @@ class ApprovalTest {
         assertEquals(0L, o.executed)
         assertEquals(TurnStatus.Completed, o.status)
         // The user's reason reaches the kernel in the denied tool result.
-        assertEquals(listOf("the user declined: not today"), o.denied)
+        assertEquals(listOf("approval declined: not today"), o.denied)
     }
 
     @Test
@@ -112,11 +113,17 @@ class ApprovalTest {
     }
 
     @Test
-    fun `no handler declines`() {
-        val o = run(null, TOOL_STEP)
-        assertEquals(listOf(ApprovalOutcome.Declined), o.resolved)
-        assertEquals(0L, o.executed)
-        assertEquals(listOf("the user declined: no approval handler is configured on this client"), o.denied)
+    fun `no handler declines with a WARNING naming the tool`() {
+        CapturedLogs("com.chainlesschain.appserver.approval").use { logs ->
+            val o = run(null, TOOL_STEP)
+            assertEquals(listOf(ApprovalOutcome.Declined), o.resolved)
+            assertEquals(0L, o.executed)
+            assertEquals(listOf("approval declined: no approval handler is configured on this client"), o.denied)
+            val warning = synchronized(logs.records) { logs.records.firstOrNull { it.message.contains("without an approval handler") } }
+            assertNotNull(warning, "no WARNING for a client without a handler: ${logs.messages()}")
+            assertEquals(java.util.logging.Level.WARNING, warning!!.level)
+            assertTrue(warning.message.contains("fs.write"), warning.message)
+        }
     }
 
     @Test
@@ -129,7 +136,7 @@ class ApprovalTest {
             assertTrue("fail closed" in line, line)
             assertTrue(logs.records.any { it.thrown?.message == "handler bug" })
             assertEquals(
-                listOf("the user declined: the approval handler failed: IllegalStateException: handler bug"),
+                listOf("approval declined: the approval handler failed: IllegalStateException: handler bug"),
                 o.denied,
             )
         }
@@ -153,7 +160,7 @@ class ApprovalTest {
             assertEquals(0L, o.executed)
             assertTrue(elapsedMs < 4_500, "declined after $elapsedMs ms, not at the 300 ms deadline")
             logs.awaitMessage("took longer than 300 ms")
-            assertEquals(listOf("the user declined: the approval handler did not answer within 300 ms"), o.denied)
+            assertEquals(listOf("approval declined: the approval handler did not answer within 300 ms"), o.denied)
         }
     }
 }
