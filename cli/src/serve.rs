@@ -173,5 +173,11 @@ fn load_script(path: &std::path::Path) -> Result<Value, String> {
             path.display()
         ));
     }
+    ScriptedKernel::validate(&script).map_err(|e| {
+        format!(
+            "the script {}: {e}; see the format in docs/cli.md",
+            path.display()
+        )
+    })?;
     Ok(script)
 }

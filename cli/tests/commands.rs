@@ -215,6 +215,35 @@ fn schema_digest_matches_the_library() {
 }
 
 #[test]
+fn serve_refuses_a_script_with_an_unknown_step_before_it_starts() {
+    let dir = state_dir();
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        r#"{"steps": [{"type": "echo"}, {"type": "mesage", "text": "typo"}]}"#,
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args([
+            "serve",
+            "--state-dir",
+            s(&dir.path().join("state")),
+            "--script",
+            s(&script),
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("script step 1: unknown step type \"mesage\""),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "stdout carries only protocol");
+}
+
+#[test]
 fn help_reads_well_on_every_command() {
     let cases: &[(&[&str], &[&str])] = &[
         (

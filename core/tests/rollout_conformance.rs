@@ -995,11 +995,41 @@ fn state_dir_and_files_are_private(kind: StoreKind) {
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)).unwrap();
     let s = open(kind, &dir);
     assert_eq!(s.summary("p").unwrap().last_seq, 2);
-    // One store per directory at a time.
-    assert!(matches!(
-        open_store(kind, &dir, StoreOptions::default()),
-        Err(StoreError::Locked(_))
-    ));
+    // One store per directory at a time; a second one in the same process is told so (not to
+    // stop another process).
+    match open_store(kind, &dir, StoreOptions::default()) {
+        Err(e @ StoreError::Locked(_)) => {
+            let text = e.to_string();
+            assert!(text.contains("another store in this process"), "{text}");
+            assert!(!text.contains("process (it holds"), "{text}");
+        }
+        Err(e) => panic!("not Locked: {e}"),
+        Ok(_) => panic!("a second store opened the same directory"),
+    }
+    drop(s);
+    // The unsafe modes say which chmod fixes them; a regular file where the directory should be
+    // says that instead (no chmod would help).
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let text = open_store(kind, &dir, StoreOptions::default())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        text.contains(&format!("chmod 700 {}", dir.display())),
+        "{text}"
+    );
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    match open_store(kind, &file, StoreOptions::default()) {
+        Err(e @ StoreError::UnsafeStateDir(_)) => {
+            let text = e.to_string();
+            assert!(text.contains("is a file, not a directory"), "{text}");
+            assert!(!text.contains("chmod"), "{text}");
+        }
+        Err(e) => panic!("a file as the state directory: {e}"),
+        Ok(_) => panic!("opened a regular file as a state directory"),
+    }
 }
 
 macro_rules! conformance {

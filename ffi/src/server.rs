@@ -224,7 +224,10 @@ impl ServerOptions {
         if let Some(script) = &self.script_json {
             let script = serde_json::from_str(script)
                 .map_err(|e| invalid(format!("script_json is not JSON: {e}")))?;
-            config.kernel = Arc::new(ScriptedKernel::new(script));
+            // Checked now, so a mistyped step fails the open, not the first turn that runs it.
+            let kernel = ScriptedKernel::checked(script)
+                .map_err(|e| invalid(format!("script_json: {e}")))?;
+            config.kernel = Arc::new(kernel);
         }
         if let Some(o) = &self.openai {
             config.kernel = openai_kernel(o)?;

@@ -134,6 +134,19 @@ def test_blocking_lifecycle(server: cc.AppServer) -> None:
 
 
 @pytest.mark.parametrize("store", ["jsonl", "sqlite"])
+def test_a_closed_client_says_how_to_get_another_of_its_kind(server: cc.AppServer) -> None:
+    with server.blocking_client() as blocking:
+        pass
+    with pytest.raises(cc.Closed) as closed:
+        blocking.thread_list()
+    # The blocking client is told about blocking clients, not pointed at `async with`.
+    assert "server.blocking_client()" in str(closed.value) and "async with" not in str(closed.value), closed.value
+    unconnected = server.client()
+    with pytest.raises(cc.Closed) as closed:
+        asyncio.run(unconnected.thread_list())
+    assert "async with server.client()" in str(closed.value), closed.value
+
+
 def test_close_reopen_resume(state_dir: str, store: cc.Store) -> None:
     async def first_life() -> tuple[str, int]:
         async with cc.AppServer.open(state_dir, store=store, script=TOOL_SCRIPT) as server:
@@ -213,10 +226,24 @@ def test_open_refuses_bad_options(state_dir: str) -> None:
         cc.AppServer.open(state_dir, inbound_messages=0)
     with pytest.raises(ValueError, match="approval_timeout"):
         cc.AppServer.open(state_dir, approval_timeout=-1)
+    # A script that could not run is refused when the server opens, naming the step.
+    with pytest.raises(ValueError, match=r'script step 1: unknown step type "mesage"'):
+        cc.AppServer.open(state_dir, script={"steps": [{"type": "echo"}, {"type": "mesage", "text": "x"}]})
+    with pytest.raises(ValueError, match="whole number"):
+        cc.AppServer.open(state_dir, script={"steps": [{"type": "sleep", "ms": "5"}]})
     with cc.AppServer.open(state_dir):
-        # One server per directory: the second is refused, with what to do.
-        with pytest.raises(cc.Error, match="rollout store"):
+        # One server per directory: the second is refused, with what to do — here the holder is
+        # this very process, so the message does not send the user after another process.
+        with pytest.raises(cc.Error, match="rollout store") as locked:
             cc.AppServer.open(state_dir)
+        assert "another store in this process" in str(locked.value), locked.value
+    # A regular file where the state directory should be says so (no chmod advice).
+    a_file = os.path.join(state_dir, "a-file")
+    with open(a_file, "w") as f:
+        f.write("x")
+    with pytest.raises(cc.Error, match="is a file, not a directory") as not_dir:
+        cc.AppServer.open(a_file)
+    assert "chmod" not in str(not_dir.value), not_dir.value
 
 
 def test_results_are_the_generated_classes(server: cc.AppServer) -> None:

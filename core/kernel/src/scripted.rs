@@ -36,6 +36,26 @@ impl ScriptedKernel {
         ScriptedKernel { script }
     }
 
+    /// `new`, refusing a script that could not run (see `validate`): hosts open with it, so a
+    /// mistyped step is reported when the server opens, not when a turn first runs it.
+    pub fn checked(script: Value) -> Result<Self, String> {
+        Self::validate(&script)?;
+        Ok(ScriptedKernel { script })
+    }
+
+    /// Checks a script's shape: `{"steps": [...]}` with every step of a known `type` and its
+    /// members of the right types. The error names the step (by index) and what is wrong.
+    pub fn validate(script: &Value) -> Result<(), String> {
+        let steps = script
+            .get("steps")
+            .and_then(Value::as_array)
+            .ok_or("a script is {\"steps\": [step, ...]}; this one has no \"steps\" array")?;
+        for (i, step) in steps.iter().enumerate() {
+            validate_step(step).map_err(|e| format!("script step {i}: {e}"))?;
+        }
+        Ok(())
+    }
+
     /// The demo's script: reasoning, one tool that needs approval, then an answer in chunks.
     pub fn demo_script() -> Value {
         json!({"steps": [
@@ -44,6 +64,63 @@ impl ScriptedKernel {
             {"type": "message", "text": "I wrote notes/hello.txt after you approved it.", "chunks": 4}
         ]})
     }
+}
+
+/// The step types a script may use, as the module docs list them.
+const STEP_TYPES: &[&str] = &[
+    "message",
+    "reasoning",
+    "tool",
+    "sleep",
+    "fail",
+    "ignoreCancel",
+    "echo",
+];
+
+fn validate_step(step: &Value) -> Result<(), String> {
+    let Some(obj) = step.as_object() else {
+        return Err(format!("a step is an object with a \"type\", not {step}"));
+    };
+    let kind = match obj.get("type") {
+        Some(Value::String(t)) if STEP_TYPES.contains(&t.as_str()) => t.as_str(),
+        Some(Value::String(t)) => {
+            return Err(format!(
+                "unknown step type {t:?}; the types are {}",
+                STEP_TYPES.join(", ")
+            ))
+        }
+        _ => return Err("a step needs a \"type\" string".into()),
+    };
+    let string = |name: &str, required: bool| match obj.get(name) {
+        None if !required => Ok(()),
+        Some(Value::String(_)) => Ok(()),
+        Some(_) => Err(format!("{name:?} of a {kind} step is a string")),
+        None => Err(format!("a {kind} step needs {name:?} (a string)")),
+    };
+    let count = |name: &str| match obj.get(name) {
+        None => Ok(()),
+        Some(v) if v.as_u64().is_some() => Ok(()),
+        Some(v) => Err(format!(
+            "{name:?} of a {kind} step is a whole number of at least 0, not {v}"
+        )),
+    };
+    match kind {
+        "message" => {
+            string("text", false)?;
+            count("chunks")?;
+        }
+        "reasoning" => string("text", false)?,
+        "tool" => {
+            string("tool", true)?;
+            if !obj.get("arguments").is_none_or(Value::is_object) {
+                return Err("\"arguments\" of a tool step is an object".into());
+            }
+        }
+        "sleep" | "ignoreCancel" => count("ms")?,
+        "fail" => string("message", false)?,
+        _ => {}
+    }
+    Ok(())
 }
 
 fn check(ctx: &dyn TurnContext) -> Result<(), KernelError> {
@@ -154,5 +231,40 @@ impl AgentKernel for ScriptedKernel {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_documented_step_validates_and_mistakes_are_named_by_index() {
+        let good = json!({"steps": [
+            {"type": "message", "text": "hi", "chunks": 3}, {"type": "reasoning", "text": "r"},
+            {"type": "tool", "tool": "fs.write", "arguments": {"path": "a"}}, {"type": "sleep", "ms": 5},
+            {"type": "fail"}, {"type": "fail", "message": "m"}, {"type": "ignoreCancel", "ms": 1},
+            {"type": "echo"}
+        ]});
+        ScriptedKernel::validate(&good).unwrap();
+        assert!(ScriptedKernel::checked(ScriptedKernel::demo_script()).is_ok());
+        let bad = |steps: Value| ScriptedKernel::validate(&json!({ "steps": steps })).unwrap_err();
+        let e = bad(json!([{"type": "echo"}, {"type": "mesage", "text": "x"}]));
+        assert!(
+            e.starts_with("script step 1: unknown step type \"mesage\""),
+            "{e}"
+        );
+        assert!(e.contains("message, reasoning, tool"), "{e}");
+        assert!(bad(json!([{"text": "no type"}])).contains("needs a \"type\""));
+        assert!(bad(json!(["echo"])).contains("a step is an object"));
+        assert!(bad(json!([{"type": "tool"}])).contains("needs \"tool\""));
+        assert!(
+            bad(json!([{"type": "tool", "tool": "t", "arguments": [1]}])).contains("is an object")
+        );
+        assert!(bad(json!([{"type": "sleep", "ms": -1}])).contains("whole number"));
+        assert!(bad(json!([{"type": "sleep", "ms": "5"}])).contains("whole number"));
+        assert!(bad(json!([{"type": "message", "text": 5}])).contains("is a string"));
+        let e = ScriptedKernel::validate(&json!({"step": []})).unwrap_err();
+        assert!(e.contains("no \"steps\" array"), "{e}");
     }
 }

@@ -128,7 +128,7 @@ impl Dir {
                 return Ok(Dir { fd: None, path });
             }
             return Err(StoreError::UnsafeStateDir(format!(
-                "{} is not a plain directory ({e}); it must not be a symlink",
+                "{} is not a plain directory ({e}); it must not be a symlink: give the real path",
                 path.display()
             )));
         }
@@ -163,7 +163,7 @@ impl Dir {
         if fd < 0 {
             let e = io::Error::last_os_error();
             return Err(StoreError::UnsafeStateDir(format!(
-                "{} is not a plain directory ({e}); it must not be a symlink",
+                "{} is not a plain directory ({e}); it must not be a symlink: give the real path",
                 self.path.join(name).display()
             )));
         }
@@ -187,13 +187,14 @@ impl Dir {
         let mode = st.st_mode & 0o7777;
         if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
             return Err(StoreError::UnsafeStateDir(format!(
-                "{} is not a directory",
+                "{} is not a directory; give the path of a directory (one that does not exist is created)",
                 self.path.display()
             )));
         }
         if mode & 0o022 != 0 {
             return Err(StoreError::UnsafeStateDir(format!(
-                "{} has mode {mode:o}, writable by group or others",
+                "{} has mode {mode:o}, writable by group or others; run `chmod 700 {}`",
+                self.path.display(),
                 self.path.display()
             )));
         }
@@ -421,6 +422,22 @@ impl Drop for DirLock {
     }
 }
 
+/// The directory is held by another store of this very process (the in-process registry).
+fn locked_here(dir: &Path) -> StoreError {
+    StoreError::Locked(format!(
+        "{} is in use by another store in this process (an app server or store opened on it and not yet closed); close that one first, or use another directory",
+        dir.display()
+    ))
+}
+
+/// The directory is held by another process (its record lock).
+fn locked_elsewhere(dir: &Path) -> StoreError {
+    StoreError::Locked(format!(
+        "{} is in use by another process (it holds the directory's lock); stop that process, or use another directory",
+        dir.display()
+    ))
+}
+
 /// Takes a record lock of `kind` (F_RDLCK / F_WRLCK) on the whole file, without waiting.
 fn record_lock(file: &File, kind: libc::c_int, dir: &Path) -> Result<(), StoreError> {
     // SAFETY: a zeroed flock struct is valid; fcntl gets a pointer to it for the call only.
@@ -433,7 +450,7 @@ fn record_lock(file: &File, kind: libc::c_int, dir: &Path) -> Result<(), StoreEr
     if rc != 0 {
         let err = io::Error::last_os_error();
         if matches!(err.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) {
-            return Err(StoreError::Locked(dir.display().to_string()));
+            return Err(locked_elsewhere(dir));
         }
         return Err(err.into());
     }
@@ -443,7 +460,10 @@ fn record_lock(file: &File, kind: libc::c_int, dir: &Path) -> Result<(), StoreEr
 fn pin(dir: &Path) -> Result<Dir, StoreError> {
     let pinned = Dir::open(dir).map_err(|e| {
         if e.raw_os_error() == Some(libc::ENOTDIR) {
-            StoreError::UnsafeStateDir(format!("{} is not a directory", dir.display()))
+            StoreError::UnsafeStateDir(format!(
+                "{} is a file, not a directory; give the path of a directory (one that does not exist is created)",
+                dir.display()
+            ))
         } else {
             StoreError::Io(e)
         }
@@ -468,7 +488,7 @@ pub(crate) fn prepare_state_dir(dir: &Path) -> Result<(Dir, DirLock), StoreError
     let key = pinned.identity()?;
     let mut reg = registry();
     if reg.writers.contains(&key) || reg.readers.contains_key(&key) {
-        return Err(StoreError::Locked(dir.display().to_string()));
+        return Err(locked_here(dir));
     }
     let file = pinned.open_file(super::layout::LOCK_FILE, Open::CreateReadWrite)?;
     record_lock(&file, libc::F_WRLCK, dir)?;
@@ -502,7 +522,7 @@ pub(crate) fn open_state_dir_read_only(dir: &Path) -> Result<(Dir, DirLock), Sto
     let key = pinned.identity()?;
     let mut reg = registry();
     if reg.writers.contains(&key) {
-        return Err(StoreError::Locked(dir.display().to_string()));
+        return Err(locked_here(dir));
     }
     if let Some((n, _)) = reg.readers.get_mut(&key) {
         *n += 1;

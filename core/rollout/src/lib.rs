@@ -512,9 +512,11 @@ pub enum StoreError {
     },
     #[error("thread {thread_id:?} does not match its head anchor: {reason}; acknowledged events are missing or the log was replaced - restore the log from a backup")]
     AnchorMismatch { thread_id: String, reason: String },
-    #[error("unsafe state directory {0}; run `chmod 700` on it (it must not be writable by group or others)")]
+    /// The state directory cannot be trusted: the text says what is wrong and what fixes it.
+    #[error("unsafe state directory: {0}")]
     UnsafeStateDir(String),
-    #[error("state directory {0} is in use by another rollout store (lock held); stop the other process or use another directory")]
+    /// Another store holds the directory: the text says whether in this process or another.
+    #[error("state directory {0}")]
     Locked(String),
     #[error("rollout I/O error: {0}")]
     Io(#[from] std::io::Error),

@@ -248,9 +248,12 @@ class _BaseClient:
             self._inbox.ended = True
             self._inbox.wake()
 
+    #: What a call on a client without a connection is told (each kind says how to get one).
+    _not_connected = "the client is closed"
+
     def _require(self) -> Any:
         if self._native is None:
-            raise Closed("the client is not connected (use `async with server.client()`) or is closed")
+            raise Closed(self._not_connected)
         return self._native
 
     @property
@@ -273,6 +276,8 @@ class _BaseClient:
 
 class AsyncClient(_BaseClient):
     """An initialized connection for asyncio code. Use `async with server.client(...) as client`."""
+
+    _not_connected = "the client is not connected (use `async with server.client() as client:`) or is closed"
 
     def __init__(self, server: _ServerLike, approvals: ApprovalHandler | None, options: _Options) -> None:
         super().__init__(server)
@@ -481,6 +486,10 @@ class AsyncClient(_BaseClient):
 class BlockingClient(_BaseClient):
     """An initialized connection for plain (non-async) code. Every wait can be interrupted with
     Ctrl-C within about 50 ms. Use `with server.blocking_client(...) as client`."""
+
+    # Connected from the start, so only ever closed.
+    _not_connected = ("the client is closed (by close(), the end of its `with` block or a server shutdown); "
+                      "open another with `server.blocking_client()`")
 
     def __init__(self, server: _ServerLike, approvals: ApprovalHandler | None, options: _Options) -> None:
         super().__init__(server)
