@@ -123,18 +123,6 @@ pub struct Client {
 }
 
 impl Client {
-    pub(crate) fn connect_core(
-        server: &cc_app_server::engine::AppServer,
-        handler: Option<Arc<dyn CoreHandler>>,
-        config: ClientConfig,
-    ) -> Result<Client, ClientError> {
-        let core = CoreClient::connect(server, handler, config)?;
-        Ok(Client {
-            initialize_result: core.initialize_result.to_string(),
-            inner: RwLock::new(Some(Arc::new(core))),
-        })
-    }
-
     pub(crate) fn current(&self) -> Result<Arc<CoreClient>, ClientError> {
         self.inner
             .read()
@@ -226,7 +214,11 @@ impl Client {
     ) -> Result<Arc<Client>, ClientError> {
         let handler = handler.map(|h| Arc::new(ForeignHandler(h)) as Arc<dyn CoreHandler>);
         let config = options.unwrap_or_default().to_config()?;
-        Self::connect_core(&server.inner, handler, config).map(Arc::new)
+        let core = CoreClient::connect(&server.inner, handler, config)?;
+        Ok(Arc::new(Client {
+            initialize_result: core.initialize_result.to_string(),
+            inner: RwLock::new(Some(Arc::new(core))),
+        }))
     }
 
     /// The server's `initialize` result as JSON text.

@@ -5,7 +5,9 @@
 //! reach Java callers with mangled names, and no value here needs the sign bit.
 
 use cc_app_server::client::ClientError as CoreClientError;
-use cc_app_server::engine::{RecvError as CoreRecvError, SendError as CoreSendError};
+use cc_app_server::engine::{
+    OpenError as CoreOpenError, RecvError as CoreRecvError, SendError as CoreSendError,
+};
 use cc_app_server::protocol::error_code;
 use cc_app_server::rollout::StoreError as CoreStoreError;
 
@@ -18,6 +20,17 @@ pub enum ServerError {
     Store { reason: String },
     #[error("the server is shut down; open a new one")]
     ShutDown,
+}
+
+impl From<CoreOpenError> for ServerError {
+    fn from(e: CoreOpenError) -> Self {
+        match e {
+            CoreOpenError::Store(e) => ServerError::Store {
+                reason: e.to_string(),
+            },
+            CoreOpenError::Config(reason) => ServerError::InvalidConfig { reason },
+        }
+    }
 }
 
 /// Why `Connection.send` refused a message. Nothing was queued.

@@ -2,6 +2,8 @@
 //! Kotlin, Python implement them); the adapters here plug them into the engine. The engine lends
 //! a kernel its turn context only for the duration of `run_turn`, so the host gets a `TurnContext`
 //! object that forwards to it during the call and refuses (`Expired`) once the call has returned.
+//! The lending (`Lease`, `Lent`) and the checks of host JSON (`parse_item`, `parse_delta`,
+//! `parse_tool_call`) are plain Rust, shared with the C ABI's `cc_turn` (src/capi/turn.rs).
 
 use crate::errors::{HandlerError, KernelError};
 use cc_app_server::kernel::{
@@ -47,15 +49,41 @@ pub trait ToolExecutor: Send + Sync {
 /// The engine's context for one running turn, usable only while that turn's `run_turn` runs.
 #[derive(uniffi::Object)]
 pub struct TurnContext {
-    /// The borrowed engine context; `None` once `run_turn` has returned. Calls hold the read
-    /// lock, so the lender waits for in-flight calls before the borrow ends.
-    live: RwLock<Option<&'static dyn CoreContext>>,
+    lent: Arc<Lent>,
     thread_id: String,
     turn_id: String,
 }
 
-/// Ends a `TurnContext`'s borrow when dropped (also on unwind), before the engine's borrow ends.
-pub(crate) struct Lease(pub(crate) Arc<TurnContext>);
+/// An engine context lent for the duration of one `run_turn` call: plain Rust, held by the uniffi
+/// `TurnContext` and by the C ABI's live turns alike, so both reach the core `TurnContext` the
+/// same way and refuse (`Expired`) once the call has returned.
+pub(crate) struct Lent {
+    /// The borrowed engine context; `None` once `run_turn` has returned. Calls hold the read
+    /// lock, so the lender waits for in-flight calls before the borrow ends.
+    live: RwLock<Option<&'static dyn CoreContext>>,
+}
+
+impl Lent {
+    /// `f` on the lent context, or `Expired` once the lending call has returned.
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&dyn CoreContext) -> T) -> Result<T, KernelError> {
+        let live = self.live.read().unwrap_or_else(|p| p.into_inner());
+        match *live {
+            Some(ctx) => Ok(f(ctx)),
+            None => Err(KernelError::Expired),
+        }
+    }
+
+    /// `with` for a core call that can fail: its error as the surface's `KernelError`.
+    pub(crate) fn call<T>(
+        &self,
+        f: impl FnOnce(&dyn CoreContext) -> Result<T, CoreKernelError>,
+    ) -> Result<T, KernelError> {
+        self.with(f)?.map_err(from_core)
+    }
+}
+
+/// Ends a borrow when dropped (also on unwind), before the engine's borrow ends.
+pub(crate) struct Lease(Arc<Lent>);
 
 impl Lease {
     /// Lends `ctx` until the returned lease is dropped.
@@ -65,11 +93,14 @@ impl Lease {
         // caller returns — the lease is created and dropped inside the borrow of `ctx`.
         let extended: &'static dyn CoreContext =
             unsafe { std::mem::transmute::<&dyn CoreContext, &'static dyn CoreContext>(ctx) };
-        Lease(Arc::new(TurnContext {
-            thread_id: ctx.thread_id().to_string(),
-            turn_id: ctx.turn_id().to_string(),
+        Lease(Arc::new(Lent {
             live: RwLock::new(Some(extended)),
         }))
+    }
+
+    /// The lent context, for whoever serves calls during the borrow.
+    pub(crate) fn lent(&self) -> Arc<Lent> {
+        Arc::clone(&self.0)
     }
 }
 
@@ -93,6 +124,34 @@ fn wire<T: serde::de::DeserializeOwned>(def: &str, json: &str) -> Result<T, Kern
     serde_json::from_value(value).map_err(|e| invalid(def, e))
 }
 
+/// A host's item body (`ItemContent`), checked against the schema.
+pub(crate) fn parse_item(item_json: &str) -> Result<ItemContent, KernelError> {
+    wire("ItemContent", item_json)
+}
+
+/// A host's `ItemDelta`, checked against the schema.
+pub(crate) fn parse_delta(delta_json: &str) -> Result<ItemDelta, KernelError> {
+    wire("ItemDelta", delta_json)
+}
+
+/// A host's tool request as a `ToolCall`, checked against the schema.
+pub(crate) fn parse_tool_call(tool: String, arguments_json: &str) -> Result<ToolCall, KernelError> {
+    let arguments: Value =
+        serde_json::from_str(arguments_json).map_err(|e| invalid("arguments", e))?;
+    let call = serde_json::json!({"tool": tool, "arguments": arguments});
+    wire("ToolCall", &call.to_string())
+}
+
+/// A tool result as the wire `ToolResult` JSON handed to a host.
+pub(crate) fn tool_result_json(result: &ToolResult) -> Result<String, KernelError> {
+    serde_json::to_string(result).map_err(|e| invalid("tool result", e))
+}
+
+/// The thread's history as the JSON of docs/kernels.md.
+pub(crate) fn history_json(ctx: &dyn CoreContext) -> Result<String, CoreKernelError> {
+    ctx.history().map(|h| h.to_json().to_string())
+}
+
 fn from_core(e: CoreKernelError) -> KernelError {
     match e {
         CoreKernelError::Cancelled => KernelError::Cancelled,
@@ -101,11 +160,12 @@ fn from_core(e: CoreKernelError) -> KernelError {
 }
 
 impl TurnContext {
-    fn with<T>(&self, f: impl FnOnce(&dyn CoreContext) -> T) -> Result<T, KernelError> {
-        let live = self.live.read().unwrap_or_else(|p| p.into_inner());
-        match *live {
-            Some(ctx) => Ok(f(ctx)),
-            None => Err(KernelError::Expired),
+    /// The uniffi face of `lent`, the context `ctx` lent for its `run_turn`.
+    fn new(lent: Arc<Lent>, ctx: &dyn CoreContext) -> TurnContext {
+        TurnContext {
+            lent,
+            thread_id: ctx.thread_id().to_string(),
+            turn_id: ctx.turn_id().to_string(),
         }
     }
 }
@@ -122,44 +182,42 @@ impl TurnContext {
 
     /// True while `run_turn` is still running (the context is usable).
     pub fn is_live(&self) -> bool {
-        self.with(|_| ()).is_ok()
+        self.lent.with(|_| ()).is_ok()
     }
 
     /// The thread's `agentOptions` from thread/start as JSON text (`null` when none were given).
     pub fn agent_options_json(&self) -> Result<String, KernelError> {
-        self.with(|c| c.agent_options().to_string())
+        self.lent.with(|c| c.agent_options().to_string())
     }
 
     /// The thread's conversation before this turn, assembled from the rollout (from the latest
     /// compaction on; also after a restart and in a fork), as JSON — see docs/kernels.md:
     /// `{"summary", "droppedTurns", "turns": [{"turnId", "input", "status", "entries"}]}`.
     pub fn history_json(&self) -> Result<String, KernelError> {
-        self.with(|c| c.history().map(|h| h.to_json().to_string()))?
-            .map_err(from_core)
+        self.lent.call(history_json)
     }
 
     /// A fresh item id, unique within the thread.
     pub fn new_item_id(&self) -> Result<String, KernelError> {
-        self.with(|c| c.new_item_id())
+        self.lent.with(|c| c.new_item_id())
     }
 
     /// Records and announces `item/started`; `item_json` is an item body (`ItemContent`; the engine wraps it in the published `Item`).
     pub fn item_started(&self, item_json: String) -> Result<(), KernelError> {
-        let item: ItemContent = wire("ItemContent", &item_json)?;
-        self.with(|c| c.item_started(item))?.map_err(from_core)
+        let item = parse_item(&item_json)?;
+        self.lent.call(|c| c.item_started(item))
     }
 
     /// Records and announces `item/delta`; `delta_json` is a wire `ItemDelta`.
     pub fn item_delta(&self, item_id: String, delta_json: String) -> Result<(), KernelError> {
-        let delta: ItemDelta = wire("ItemDelta", &delta_json)?;
-        self.with(|c| c.item_delta(&item_id, delta))?
-            .map_err(from_core)
+        let delta = parse_delta(&delta_json)?;
+        self.lent.call(|c| c.item_delta(&item_id, delta))
     }
 
     /// Records and announces `item/completed`; `item_json` is an item body (`ItemContent`; the engine wraps it in the published `Item`).
     pub fn item_completed(&self, item_json: String) -> Result<(), KernelError> {
-        let item: ItemContent = wire("ItemContent", &item_json)?;
-        self.with(|c| c.item_completed(item))?.map_err(from_core)
+        let item = parse_item(&item_json)?;
+        self.lent.call(|c| c.item_completed(item))
     }
 
     /// Asks for a tool through the approval gate, blocking while it decides. Returns the wire
@@ -171,26 +229,22 @@ impl TurnContext {
         tool: String,
         arguments_json: String,
     ) -> Result<String, KernelError> {
-        let arguments: Value =
-            serde_json::from_str(&arguments_json).map_err(|e| invalid("arguments", e))?;
-        let call = serde_json::json!({"tool": tool, "arguments": arguments});
-        let call: ToolCall = wire("ToolCall", &call.to_string())?;
-        let result = self
-            .with(|c| c.request_tool(&item_id, call))?
-            .map_err(from_core)?;
-        serde_json::to_string(&result).map_err(|e| invalid("tool result", e))
+        let call = parse_tool_call(tool, &arguments_json)?;
+        let result = self.lent.call(|c| c.request_tool(&item_id, call))?;
+        tool_result_json(&result)
     }
 
     /// True once the turn has been asked to stop (and always after `run_turn` returned).
     pub fn is_cancelled(&self) -> bool {
-        self.with(|c| c.is_cancelled()).unwrap_or(true)
+        self.lent.with(|c| c.is_cancelled()).unwrap_or(true)
     }
 
     /// Sleeps up to `ms` (negative: not at all), waking early on cancellation; true when
     /// cancelled.
     pub fn sleep_cancellable(&self, ms: i64) -> bool {
         let ms = u64::try_from(ms).unwrap_or(0);
-        self.with(|c| c.sleep_cancellable(Duration::from_millis(ms)))
+        self.lent
+            .with(|c| c.sleep_cancellable(Duration::from_millis(ms)))
             .unwrap_or(true)
     }
 }
@@ -214,7 +268,8 @@ pub(crate) fn turn_input(input: &[UserInput]) -> TurnInput {
 impl CoreKernel for ForeignKernel {
     fn run_turn(&self, ctx: &dyn CoreContext, input: &[UserInput]) -> Result<(), CoreKernelError> {
         let lease = Lease::new(ctx);
-        let outcome = self.0.run_turn(Arc::clone(&lease.0), turn_input(input));
+        let turn = Arc::new(TurnContext::new(lease.lent(), ctx));
+        let outcome = self.0.run_turn(turn, turn_input(input));
         drop(lease);
         match outcome {
             Ok(()) => Ok(()),

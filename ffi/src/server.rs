@@ -287,18 +287,6 @@ pub struct AppServer {
     pub(crate) inner: CoreServer,
 }
 
-impl AppServer {
-    pub(crate) fn open_core(config: ServerConfig) -> Result<CoreServer, ServerError> {
-        use cc_app_server::engine::OpenError;
-        CoreServer::open(config).map_err(|e| match e {
-            OpenError::Store(e) => ServerError::Store {
-                reason: e.to_string(),
-            },
-            OpenError::Config(reason) => ServerError::InvalidConfig { reason },
-        })
-    }
-}
-
 #[uniffi::export]
 impl AppServer {
     /// Opens (recovering torn tails and closing turns a previous process left running). `kernel`
@@ -311,7 +299,7 @@ impl AppServer {
     ) -> Result<Arc<AppServer>, ServerError> {
         let kernel = kernel.map(|k| Arc::new(ForeignKernel(k)) as _);
         let tools = tools.map(|t| Arc::new(ForeignTools(t)) as _);
-        let inner = Self::open_core(options.to_config(kernel, tools)?)?;
+        let inner = CoreServer::open(options.to_config(kernel, tools)?)?;
         Ok(Arc::new(AppServer { inner }))
     }
 

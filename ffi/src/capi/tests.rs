@@ -3,9 +3,13 @@
 //! approvals through a callback, and the header freshness check.
 
 use super::*;
-use std::ffi::CString;
+use cc_app_server::rollout::sync::lock;
+use serde_json::{json, Value};
+use std::ffi::{c_void, CString};
 use std::ptr::{null, null_mut};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
 
 #[test]
 fn header_is_fresh() {
