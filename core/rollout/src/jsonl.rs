@@ -885,16 +885,6 @@ impl Backend for JsonlBackend {
     }
 
     fn load(&self, id: &str) -> Result<Option<Loaded<JsonlTx>>, StoreError> {
-        let ctx = self.ctx(id);
-        let mismatch = |reason: String| StoreError::AnchorMismatch {
-            thread_id: id.to_string(),
-            reason,
-        };
-        let corrupt = |seq: u64, reason: String| StoreError::Corrupt {
-            thread_id: id.to_string(),
-            seq,
-            reason,
-        };
         let choice = self.choose_anchor(id)?;
         let anchor_file = self.anchors.exists(&anchor_name(id))?;
         let how = if self.read_only {
@@ -905,331 +895,89 @@ impl Backend for JsonlBackend {
         let file = match self.open_log(id, how) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return match choice {
-                    AnchorChoice::Anchored { anchor, .. }
-                    | AnchorChoice::Unkeyed { anchor }
-                    | AnchorChoice::Unbound { anchor, .. }
-                        if anchor.seq > 0 =>
-                    {
-                        Err(mismatch(format!(
-                            "the log file is missing but the anchor records seq {}: restore the log from a backup",
-                            anchor.seq
-                        )))
-                    }
-                    AnchorChoice::Anchored { .. }
-                    | AnchorChoice::Unkeyed { .. }
-                    | AnchorChoice::Unbound { .. }
-                        if self.read_only =>
-                    {
-                        Err(corrupt(
-                            1,
-                            "its start never completed: the head anchor records seq 0 and there is no log (nothing was acknowledged); a writable open removes the anchor".into(),
-                        ))
-                    }
-                    AnchorChoice::Anchored { .. }
-                    | AnchorChoice::Unkeyed { .. }
-                    | AnchorChoice::Unbound { .. } => {
-                        // Created at seq 0 and the log never followed: start() was never
-                        // acknowledged. The thread does not exist.
-                        self.discard_unborn(id, None)?;
-                        Ok(None)
-                    }
-                    AnchorChoice::Unanchored { why } if anchor_file => Err(mismatch(format!(
-                        "the log file is missing and {why}: restore both from a backup, or delete the anchor file"
-                    ))),
-                    AnchorChoice::Unanchored { .. } => Ok(None),
-                };
+                return self.load_without_log(id, choice, anchor_file);
             }
             Err(e) => return Err(e.into()),
         };
-        let len = file.metadata()?.len();
-        let mut notes = Vec::new();
-        let mut warnings = Vec::new();
-        let mut repairs = Vec::new();
-        // The header gives title, metadata and creation time.
-        let mut first = Vec::new();
-        let header_len = BufReader::new(file.try_clone()?.take(MAX_EVENT_BYTES as u64 + 1))
-            .read_until(b'\n', &mut first)? as u64;
-        let parsed = if first.last() == Some(&b'\n') {
-            parse_line(&first[..first.len() - 1], 1, ZERO_HASH, ctx)
-        } else {
-            Err("the header line is incomplete".to_string())
+        let at = Opening {
+            id,
+            ctx: self.ctx(id),
+            file: &file,
+            len: file.metadata()?.len(),
         };
-        // Nothing was ever anchored: an anchor at seq 0, or (written by an older version) none.
-        let seq0 = match &choice {
-            AnchorChoice::Anchored { anchor, .. }
-            | AnchorChoice::Unkeyed { anchor }
-            | AnchorChoice::Unbound { anchor, .. } => anchor.seq == 0,
-            AnchorChoice::Unanchored { .. } => !anchor_file,
+        let seq0 = nothing_anchored(&choice, anchor_file);
+        let Some((header, header_len, first)) = self.read_header(&at, seq0)? else {
+            return Ok(None);
         };
-        let header = match parsed {
-            Ok(h) => h,
-            Err(_) if seq0 && header_len == len && first.last() != Some(&b'\n') => {
-                // Only a torn header, and nothing was ever anchored: a crash inside start()
-                // before it was acknowledged. Keep the bytes for inspection.
-                if self.read_only {
-                    return Err(corrupt(
-                        1,
-                        format!(
-                            "its start never completed: the log is a torn header ({len} bytes, no newline) and nothing was acknowledged; a writable open moves it to {id}{}",
-                            layout::BROKEN_SUFFIX
-                        ),
-                    ));
-                }
-                self.discard_unborn(id, Some(&first))?;
-                return Ok(None);
-            }
-            Err(reason) => return Err(corrupt(1, reason)),
-        };
-        let mut head = Head::from_header(&header).map_err(|reason| corrupt(1, reason))?;
-        let mut read_only = None;
-        let mut anchor_gen = 0;
-        let mut rebuild_anchor = false;
-        let mut deferred = false;
-        let mut fell_back: Option<Fallback> = None;
-        // Where the un-anchored tail starts, the event it links to, and whether it must be
-        // authenticated (keyed mode, anchored by a keyed anchor).
-        let (start, prev, keyed_tail) = match choice {
-            AnchorChoice::Anchored {
-                anchor: a,
-                fallback,
-                read_only: ro,
-            } => {
-                anchor_gen = a.gen;
-                fell_back = fallback;
-                if let Some(why) = ro {
-                    warnings.push(format!(
-                        "unkeyed: the thread is keyed but was opened without its key, so only the plain chain was checked ({why})"
-                    ));
-                    read_only = Some(why);
-                }
-                if a.seq == 0 {
-                    (header_len, header.clone(), self.key.is_some())
-                } else {
-                    if a.offset > len {
-                        return Err(mismatch(format!(
-                            "the log is {len} bytes but the anchor says seq {} ends at byte {}: acknowledged events were cut off",
-                            a.seq, a.offset
-                        )));
-                    }
-                    let line =
-                        line_ending_at(&file, a.offset).map_err(|e| mismatch(e.to_string()))?;
-                    let ev: StoredEvent = serde_json::from_slice(&line).map_err(|e| {
-                        mismatch(format!(
-                            "no event ends at the anchored offset {} ({e})",
-                            a.offset
-                        ))
-                    })?;
-                    if ev.seq != a.seq || ev.hash != a.hash {
-                        return Err(mismatch(format!(
-                            "the log has seq {} hash {} where the anchor records seq {} hash {}",
-                            ev.seq, ev.hash, a.seq, a.hash
-                        )));
-                    }
-                    check_event(&ev, a.seq, &ev.prev_hash, ctx).map_err(|r| corrupt(a.seq, r))?;
-                    head.apply(&ev);
-                    head.archived = a.archived;
-                    head.format_version = a.format;
-                    head.compacted_through = a.compacted_through;
-                    head.last_compaction_seq = a.last_compaction_seq;
-                    (a.offset, ev, self.key.is_some())
-                }
-            }
-            AnchorChoice::Unanchored { .. }
-                if self.key.is_none() && !anchor_file && header_len == len =>
-            {
-                // Its header alone and no anchor: a thread created with its anchor deferred
-                // (module docs). The anchor is written before anything more is.
-                deferred = true;
-                if read_only.is_none() && !self.read_only {
-                    let _ = self.anchors.unlink(&format!("{}.tmp", anchor_name(id)));
-                }
-                (header_len, header.clone(), false)
-            }
-            AnchorChoice::Unanchored { why } if self.accept_unanchored => {
-                adopted(
-                    format!(
-                        "{why}; accepted (accept_unanchored): the chain was checked from seq 1, but nothing vouches that its last event is the last one acknowledged"
-                    ),
-                    &mut warnings,
-                    &mut repairs,
-                );
-                rebuild_anchor = true;
-                (header_len, header.clone(), false)
-            }
-            AnchorChoice::Unanchored { why } => {
-                return Err(mismatch(format!(
-                    "{why}, so nothing vouches that the log still ends where it did (events may have been cut off); restore the anchor from a backup, or accept the log as it is with accept_unanchored (--accept-unanchored)"
-                )));
-            }
-            AnchorChoice::Unkeyed { anchor } if self.accept_unanchored => {
-                adopted(
-                    format!(
-                        "the head anchor carried no MAC (written without the rollout key); adopted under the key (accept_unanchored): seqs up to {} were not authenticated when written",
-                        anchor.seq.max(1)
-                    ),
-                    &mut warnings,
-                    &mut repairs,
-                );
-                anchor_gen = anchor.gen;
-                (header_len, header.clone(), false)
-            }
-            AnchorChoice::Unkeyed { .. } => {
-                return Err(mismatch(
-                    "the head anchor carries no MAC: the thread was written without the rollout key, or the MAC was stripped; open with accept_unanchored (--accept-unanchored) to adopt it under this key"
-                        .into(),
-                ));
-            }
-            AnchorChoice::Unbound { anchor, why } if self.accept_unanchored => {
-                adopted(
-                    format!(
-                        "{why}; adopted into this store (accept_unanchored): seqs up to {} were not bound to it when written",
-                        anchor.seq.max(1)
-                    ),
-                    &mut warnings,
-                    &mut repairs,
-                );
-                anchor_gen = anchor.gen;
-                (header_len, header.clone(), false)
-            }
-            AnchorChoice::Unbound { why, .. } => {
-                return Err(mismatch(format!(
-                    "{why}; if it belongs here, open with accept_unanchored (--accept-unanchored) to adopt it into this store"
-                )));
-            }
-        };
+        let mut head = Head::from_header(&header).map_err(|reason| at.corrupt(1, reason))?;
+        let mut found = Findings::default();
+        let from = self.tail_start(
+            &at,
+            choice,
+            anchor_file,
+            header_len,
+            &header,
+            &mut head,
+            &mut found,
+        )?;
         let base = head.clone();
         let tail = scan(
             &file,
-            start,
-            len,
-            prev.seq + 1,
-            &prev.hash,
-            ctx,
+            from.start,
+            at.len,
+            from.prev.seq + 1,
+            &from.prev.hash,
+            at.ctx,
             false,
             Some(&mut head),
         )?;
-        if let Some(fb) = fell_back {
+        if let Some(fb) = &from.fell_back {
             let w = fb
-                .judge(prev.seq + tail.count, self.accept_unanchored)
-                .map_err(mismatch)?;
-            adopted(w, &mut warnings, &mut repairs);
+                .judge(from.prev.seq + tail.count, self.accept_unanchored)
+                .map_err(|r| at.mismatch(r))?;
+            adopted(w, &mut found.warnings, &mut found.repairs);
         }
-        let writable = read_only.is_none();
+        let writable = from.read_only.is_none();
         let mut committed = tail.end;
         let mut tail_count = tail.count;
-        // Read-only: what a writable open would cut, as (first seq, reason); the lowest wins.
-        let mut damage: Option<(u64, String)> = None;
         if let Some(b) = &tail.bad {
-            if !b.at_tail {
-                return Err(corrupt(b.seq, b.reason.clone()));
-            }
-            if self.read_only {
-                damage = Some((
-                    b.seq,
-                    format!(
-                        "torn tail at seq {} ({}): the {} byte(s) from byte offset {} to the end of the log are not a complete event; a writable open cuts them into {id}{} and records the repair",
-                        b.seq,
-                        b.reason,
-                        len - b.offset,
-                        b.offset,
-                        layout::BROKEN_SUFFIX
-                    ),
-                ));
-                committed = b.offset;
-            } else if !writable {
-                return Err(mismatch(format!(
-                    "a torn tail at seq {} needs a repair, which needs the rollout key; open the store with it",
-                    b.seq
-                )));
-            } else {
-                let name = self.cut(id, &file, b.offset, len)?;
-                notes.push(format!(
-                    "torn tail at seq {} ({}): cut {} bytes at offset {} into {name}",
-                    b.seq,
-                    b.reason,
-                    len - b.offset,
-                    b.offset
-                ));
-                repairs.push(Repair {
-                    reason: b.reason.clone(),
-                    truncated_bytes: len - b.offset,
-                    broken_file: Some(name),
-                });
-                committed = b.offset;
-            }
+            committed = self.torn_tail(&at, b, writable, &mut found)?;
         }
-        if keyed_tail {
-            // Keyed: events after the anchor are authentic only up to the last seal among them.
-            // Anything later was never acknowledged (a keyed anchor is durable before an
-            // acknowledgement) or was appended by someone without the key: it is not served.
-            let has_seal = tail.last_seal.is_some();
-            let (keep_end, keep_count, keep_head) = match tail.last_seal {
-                Some((end, count, h)) => (end, count, h.expect("folded")),
-                None => (start, 0, base),
-            };
-            if seq0 && !has_seal && self.read_only {
-                return Err(corrupt(
-                    1,
-                    "its start never completed: nothing in the log is authenticated by the key (the keyed anchor records seq 0 and no seal follows), so nothing was acknowledged; a writable open discards it".into(),
-                ));
-            }
-            if seq0 && !has_seal {
-                // Not even the header is vouched for: start() was never acknowledged.
-                let mut bytes = vec![0u8; committed as usize];
-                file.read_exact_at(&mut bytes, 0)?;
-                self.discard_unborn(id, Some(&bytes))?;
-                return Ok(None);
-            }
-            if keep_count < tail_count && self.read_only {
-                let (first_bad, last_bad) = (prev.seq + keep_count + 1, prev.seq + tail_count);
-                damage = Some((
-                    first_bad,
-                    format!(
-                        "{} event(s), seq {first_bad}..={last_bad} (bytes {keep_end}..{committed}), follow the keyed anchor (seq {}) without authentication: never acknowledged (a crash before the anchor moved) or appended without the key; a writable open moves them to {id}{}",
-                        last_bad - first_bad + 1,
-                        prev.seq,
-                        layout::BROKEN_SUFFIX
-                    ),
-                ));
-                committed = keep_end;
-                tail_count = keep_count;
-                head = keep_head;
-            } else if keep_count < tail_count {
-                let (first_bad, last_bad) = (prev.seq + keep_count + 1, prev.seq + tail_count);
-                let name = self.cut(id, &file, keep_end, committed)?;
-                let reason = format!(
-                    "{} event(s), seq {first_bad}..={last_bad}, followed the keyed anchor (seq {}) without authentication: never acknowledged (a crash before the anchor moved) or appended without the key; moved to {name}",
-                    last_bad - first_bad + 1,
-                    prev.seq
-                );
-                warnings.push(reason.clone());
-                repairs.push(Repair {
-                    reason,
-                    truncated_bytes: committed - keep_end,
-                    broken_file: Some(name),
-                });
-                committed = keep_end;
-                tail_count = keep_count;
-                head = keep_head;
+        if from.keyed_tail {
+            let last_seal = tail.last_seal;
+            match self.keyed_tail(
+                &at, &from, seq0, last_seal, base, committed, tail_count, &mut found,
+            )? {
+                KeyedTail::Unborn => return Ok(None),
+                KeyedTail::AsScanned => {}
+                KeyedTail::Trimmed {
+                    end,
+                    count,
+                    head: h,
+                } => {
+                    committed = end;
+                    tail_count = count;
+                    head = *h;
+                }
             }
         }
         let mut tx = JsonlTx {
             len: committed,
-            anchor_gen,
-            anchor_deferred: deferred,
+            anchor_gen: from.anchor_gen,
+            anchor_deferred: from.deferred,
             index: None,
             back: None,
         };
+        let mut repairs = found.repairs;
         if writable
             && !self.read_only
-            && !deferred
-            && (tail_count > 0 || seq0 || rebuild_anchor || !repairs.is_empty())
+            && !from.deferred
+            && (tail_count > 0 || seq0 || from.rebuild_anchor || !repairs.is_empty())
         {
             // The tail was written but maybe never synced (the crash came before its ack): make
             // it durable before the anchor may point at it.
             fdatasync(&file)?;
-            if rebuild_anchor {
+            if from.rebuild_anchor {
                 self.replace_anchor(id, &mut tx, &head)?;
             } else {
                 self.anchor(id, &mut tx, &head, true)?;
@@ -1246,11 +994,11 @@ impl Backend for JsonlBackend {
             head,
             tx,
             repairs,
-            notes,
-            warnings,
-            read_only,
+            notes: found.notes,
+            warnings: found.warnings,
+            read_only: from.read_only,
             header_line,
-            damage,
+            damage: found.damage,
         }))
     }
 
@@ -1996,6 +1744,429 @@ impl JsonlBackend {
         file.read_exact_at(&mut buf, start)?;
         serde_json::from_slice(&buf[..buf.len() - 1])
             .map_err(|e| StoreError::Io(io_other(e.to_string())))
+    }
+}
+
+/// One thread's log being opened by `load`: its id, chain context and file, for the steps.
+struct Opening<'a> {
+    id: &'a str,
+    ctx: ChainCtx<'a>,
+    file: &'a File,
+    len: u64,
+}
+
+impl Opening<'_> {
+    fn mismatch(&self, reason: String) -> StoreError {
+        StoreError::AnchorMismatch {
+            thread_id: self.id.to_string(),
+            reason,
+        }
+    }
+
+    fn corrupt(&self, seq: u64, reason: String) -> StoreError {
+        StoreError::Corrupt {
+            thread_id: self.id.to_string(),
+            seq,
+            reason,
+        }
+    }
+}
+
+/// What opening one thread found along the way, for its `Loaded`.
+#[derive(Default)]
+struct Findings {
+    notes: Vec<String>,
+    warnings: Vec<String>,
+    repairs: Vec<Repair>,
+    /// Read-only: what a writable open would cut, as (first seq, reason); the lowest wins.
+    damage: Option<(u64, String)>,
+}
+
+/// Where the un-anchored tail starts, as the anchor decides it, and what the anchor implies.
+struct TailStart {
+    /// The byte offset the tail starts at.
+    start: u64,
+    /// The event the tail links to.
+    prev: StoredEvent,
+    /// The tail must be authenticated (keyed mode, anchored by a keyed anchor).
+    keyed_tail: bool,
+    anchor_gen: u64,
+    read_only: Option<String>,
+    rebuild_anchor: bool,
+    deferred: bool,
+    fell_back: Option<Fallback>,
+}
+
+/// What the keyed check of the tail leaves of it.
+enum KeyedTail {
+    /// Not even the header is vouched for: the thread never existed (discarded).
+    Unborn,
+    AsScanned,
+    /// Only up to the last seal is served.
+    Trimmed {
+        end: u64,
+        count: u64,
+        head: Box<Head>,
+    },
+}
+
+/// Nothing was ever anchored: an anchor at seq 0, or (written by an older version) none.
+fn nothing_anchored(choice: &AnchorChoice, anchor_file: bool) -> bool {
+    match choice {
+        AnchorChoice::Anchored { anchor, .. }
+        | AnchorChoice::Unkeyed { anchor }
+        | AnchorChoice::Unbound { anchor, .. } => anchor.seq == 0,
+        AnchorChoice::Unanchored { .. } => !anchor_file,
+    }
+}
+
+/// The steps of `Backend::load`, in the order it takes them.
+impl JsonlBackend {
+    /// A thread whose log file is missing: gone for good, or a start that never completed.
+    fn load_without_log(
+        &self,
+        id: &str,
+        choice: AnchorChoice,
+        anchor_file: bool,
+    ) -> Result<Option<Loaded<JsonlTx>>, StoreError> {
+        let mismatch = |reason: String| StoreError::AnchorMismatch {
+            thread_id: id.to_string(),
+            reason,
+        };
+        let corrupt = |seq: u64, reason: String| StoreError::Corrupt {
+            thread_id: id.to_string(),
+            seq,
+            reason,
+        };
+        match choice {
+            AnchorChoice::Anchored { anchor, .. }
+            | AnchorChoice::Unkeyed { anchor }
+            | AnchorChoice::Unbound { anchor, .. }
+                if anchor.seq > 0 =>
+            {
+                Err(mismatch(format!(
+                    "the log file is missing but the anchor records seq {}: restore the log from a backup",
+                    anchor.seq
+                )))
+            }
+            AnchorChoice::Anchored { .. }
+            | AnchorChoice::Unkeyed { .. }
+            | AnchorChoice::Unbound { .. }
+                if self.read_only =>
+            {
+                Err(corrupt(
+                    1,
+                    "its start never completed: the head anchor records seq 0 and there is no log (nothing was acknowledged); a writable open removes the anchor".into(),
+                ))
+            }
+            AnchorChoice::Anchored { .. }
+            | AnchorChoice::Unkeyed { .. }
+            | AnchorChoice::Unbound { .. } => {
+                // Created at seq 0 and the log never followed: start() was never
+                // acknowledged. The thread does not exist.
+                self.discard_unborn(id, None)?;
+                Ok(None)
+            }
+            AnchorChoice::Unanchored { why } if anchor_file => Err(mismatch(format!(
+                "the log file is missing and {why}: restore both from a backup, or delete the anchor file"
+            ))),
+            AnchorChoice::Unanchored { .. } => Ok(None),
+        }
+    }
+
+    /// Reads and checks the header line (seq 1): the header, its length and its bytes, or
+    /// `None` for a torn header nothing ever anchored (a start never acknowledged, discarded).
+    fn read_header(
+        &self,
+        at: &Opening<'_>,
+        seq0: bool,
+    ) -> Result<Option<(StoredEvent, u64, Vec<u8>)>, StoreError> {
+        let (id, len) = (at.id, at.len);
+        let mut first = Vec::new();
+        let header_len = BufReader::new(at.file.try_clone()?.take(MAX_EVENT_BYTES as u64 + 1))
+            .read_until(b'\n', &mut first)? as u64;
+        let parsed = if first.last() == Some(&b'\n') {
+            parse_line(&first[..first.len() - 1], 1, ZERO_HASH, at.ctx)
+        } else {
+            Err("the header line is incomplete".to_string())
+        };
+        match parsed {
+            Ok(h) => Ok(Some((h, header_len, first))),
+            Err(_) if seq0 && header_len == len && first.last() != Some(&b'\n') => {
+                // Only a torn header, and nothing was ever anchored: a crash inside start()
+                // before it was acknowledged. Keep the bytes for inspection.
+                if self.read_only {
+                    return Err(at.corrupt(
+                        1,
+                        format!(
+                            "its start never completed: the log is a torn header ({len} bytes, no newline) and nothing was acknowledged; a writable open moves it to {id}{}",
+                            layout::BROKEN_SUFFIX
+                        ),
+                    ));
+                }
+                self.discard_unborn(id, Some(&first))?;
+                Ok(None)
+            }
+            Err(reason) => Err(at.corrupt(1, reason)),
+        }
+    }
+
+    /// Where the tail to check starts, as the anchor choice decides it: after the anchored
+    /// event (checked against the log), or after the header when nothing vouches for more
+    /// (refused unless accepted, with what that acceptance means as a warning).
+    #[allow(clippy::too_many_arguments)]
+    fn tail_start(
+        &self,
+        at: &Opening<'_>,
+        choice: AnchorChoice,
+        anchor_file: bool,
+        header_len: u64,
+        header: &StoredEvent,
+        head: &mut Head,
+        found: &mut Findings,
+    ) -> Result<TailStart, StoreError> {
+        let (id, len) = (at.id, at.len);
+        let mut from = TailStart {
+            start: header_len,
+            prev: header.clone(),
+            keyed_tail: false,
+            anchor_gen: 0,
+            read_only: None,
+            rebuild_anchor: false,
+            deferred: false,
+            fell_back: None,
+        };
+        let (warnings, repairs) = (&mut found.warnings, &mut found.repairs);
+        match choice {
+            AnchorChoice::Anchored {
+                anchor: a,
+                fallback,
+                read_only: ro,
+            } => {
+                from.anchor_gen = a.gen;
+                from.fell_back = fallback;
+                if let Some(why) = ro {
+                    warnings.push(format!(
+                        "unkeyed: the thread is keyed but was opened without its key, so only the plain chain was checked ({why})"
+                    ));
+                    from.read_only = Some(why);
+                }
+                from.keyed_tail = self.key.is_some();
+                if a.seq > 0 {
+                    let ev = self.anchored_event(at, &a)?;
+                    head.apply(&ev);
+                    head.archived = a.archived;
+                    head.format_version = a.format;
+                    head.compacted_through = a.compacted_through;
+                    head.last_compaction_seq = a.last_compaction_seq;
+                    from.start = a.offset;
+                    from.prev = ev;
+                }
+            }
+            AnchorChoice::Unanchored { .. }
+                if self.key.is_none() && !anchor_file && header_len == len =>
+            {
+                // Its header alone and no anchor: a thread created with its anchor deferred
+                // (module docs). The anchor is written before anything more is.
+                from.deferred = true;
+                if from.read_only.is_none() && !self.read_only {
+                    let _ = self.anchors.unlink(&format!("{}.tmp", anchor_name(id)));
+                }
+            }
+            AnchorChoice::Unanchored { why } if self.accept_unanchored => {
+                adopted(
+                    format!(
+                        "{why}; accepted (accept_unanchored): the chain was checked from seq 1, but nothing vouches that its last event is the last one acknowledged"
+                    ),
+                    warnings,
+                    repairs,
+                );
+                from.rebuild_anchor = true;
+            }
+            AnchorChoice::Unanchored { why } => {
+                return Err(at.mismatch(format!(
+                    "{why}, so nothing vouches that the log still ends where it did (events may have been cut off); restore the anchor from a backup, or accept the log as it is with accept_unanchored (--accept-unanchored)"
+                )));
+            }
+            AnchorChoice::Unkeyed { anchor } if self.accept_unanchored => {
+                adopted(
+                    format!(
+                        "the head anchor carried no MAC (written without the rollout key); adopted under the key (accept_unanchored): seqs up to {} were not authenticated when written",
+                        anchor.seq.max(1)
+                    ),
+                    warnings,
+                    repairs,
+                );
+                from.anchor_gen = anchor.gen;
+            }
+            AnchorChoice::Unkeyed { .. } => {
+                return Err(at.mismatch(
+                    "the head anchor carries no MAC: the thread was written without the rollout key, or the MAC was stripped; open with accept_unanchored (--accept-unanchored) to adopt it under this key"
+                        .into(),
+                ));
+            }
+            AnchorChoice::Unbound { anchor, why } if self.accept_unanchored => {
+                adopted(
+                    format!(
+                        "{why}; adopted into this store (accept_unanchored): seqs up to {} were not bound to it when written",
+                        anchor.seq.max(1)
+                    ),
+                    warnings,
+                    repairs,
+                );
+                from.anchor_gen = anchor.gen;
+            }
+            AnchorChoice::Unbound { why, .. } => {
+                return Err(at.mismatch(format!(
+                    "{why}; if it belongs here, open with accept_unanchored (--accept-unanchored) to adopt it into this store"
+                )));
+            }
+        }
+        Ok(from)
+    }
+
+    /// The event the anchor names, read where the anchor says it ends and checked against it.
+    fn anchored_event(&self, at: &Opening<'_>, a: &Anchor) -> Result<StoredEvent, StoreError> {
+        let len = at.len;
+        if a.offset > len {
+            return Err(at.mismatch(format!(
+                "the log is {len} bytes but the anchor says seq {} ends at byte {}: acknowledged events were cut off",
+                a.seq, a.offset
+            )));
+        }
+        let line = line_ending_at(at.file, a.offset).map_err(|e| at.mismatch(e.to_string()))?;
+        let ev: StoredEvent = serde_json::from_slice(&line).map_err(|e| {
+            at.mismatch(format!(
+                "no event ends at the anchored offset {} ({e})",
+                a.offset
+            ))
+        })?;
+        if ev.seq != a.seq || ev.hash != a.hash {
+            return Err(at.mismatch(format!(
+                "the log has seq {} hash {} where the anchor records seq {} hash {}",
+                ev.seq, ev.hash, a.seq, a.hash
+            )));
+        }
+        check_event(&ev, a.seq, &ev.prev_hash, at.ctx).map_err(|r| at.corrupt(a.seq, r))?;
+        Ok(ev)
+    }
+
+    /// A bad line in the tail: refused unless nothing complete follows it (a torn tail), which
+    /// a writable open cuts off into a broken file and records; a read-only open reports what
+    /// it would cut. Returns where the served log ends.
+    fn torn_tail(
+        &self,
+        at: &Opening<'_>,
+        b: &Bad,
+        writable: bool,
+        found: &mut Findings,
+    ) -> Result<u64, StoreError> {
+        let (id, len) = (at.id, at.len);
+        if !b.at_tail {
+            return Err(at.corrupt(b.seq, b.reason.clone()));
+        }
+        if self.read_only {
+            found.damage = Some((
+                b.seq,
+                format!(
+                    "torn tail at seq {} ({}): the {} byte(s) from byte offset {} to the end of the log are not a complete event; a writable open cuts them into {id}{} and records the repair",
+                    b.seq,
+                    b.reason,
+                    len - b.offset,
+                    b.offset,
+                    layout::BROKEN_SUFFIX
+                ),
+            ));
+        } else if !writable {
+            return Err(at.mismatch(format!(
+                "a torn tail at seq {} needs a repair, which needs the rollout key; open the store with it",
+                b.seq
+            )));
+        } else {
+            let name = self.cut(id, at.file, b.offset, len)?;
+            found.notes.push(format!(
+                "torn tail at seq {} ({}): cut {} bytes at offset {} into {name}",
+                b.seq,
+                b.reason,
+                len - b.offset,
+                b.offset
+            ));
+            found.repairs.push(Repair {
+                reason: b.reason.clone(),
+                truncated_bytes: len - b.offset,
+                broken_file: Some(name),
+            });
+        }
+        Ok(b.offset)
+    }
+
+    /// Keyed: events after the anchor are authentic only up to the last seal among them.
+    /// Anything later was never acknowledged (a keyed anchor is durable before an
+    /// acknowledgement) or was appended by someone without the key: it is not served.
+    #[allow(clippy::too_many_arguments)]
+    fn keyed_tail(
+        &self,
+        at: &Opening<'_>,
+        from: &TailStart,
+        seq0: bool,
+        last_seal: Option<(u64, u64, Option<Head>)>,
+        base: Head,
+        committed: u64,
+        tail_count: u64,
+        found: &mut Findings,
+    ) -> Result<KeyedTail, StoreError> {
+        let (id, start, prev) = (at.id, from.start, &from.prev);
+        let has_seal = last_seal.is_some();
+        let (keep_end, keep_count, keep_head) = match last_seal {
+            Some((end, count, h)) => (end, count, h.expect("folded")),
+            None => (start, 0, base),
+        };
+        if seq0 && !has_seal && self.read_only {
+            return Err(at.corrupt(
+                1,
+                "its start never completed: nothing in the log is authenticated by the key (the keyed anchor records seq 0 and no seal follows), so nothing was acknowledged; a writable open discards it".into(),
+            ));
+        }
+        if seq0 && !has_seal {
+            // Not even the header is vouched for: start() was never acknowledged.
+            let mut bytes = vec![0u8; committed as usize];
+            at.file.read_exact_at(&mut bytes, 0)?;
+            self.discard_unborn(id, Some(&bytes))?;
+            return Ok(KeyedTail::Unborn);
+        }
+        if keep_count >= tail_count {
+            return Ok(KeyedTail::AsScanned);
+        }
+        let (first_bad, last_bad) = (prev.seq + keep_count + 1, prev.seq + tail_count);
+        if self.read_only {
+            found.damage = Some((
+                first_bad,
+                format!(
+                    "{} event(s), seq {first_bad}..={last_bad} (bytes {keep_end}..{committed}), follow the keyed anchor (seq {}) without authentication: never acknowledged (a crash before the anchor moved) or appended without the key; a writable open moves them to {id}{}",
+                    last_bad - first_bad + 1,
+                    prev.seq,
+                    layout::BROKEN_SUFFIX
+                ),
+            ));
+        } else {
+            let name = self.cut(id, at.file, keep_end, committed)?;
+            let reason = format!(
+                "{} event(s), seq {first_bad}..={last_bad}, followed the keyed anchor (seq {}) without authentication: never acknowledged (a crash before the anchor moved) or appended without the key; moved to {name}",
+                last_bad - first_bad + 1,
+                prev.seq
+            );
+            found.warnings.push(reason.clone());
+            found.repairs.push(Repair {
+                reason,
+                truncated_bytes: committed - keep_end,
+                broken_file: Some(name),
+            });
+        }
+        Ok(KeyedTail::Trimmed {
+            end: keep_end,
+            count: keep_count,
+            head: Box::new(keep_head),
+        })
     }
 }
 

@@ -815,6 +815,59 @@ fn parse_cached(line: &str) -> StoredEvent {
     serde_json::from_str(line).expect("a cached line is a checked event")
 }
 
+/// One thread's share of a group commit, sealed and waiting to be written, its slot held.
+struct Pending<'g, Tx> {
+    id: String,
+    guard: MutexGuard<'g, Slot<Tx>>,
+    head: Head,
+    create: bool,
+    sealed: Vec<Sealed>,
+    /// Each caller's share of `sealed`: (ticket, range, what it wants back).
+    tickets: Vec<(u64, std::ops::Range<usize>, Want)>,
+}
+
+/// A round's requests (with their callers' tickets) for each thread.
+type ByThread = HashMap<String, Vec<(u64, Request)>>;
+
+/// A round's requests by thread, threads in the order they first appear (requests keep theirs).
+fn group_by_thread(round: Vec<(u64, Request)>) -> (Vec<String>, ByThread) {
+    let mut order: Vec<String> = Vec::new();
+    let mut groups: ByThread = HashMap::new();
+    for (t, r) in round {
+        match groups.get_mut(&r.id) {
+            Some(g) => g.push((t, r)),
+            None => {
+                order.push(r.id.clone());
+                groups.insert(r.id.clone(), vec![(t, r)]);
+            }
+        }
+    }
+    (order, groups)
+}
+
+/// What each caller of a written thread gets back: its own events, as events or as lines.
+fn replies<Tx>(p: &Pending<'_, Tx>) -> Vec<(u64, Reply)> {
+    p.tickets
+        .iter()
+        .map(|(t, range, want)| {
+            let mine = &p.sealed[range.clone()];
+            let reply = match want {
+                Want::Events => Reply::Events(mine.iter().map(|s| s.ev.clone()).collect()),
+                Want::Lines => Reply::Lines(
+                    mine.iter()
+                        .map(|s| AppendedEvent {
+                            seq: s.ev.seq,
+                            time: s.ev.time.clone(),
+                            line: Arc::clone(&s.line),
+                        })
+                        .collect(),
+                ),
+            };
+            (*t, reply)
+        })
+        .collect()
+}
+
 impl<B: Backend> BackedStore<B> {
     pub(crate) fn new(
         backend: B,
@@ -1099,271 +1152,273 @@ impl<B: Backend> BackedStore<B> {
     /// once per thread (Sync), publish the new heads (slot, index, tail cache), then anchor them.
     fn commit_round(&self, round: Vec<(u64, Request)>) -> Vec<(u64, Outcome)> {
         let time = crate::time::now_rfc3339();
-        let mut order: Vec<String> = Vec::new();
-        let mut groups: HashMap<String, Vec<(u64, Request)>> = HashMap::new();
-        for (t, r) in round {
-            match groups.get_mut(&r.id) {
-                Some(g) => g.push((t, r)),
-                None => {
-                    order.push(r.id.clone());
-                    groups.insert(r.id.clone(), vec![(t, r)]);
-                }
-            }
-        }
+        let (order, mut groups) = group_by_thread(round);
         let mut results: Vec<(u64, Outcome)> = Vec::new();
-        struct Pending<'g, Tx> {
-            id: String,
-            guard: MutexGuard<'g, Slot<Tx>>,
-            head: Head,
-            create: bool,
-            sealed: Vec<Sealed>,
-            /// Each caller's share of `sealed`: (ticket, range, what it wants back).
-            tickets: Vec<(u64, std::ops::Range<usize>, Want)>,
-        }
         let arcs: Vec<(String, SlotRef<B::Tx>)> = order
             .iter()
             .map(|id| (id.clone(), self.slot_arc(id)))
             .collect();
         let mut pend: Vec<Pending<'_, B::Tx>> = Vec::new();
         for (id, arc) in &arcs {
-            let guard = lock(arc);
-            let mut head = guard.live.as_ref().map(|l| l.head.clone());
-            let start_seq = head.as_ref().map_or(0, |h| h.last_seq);
-            let read_only = guard.live.as_ref().and_then(|l| l.read_only.clone());
-            let mut create = false;
-            let mut sealed: Vec<Sealed> = Vec::new();
-            let mut tickets = Vec::new();
-            for (ticket, req) in groups.remove(id).unwrap_or_default() {
-                let mut h = head.clone();
-                let mut out = Vec::with_capacity(req.events.len());
-                let res = (|| {
-                    if let Some(why) = &read_only {
-                        return Err(StoreError::InvalidArgument(why.clone()));
-                    }
-                    let mut events = req.events.into_iter();
-                    if req.create {
-                        if h.is_some() || !guard.loaded && self.backend.load(id)?.is_some() {
-                            return Err(StoreError::AlreadyExists(id.clone()));
-                        }
-                        let first = events
-                            .next()
-                            .ok_or_else(|| StoreError::InvalidArgument("empty create".into()))?;
-                        let mut fresh = Head {
-                            thread_id: id.clone(),
-                            title: None,
-                            metadata: Arc::default(),
-                            created_at: time.clone(),
-                            forked_from: None,
-                            format_version: 1,
-                            archived: false,
-                            last_seq: 0,
-                            head_hash: ZERO_HASH.to_string(),
-                            updated_at: time.clone(),
-                            compacted_through: 0,
-                            last_compaction_seq: None,
-                            start_key: None,
-                        };
-                        let s = seal(&mut fresh, first, &time)?;
-                        let mut built =
-                            Head::from_header(&s.ev).map_err(StoreError::InvalidArgument)?;
-                        built.apply(&s.ev);
-                        out.push(s);
-                        h = Some(built);
-                    }
-                    let hh = h.as_mut().ok_or_else(|| StoreError::NotFound(id.clone()))?;
-                    for ev in events {
-                        out.push(seal(hh, ev, &time)?);
-                    }
-                    Ok(())
-                })();
-                match res {
-                    Ok(()) => {
-                        create |= req.create;
-                        head = h;
-                        tickets.push((ticket, sealed.len()..sealed.len() + out.len(), req.want));
-                        sealed.extend(out);
-                    }
-                    Err(e) => results.push((ticket, Err(e))),
-                }
-            }
-            if let Some(mut head) = head {
-                if let Some(key) = &self.options.key {
-                    // Keyed mode: a seal follows the commit that crosses each multiple of
-                    // seal_every, so the log alone vouches for its prefix. It belongs to no
-                    // caller's batch.
-                    if !sealed.is_empty()
-                        && crosses_seal_point(start_seq, head.last_seq, self.options.seal_every)
-                    {
-                        let payload = seal_payload(key, id, head.last_seq, &head.head_hash);
-                        if let Ok(s) = seal(&mut head, Prepared::Raw(NewEvent::new(payload)), &time)
-                        {
-                            sealed.push(s);
-                        }
-                    }
-                }
-                if !sealed.is_empty() {
-                    pend.push(Pending {
-                        id: id.clone(),
-                        guard,
-                        head,
-                        create,
-                        sealed,
-                        tickets,
-                    });
-                }
+            let requests = groups.remove(id).unwrap_or_default();
+            if let Some(p) = self.seal_thread(id, lock(arc), requests, &time, &mut results) {
+                pend.push(p);
             }
         }
         if pend.is_empty() {
             return results;
         }
-        let durability = self.options.durability;
-        let outcomes: Vec<Result<(), StoreError>> = if durability == Durability::Ephemeral {
-            pend.iter().map(|_| Ok(())).collect()
-        } else {
-            let mut sets: Vec<WriteSet<'_, B::Tx>> = Vec::with_capacity(pend.len());
-            let mut fresh_txs: Vec<Option<B::Tx>> = pend
-                .iter()
-                .map(|p| {
-                    if p.create {
-                        Some(self.backend.new_tx())
-                    } else {
-                        None
-                    }
-                })
-                .collect();
-            let mut fresh_iter = fresh_txs.iter_mut();
-            for p in pend.iter_mut() {
-                let fresh = fresh_iter.next().expect("one per pending");
-                let tx = match (p.guard.live.as_mut(), fresh.as_mut()) {
-                    (_, Some(t)) => t,
-                    (Some(l), None) => &mut l.tx,
-                    (None, None) => unreachable!("an append to a missing thread was refused above"),
-                };
-                sets.push(WriteSet {
-                    id: &p.id,
-                    create: p.create,
-                    events: &p.sealed,
-                    head: &p.head,
-                    tx,
-                });
-            }
-            let out = self
-                .backend
-                .write(&mut sets, durability == Durability::Sync);
-            drop(sets);
-            for (p, fresh) in pend.iter_mut().zip(fresh_txs) {
-                if let Some(tx) = fresh {
-                    p.guard.live = Some(Live::fresh(p.head.clone(), tx, Vec::new()));
-                    p.guard.loaded = true;
-                }
-            }
-            out
-        };
-        for (mut p, outcome) in pend.into_iter().zip(outcomes) {
+        let outcomes = self.write_pending(&mut pend);
+        for (p, outcome) in pend.into_iter().zip(outcomes) {
             match outcome {
-                Err(e) => {
-                    if p.create && durability != Durability::Ephemeral {
-                        p.guard.live = None;
-                    }
-                    let msg = e.to_string();
-                    let mut first = Some(e);
-                    for (t, _, _) in p.tickets {
-                        results.push((
-                            t,
-                            Err(first.take().unwrap_or_else(|| {
-                                StoreError::Io(std::io::Error::other(msg.clone()))
-                            })),
-                        ));
-                    }
-                }
-                Ok(()) => {
-                    let first_seq = p.sealed[0].ev.seq;
-                    let lines: Vec<Arc<str>> =
-                        p.sealed.iter().map(|s| Arc::clone(&s.line)).collect();
-                    let replies: Vec<(u64, Reply)> = p
-                        .tickets
-                        .iter()
-                        .map(|(t, range, want)| {
-                            let mine = &p.sealed[range.clone()];
-                            (
-                                *t,
-                                match want {
-                                    Want::Events => {
-                                        Reply::Events(mine.iter().map(|s| s.ev.clone()).collect())
-                                    }
-                                    Want::Lines => Reply::Lines(
-                                        mine.iter()
-                                            .map(|s| AppendedEvent {
-                                                seq: s.ev.seq,
-                                                time: s.ev.time.clone(),
-                                                line: Arc::clone(&s.line),
-                                            })
-                                            .collect(),
-                                    ),
-                                },
-                            )
-                        })
-                        .collect();
-                    let g = &mut *p.guard;
-                    g.loaded = true;
-                    if durability == Durability::Ephemeral {
-                        let sealed = p.sealed.into_iter().map(Sealed::slim);
-                        match g.live.as_mut() {
-                            Some(l) if !p.create => {
-                                l.head = p.head;
-                                l.mem.extend(sealed);
-                            }
-                            _ => {
-                                g.live = Some(Live::fresh(
-                                    p.head,
-                                    self.backend.new_tx(),
-                                    sealed.collect(),
-                                ));
-                            }
-                        }
-                    } else {
-                        let l = g.live.as_mut().expect("set above");
-                        l.head = p.head;
-                        l.written_seq = l.head.last_seq;
-                        l.written_hash = l.head.head_hash.clone();
-                        l.persisted = true;
-                        if durability == Durability::Sync {
-                            // The log is durable: the anchor may now move up to it. Unkeyed, a
-                            // failed anchor write is retried at flush (the events are safe, the
-                            // anchor may lag). Keyed, the anchor is what vouches for the events
-                            // after a crash, so it is made durable before the acknowledgement,
-                            // and a failure is the callers' failure.
-                            let keyed = self.options.key.is_some();
-                            match self.backend.anchor(&p.id, &mut l.tx, &l.head, keyed) {
-                                Ok(()) => l.needs_anchor = false,
-                                Err(e) if keyed => {
-                                    l.needs_anchor = true;
-                                    lock(&self.ready).insert(p.id.clone());
-                                    let msg = format!(
-                                        "the events were written but the keyed anchor could not be made durable ({e}); they are not acknowledged"
-                                    );
-                                    results.extend(replies.into_iter().map(|(t, _)| {
-                                        (t, Err(StoreError::Io(std::io::Error::other(msg.clone()))))
-                                    }));
-                                    continue;
-                                }
-                                Err(_) => l.needs_anchor = true,
-                            }
-                        } else {
-                            l.needs_anchor = true;
-                        }
-                    }
-                    let live = g.live.as_ref().expect("set above");
-                    // Published before the callers hear back: a reader that sees the
-                    // acknowledgement also sees the events.
-                    lock(&self.catalog).publish(&live.head);
-                    self.cache.committed(&p.id, first_seq, &lines);
-                    lock(&self.ready).insert(p.id.clone());
-                    results.extend(replies.into_iter().map(|(t, r)| (t, Ok(r))));
-                }
+                Err(e) => self.fail_pending(p, e, &mut results),
+                Ok(()) => self.publish_pending(p, &mut results),
             }
         }
         results
+    }
+
+    /// Seals one thread's requests of the round in order, on a copy of its head: a request that
+    /// fails is answered at once and leaves the head as it was for the next. Keyed, a seal
+    /// follows when the round crosses a seal point. `None` when nothing is left to write.
+    fn seal_thread<'g>(
+        &self,
+        id: &str,
+        guard: MutexGuard<'g, Slot<B::Tx>>,
+        requests: Vec<(u64, Request)>,
+        time: &str,
+        results: &mut Vec<(u64, Outcome)>,
+    ) -> Option<Pending<'g, B::Tx>> {
+        let mut head = guard.live.as_ref().map(|l| l.head.clone());
+        let start_seq = head.as_ref().map_or(0, |h| h.last_seq);
+        let read_only = guard.live.as_ref().and_then(|l| l.read_only.clone());
+        let mut create = false;
+        let mut sealed: Vec<Sealed> = Vec::new();
+        let mut tickets = Vec::new();
+        for (ticket, req) in requests {
+            let mut h = head.clone();
+            let mut out = Vec::with_capacity(req.events.len());
+            let res = match &read_only {
+                Some(why) => Err(StoreError::InvalidArgument(why.clone())),
+                None => {
+                    self.seal_request(id, &guard, &mut h, req.create, req.events, time, &mut out)
+                }
+            };
+            match res {
+                Ok(()) => {
+                    create |= req.create;
+                    head = h;
+                    tickets.push((ticket, sealed.len()..sealed.len() + out.len(), req.want));
+                    sealed.extend(out);
+                }
+                Err(e) => results.push((ticket, Err(e))),
+            }
+        }
+        let mut head = head?;
+        if let Some(key) = &self.options.key {
+            // Keyed mode: a seal follows the commit that crosses each multiple of seal_every,
+            // so the log alone vouches for its prefix. It belongs to no caller's batch.
+            if !sealed.is_empty()
+                && crosses_seal_point(start_seq, head.last_seq, self.options.seal_every)
+            {
+                let payload = seal_payload(key, id, head.last_seq, &head.head_hash);
+                if let Ok(s) = seal(&mut head, Prepared::Raw(NewEvent::new(payload)), time) {
+                    sealed.push(s);
+                }
+            }
+        }
+        if sealed.is_empty() {
+            return None;
+        }
+        Some(Pending {
+            id: id.to_string(),
+            guard,
+            head,
+            create,
+            sealed,
+            tickets,
+        })
+    }
+
+    /// Seals one request's events onto `h` (a create first builds the head from its header),
+    /// into `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn seal_request(
+        &self,
+        id: &str,
+        guard: &Slot<B::Tx>,
+        h: &mut Option<Head>,
+        create: bool,
+        events: Vec<Prepared>,
+        time: &str,
+        out: &mut Vec<Sealed>,
+    ) -> Result<(), StoreError> {
+        let mut events = events.into_iter();
+        if create {
+            if h.is_some() || !guard.loaded && self.backend.load(id)?.is_some() {
+                return Err(StoreError::AlreadyExists(id.to_string()));
+            }
+            let first = events
+                .next()
+                .ok_or_else(|| StoreError::InvalidArgument("empty create".into()))?;
+            let mut fresh = Head {
+                thread_id: id.to_string(),
+                title: None,
+                metadata: Arc::default(),
+                created_at: time.to_string(),
+                forked_from: None,
+                format_version: 1,
+                archived: false,
+                last_seq: 0,
+                head_hash: ZERO_HASH.to_string(),
+                updated_at: time.to_string(),
+                compacted_through: 0,
+                last_compaction_seq: None,
+                start_key: None,
+            };
+            let s = seal(&mut fresh, first, time)?;
+            let mut built = Head::from_header(&s.ev).map_err(StoreError::InvalidArgument)?;
+            built.apply(&s.ev);
+            out.push(s);
+            *h = Some(built);
+        }
+        let hh = h
+            .as_mut()
+            .ok_or_else(|| StoreError::NotFound(id.to_string()))?;
+        for ev in events {
+            out.push(seal(hh, ev, time)?);
+        }
+        Ok(())
+    }
+
+    /// Writes every pending thread's sealed bytes in one backend call (one fdatasync per
+    /// thread when Sync); a created thread gets its live slot here. Ephemeral writes nothing.
+    fn write_pending(&self, pend: &mut [Pending<'_, B::Tx>]) -> Vec<Result<(), StoreError>> {
+        let durability = self.options.durability;
+        if durability == Durability::Ephemeral {
+            return pend.iter().map(|_| Ok(())).collect();
+        }
+        let mut sets: Vec<WriteSet<'_, B::Tx>> = Vec::with_capacity(pend.len());
+        let mut fresh_txs: Vec<Option<B::Tx>> = pend
+            .iter()
+            .map(|p| {
+                if p.create {
+                    Some(self.backend.new_tx())
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let mut fresh_iter = fresh_txs.iter_mut();
+        for p in pend.iter_mut() {
+            let fresh = fresh_iter.next().expect("one per pending");
+            let tx = match (p.guard.live.as_mut(), fresh.as_mut()) {
+                (_, Some(t)) => t,
+                (Some(l), None) => &mut l.tx,
+                (None, None) => unreachable!("an append to a missing thread was refused above"),
+            };
+            sets.push(WriteSet {
+                id: &p.id,
+                create: p.create,
+                events: &p.sealed,
+                head: &p.head,
+                tx,
+            });
+        }
+        let out = self
+            .backend
+            .write(&mut sets, durability == Durability::Sync);
+        drop(sets);
+        for (p, fresh) in pend.iter_mut().zip(fresh_txs) {
+            if let Some(tx) = fresh {
+                p.guard.live = Some(Live::fresh(p.head.clone(), tx, Vec::new()));
+                p.guard.loaded = true;
+            }
+        }
+        out
+    }
+
+    /// A thread whose write failed: every caller of the round on it gets the error (the first
+    /// the error itself, the others its text), and a thread this round created is forgotten.
+    fn fail_pending(
+        &self,
+        mut p: Pending<'_, B::Tx>,
+        e: StoreError,
+        results: &mut Vec<(u64, Outcome)>,
+    ) {
+        if p.create && self.options.durability != Durability::Ephemeral {
+            p.guard.live = None;
+        }
+        let msg = e.to_string();
+        let mut first = Some(e);
+        for (t, _, _) in p.tickets {
+            results.push((
+                t,
+                Err(first
+                    .take()
+                    .unwrap_or_else(|| StoreError::Io(std::io::Error::other(msg.clone())))),
+            ));
+        }
+    }
+
+    /// A thread whose write succeeded: its new head goes live (anchored now when Sync), is
+    /// published to the index and the tail cache, and only then are its callers answered.
+    fn publish_pending(&self, mut p: Pending<'_, B::Tx>, results: &mut Vec<(u64, Outcome)>) {
+        let durability = self.options.durability;
+        let first_seq = p.sealed[0].ev.seq;
+        let lines: Vec<Arc<str>> = p.sealed.iter().map(|s| Arc::clone(&s.line)).collect();
+        let replies = replies(&p);
+        let g = &mut *p.guard;
+        g.loaded = true;
+        if durability == Durability::Ephemeral {
+            let sealed = p.sealed.into_iter().map(Sealed::slim);
+            match g.live.as_mut() {
+                Some(l) if !p.create => {
+                    l.head = p.head;
+                    l.mem.extend(sealed);
+                }
+                _ => {
+                    g.live = Some(Live::fresh(p.head, self.backend.new_tx(), sealed.collect()));
+                }
+            }
+        } else {
+            let l = g.live.as_mut().expect("set above");
+            l.head = p.head;
+            l.written_seq = l.head.last_seq;
+            l.written_hash = l.head.head_hash.clone();
+            l.persisted = true;
+            if durability == Durability::Sync {
+                // The log is durable: the anchor may now move up to it. Unkeyed, a failed anchor
+                // write is retried at flush (the events are safe, the anchor may lag). Keyed,
+                // the anchor is what vouches for the events after a crash, so it is made durable
+                // before the acknowledgement, and a failure is the callers' failure.
+                let keyed = self.options.key.is_some();
+                match self.backend.anchor(&p.id, &mut l.tx, &l.head, keyed) {
+                    Ok(()) => l.needs_anchor = false,
+                    Err(e) if keyed => {
+                        l.needs_anchor = true;
+                        lock(&self.ready).insert(p.id.clone());
+                        let msg = format!(
+                            "the events were written but the keyed anchor could not be made durable ({e}); they are not acknowledged"
+                        );
+                        results.extend(replies.into_iter().map(|(t, _)| {
+                            (t, Err(StoreError::Io(std::io::Error::other(msg.clone()))))
+                        }));
+                        return;
+                    }
+                    Err(_) => l.needs_anchor = true,
+                }
+            } else {
+                l.needs_anchor = true;
+            }
+        }
+        let live = g.live.as_ref().expect("set above");
+        // Published before the callers hear back: a reader that sees the acknowledgement also
+        // sees the events.
+        lock(&self.catalog).publish(&live.head);
+        self.cache.committed(&p.id, first_seq, &lines);
+        lock(&self.ready).insert(p.id.clone());
+        results.extend(replies.into_iter().map(|(t, r)| (t, Ok(r))));
     }
 
     fn append_internal(
