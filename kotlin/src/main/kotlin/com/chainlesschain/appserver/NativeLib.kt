@@ -54,7 +54,7 @@ internal object NativeLib {
             log.log(
                 Level.WARNING,
                 "could not copy the native library out of the jar (${e.message}); JNA extracts it to a " +
-                    "temporary file instead, and the JNI hot path will be off (requests ~40x slower; " +
+                    "temporary file instead, and the JNI hot path will be off (requests several times slower; " +
                     "set -D$DIR_PROPERTY to a writable directory)",
                 e,
             )
