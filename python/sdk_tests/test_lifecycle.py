@@ -133,7 +133,6 @@ def test_blocking_lifecycle(server: cc.AppServer) -> None:
         next(iter(client.notifications(timeout=1)))
 
 
-@pytest.mark.parametrize("store", ["jsonl", "sqlite"])
 def test_a_closed_client_says_how_to_get_another_of_its_kind(server: cc.AppServer) -> None:
     with server.blocking_client() as blocking:
         pass
@@ -147,6 +146,7 @@ def test_a_closed_client_says_how_to_get_another_of_its_kind(server: cc.AppServe
     assert "async with server.client()" in str(closed.value), closed.value
 
 
+@pytest.mark.parametrize("store", ["jsonl", "sqlite"])
 def test_close_reopen_resume(state_dir: str, store: cc.Store) -> None:
     async def first_life() -> tuple[str, int]:
         async with cc.AppServer.open(state_dir, store=store, script=TOOL_SCRIPT) as server:
