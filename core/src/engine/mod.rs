@@ -541,8 +541,10 @@ impl AppServer {
         for conn in &conns {
             conn.close_all(false);
         }
-        let loaded = self.inner.threads.all();
-        let live: Vec<Arc<TurnShared>> = loaded
+        let live: Vec<Arc<TurnShared>> = self
+            .inner
+            .threads
+            .all()
             .iter()
             .filter_map(|t| lock(&t.data).active.clone())
             .collect();
@@ -560,7 +562,7 @@ impl AppServer {
         self.inner.lifecycle.stop_warming();
         // Last chance for terminal events the store refused earlier (the disk may have room
         // now); what still fails is closed by recovery at the next open.
-        for t in loaded {
+        for t in self.inner.threads.all() {
             let _ = dispatch::record_pending_terminal(&self.inner, &t);
         }
         self.inner.committer.stop();
