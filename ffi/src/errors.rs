@@ -16,8 +16,10 @@ use cc_app_server::rollout::StoreError as CoreStoreError;
 pub enum ServerError {
     #[error("invalid server configuration: {reason}")]
     InvalidConfig { reason: String },
+    /// `kind` says which of the store's failures it was, so a host can offer the right fix
+    /// (wait for the other owner, fix the directory, restore from a backup) without reading text.
     #[error("cannot open the rollout store: {reason}")]
-    Store { reason: String },
+    Store { kind: StoreFailure, reason: String },
     #[error("the server is shut down; open a new one")]
     ShutDown,
 }
@@ -26,9 +28,36 @@ impl From<CoreOpenError> for ServerError {
     fn from(e: CoreOpenError) -> Self {
         match e {
             CoreOpenError::Store(e) => ServerError::Store {
+                kind: StoreFailure::of(&e),
                 reason: e.to_string(),
             },
             CoreOpenError::Config(reason) => ServerError::InvalidConfig { reason },
+        }
+    }
+}
+
+/// Which failure of the rollout store stopped an open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum StoreFailure {
+    /// Another store, in this process or another, holds the state directory.
+    Locked,
+    /// The state directory is not a private directory (a file, a symlink, group/world access).
+    Unsafe,
+    /// A log is corrupt or does not match its head anchor: restore it from a backup.
+    Damaged,
+    /// Anything else: I/O, SQLite, an invalid argument.
+    Io,
+}
+
+impl StoreFailure {
+    pub(crate) fn of(e: &CoreStoreError) -> Self {
+        match e {
+            CoreStoreError::Locked(_) => StoreFailure::Locked,
+            CoreStoreError::UnsafeStateDir(_) => StoreFailure::Unsafe,
+            CoreStoreError::Corrupt { .. } | CoreStoreError::AnchorMismatch { .. } => {
+                StoreFailure::Damaged
+            }
+            _ => StoreFailure::Io,
         }
     }
 }
