@@ -29,9 +29,17 @@ rm -rf "$protocol"
 mkdir -p "$protocol"
 cp bindings/python/cc_agent_protocol/__init__.py bindings/python/cc_agent_protocol/py.typed "$protocol/"
 
+# The pinned uniffi-bindgen, in release next to the wheel's own artifacts, on PATH: maturin takes
+# it from there because no workspace package has a bin of that name (ffi/bindgen/Cargo.toml says
+# why). So the workspace compiles once, in release; before, maturin's `cargo run --bin
+# uniffi-bindgen` compiled the whole library a second time in debug.
+bindgen=$(bash scripts/bindgen.sh --release)
+mkdir -p "$tools/bindgen"
+ln -sfn "$(cd "$(dirname "$bindgen")" && pwd -P)/uniffi-bindgen" "$tools/bindgen/uniffi-bindgen"
+
 rm -f target/wheels/cc_app_server-*.whl
 # `-C strip=debuginfo` applies to the final crate only (maturin hands it to `cargo rustc`), so the
 # dependencies' release artifacts are shared with every other release build of the workspace.
-(cd python && "../$tools/bin/maturin" build --release --out ../target/wheels -- -C strip=debuginfo >&2)
+(cd python && PATH="$PWD/../$tools/bindgen:$PATH" "../$tools/bin/maturin" build --release --out ../target/wheels -- -C strip=debuginfo >&2)
 wheel=$(ls target/wheels/cc_app_server-*.whl)
 echo "$wheel"

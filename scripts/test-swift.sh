@@ -33,12 +33,12 @@ echo "swift wrapper: $((1 - wrapper_status)) passed, $wrapper_status failed"
 [ $wrapper_status = 0 ] || exit 1
 
 step "cdylib and pinned uniffi-bindgen; the checked-in glue is fresh"
-cargo build -q -p cc-app-server-ffi --features uniffi-cli --bins --lib
+cargo build -q -p cc-app-server-ffi
 glue_status=0
 bash scripts/swift-glue.sh --check || glue_status=1
 echo "swift glue: $((1 - glue_status)) passed, $glue_status failed"
 
-lib="$repo/target/debug"
+lib="$(cd "${CARGO_TARGET_DIR:-target}" && pwd -P)/debug"
 link=(-Xlinker -L"$lib" -Xlinker -rpath -Xlinker "$lib")
 scratch="$repo/target/swift"
 
