@@ -2,7 +2,7 @@
 # Installs the C ABI under a prefix: builds the RELEASE cdylib of cc-app-server-ffi (in
 # ${CARGO_TARGET_DIR:-target}; an up-to-date release build is reused as cargo reuses it) and
 # installs
-#   PREFIX/lib/libcc_app_server.so          (the cdylib, debug info stripped)
+#   PREFIX/lib/libcc_app_server.so          (the cdylib, debug info stripped; symbol names kept for backtraces and valgrind)
 #   PREFIX/include/cc_app_server.h          (ffi/include/cc_app_server.h)
 #   PREFIX/lib/pkgconfig/cc-app-server.pc   (pkg-config --cflags --libs cc-app-server)
 # A C host then builds with
