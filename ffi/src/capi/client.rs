@@ -2,8 +2,8 @@
 //! approval routing, default decline) behind a C handle, with the C approval callback and its
 //! `CC_DECISION_*` values.
 
-use super::*;
 use super::hub::{Hub, Next, Who};
+use super::*;
 use crate::client::parse_params;
 use crate::errors::ClientError;
 use cc_app_server::client::{
@@ -115,17 +115,19 @@ impl Handle for cc_client {
 
 impl cc_client {
     /// Sends a request and records its outcome (code, retry-after, result) on the handle.
-    pub(super) fn call(&self, method: &str, params: Value) -> Result<Value, Refused> {
+    /// The result comes as its value and its JSON text (serialised once; the text is also kept).
+    pub(super) fn call(&self, method: &str, params: Value) -> Result<(Value, String), Refused> {
         let answer = self.inner.client.request(method, params);
         let mut last = lock(&self.last);
         match answer {
             Ok(result) => {
+                let text = result.to_string();
                 *last = LastAnswer {
                     code: 0,
                     retry_after_ms: 0,
-                    result: Some(result.to_string()),
+                    result: Some(text.clone()),
                 };
-                Ok(result)
+                Ok((result, text))
             }
             Err(CoreClientError::Protocol {
                 code,
@@ -303,7 +305,7 @@ pub unsafe extern "C" fn cc_client_request(
             })?
         };
         let (code, text) = match c.call(method, params) {
-            Ok(result) => (CC_OK, result.to_string()),
+            Ok((_, text)) => (CC_OK, text),
             Err(Refused {
                 code,
                 text,
@@ -375,7 +377,10 @@ pub unsafe extern "C" fn cc_client_last_result_string(
         let pointer = str_arg(pointer, "pointer")?;
         let result = lock(&c.last).result.clone();
         let Some(result) = result else {
-            return Err(fail(CC_ERR_FAILED, "no request has succeeded on this client"));
+            return Err(fail(
+                CC_ERR_FAILED,
+                "no request has succeeded on this client",
+            ));
         };
         json_field_into(&result, pointer, TextOut::new(buf, len, out_needed))
     })
@@ -398,7 +403,10 @@ pub unsafe extern "C" fn cc_client_last_result_int(
         let out = out_arg(out_value, "out_value")?;
         let result = lock(&c.last).result.clone();
         let Some(result) = result else {
-            return Err(fail(CC_ERR_FAILED, "no request has succeeded on this client"));
+            return Err(fail(
+                CC_ERR_FAILED,
+                "no request has succeeded on this client",
+            ));
         };
         *out = json_int(&result, pointer)?;
         Ok(())
@@ -434,7 +442,11 @@ pub unsafe extern "C" fn cc_client_next_notification(
                 "a notification callback is set: notifications go to it, not to polls",
             ));
         }
-        match c.inner.hub.next(&c.inner.client, Who::Poll, deadline(timeout_ms)) {
+        match c
+            .inner
+            .hub
+            .next(&c.inner.client, Who::Poll, deadline(timeout_ms))
+        {
             Next::Message(message) => c.kept_notification.write_or_keep(out, CC_OK, message),
             Next::Timeout => Err(fail(CC_ERR_TIMEOUT, "no notification within the timeout")),
             _ => Err(fail(CC_ERR_CLOSED, ClientError::Closed.to_string())),
@@ -493,7 +505,10 @@ pub unsafe extern "C" fn cc_client_set_notification_callback(
             .spawn(move || deliver(&inner, generation, notify))
             .map_err(|e| {
                 c.inner.hub.stop_callback();
-                fail(CC_ERR_FAILED, format!("cannot start the callback thread: {e}"))
+                fail(
+                    CC_ERR_FAILED,
+                    format!("cannot start the callback thread: {e}"),
+                )
             })?;
         *lock(&c.callback) = Some(CallbackThread { thread });
         Ok(())

@@ -51,7 +51,11 @@ impl cc_client_turn {
     /// The next message of this turn, noting agent texts and the completion as it passes.
     /// `Ok(None)` after the end.
     fn pull(&self, until: Option<std::time::Instant>) -> Outcome<Option<String>> {
-        match self.inner.hub.next(&self.inner.client, Who::Turn(self.sub), until) {
+        match self
+            .inner
+            .hub
+            .next(&self.inner.client, Who::Turn(self.sub), until)
+        {
             Next::Message(text) => {
                 if let Ok(v) = serde_json::from_str::<Value>(&text) {
                     self.note(&v);
@@ -130,8 +134,8 @@ pub unsafe extern "C" fn cc_client_turn_start(
         let params = json!({"threadId": thread_id, "input": [{"type": "text", "text": text}]});
         let hub = &c.inner.hub;
         let sub = hub.subscribe(thread_id);
-        let started = match c.call("turn/start", params) {
-            Ok(started) => started,
+        let (started, started_text) = match c.call("turn/start", params) {
+            Ok(answer) => answer,
             Err(Refused { code, text, .. }) => {
                 hub.unsubscribe(sub);
                 return Err(fail(code, text));
@@ -146,7 +150,7 @@ pub unsafe extern "C" fn cc_client_turn_start(
             inner: Arc::clone(&c.inner),
             sub,
             turn_id: turn_id.to_string(),
-            started: started.to_string(),
+            started: started_text,
             kept: OversizedText::default(),
             kept_is_last: Mutex::new(false),
             seen: Mutex::new(Seen::default()),
@@ -185,7 +189,10 @@ pub unsafe extern "C" fn cc_client_turn_next(
         if lock(&t.seen).last_handed_out {
             return Err(fail(
                 CC_ERR_CLOSED,
-                format!("turn {} has completed: its turn/completed was the last", t.turn_id),
+                format!(
+                    "turn {} has completed: its turn/completed was the last",
+                    t.turn_id
+                ),
             ));
         }
         let Some(text) = t.pull(deadline(timeout_ms))? else {
@@ -267,7 +274,9 @@ pub unsafe extern "C" fn cc_client_turn_completion(
     out_needed: *mut usize,
 ) -> cc_result {
     let out = TextOut::new(buf, len, out_needed);
-    on_handle(handle(turn), |t| out.write(&t.finish(timeout_ms)?.to_string()))
+    on_handle(handle(turn), |t| {
+        out.write(&t.finish(timeout_ms)?.to_string())
+    })
 }
 
 /// The turn's id.

@@ -76,7 +76,9 @@ pub(super) struct Hub {
 /// `turn/started` and `turn/completed`) `params.turn.id`; and whether it is a `turn/completed`.
 pub(super) fn route_of(v: &Value) -> (Option<&str>, Option<&str>, bool) {
     let params = v.get("params");
-    let thread = params.and_then(|p| p.get("threadId")).and_then(Value::as_str);
+    let thread = params
+        .and_then(|p| p.get("threadId"))
+        .and_then(Value::as_str);
     let turn = params
         .and_then(|p| p.get("turnId"))
         .and_then(Value::as_str)
