@@ -316,6 +316,66 @@ static void test_turn_handles(cc_server *server) {
   cc_client_turn_free(a);
 }
 
+/* A poll on another thread (waiting without a deadline) while the main thread reads a turn
+ * handle: each notification reaches one of them, the turn's all reach the handle. */
+struct poller {
+  cc_client *client;
+  char turn_id[128];
+  atomic_int got;
+  atomic_int stolen;
+  cc_result end;
+};
+
+static void *poll_thread(void *arg) {
+  struct poller *p = arg;
+  static char local[64 * 1024];
+  for (;;) {
+    cc_result r = cc_client_next_notification(p->client, CC_WAIT_FOREVER, local, sizeof local, NULL);
+    if (r != CC_OK) {
+      p->end = r;
+      return NULL;
+    }
+    atomic_fetch_add(&p->got, 1);
+    if (p->turn_id[0] && strstr(local, p->turn_id)) atomic_fetch_add(&p->stolen, 1);
+  }
+}
+
+static void test_poll_beside_a_turn(const char *dir) {
+  cc_server *server = open_server(dir, "");
+  if (!server) return;
+  struct poller p = {0};
+  p.end = CC_OK;
+  CHECK(cc_client_connect(server, NULL, NULL, 0, &p.client) == CC_OK, "connect");
+  start_thread(p.client, "side");
+  start_thread(p.client, "main");
+  pthread_t poller;
+  pthread_create(&poller, NULL, poll_thread, &p);
+  int events = 0, rounds = 5;
+  for (int round = 0; round < rounds; round++) {
+    cc_client_turn *turn = NULL;
+    /* A turn nobody has a handle for: its events go to the poller. */
+    char params[256];
+    snprintf(params, sizeof params, "{\"threadId\":\"side\",\"input\":[{\"type\":\"text\",\"text\":\"x\"}]}");
+    static char local[4096];
+    CHECK(cc_client_request(p.client, "turn/start", params, local, sizeof local, NULL) == CC_OK, "side turn");
+    CHECK(cc_client_turn_start(p.client, "main", "hello", &turn) == CC_OK, "turn");
+    cc_client_turn_id(turn, p.turn_id, sizeof p.turn_id, NULL);
+    bool last = false;
+    while (!last && cc_client_turn_next(turn, 20000, buf, sizeof buf, NULL, &last) == CC_OK) events++;
+    CHECK(last, "round %d ended", round);
+    cc_client_turn_free(turn);
+  }
+  for (int i = 0; i < 400 && atomic_load(&p.got) < rounds * 5; i++) usleep(5000);
+  /* A server shutdown closes the client: the blocked poll returns (never free a handle that
+   * another thread is inside). */
+  cc_server_free(server);
+  pthread_join(poller, NULL);
+  cc_client_free(p.client);
+  CHECK(events >= rounds * 5 && atomic_load(&p.stolen) == 0 && atomic_load(&p.got) >= rounds * 5,
+        "turn events %d, poller got %d, of which the handle's %d", events, atomic_load(&p.got), atomic_load(&p.stolen));
+  CHECK(p.end == CC_ERR_CLOSED, "the blocked poll ends with the client: %s", cc_result_name(p.end));
+}
+
 /* ---- blocking wait and the notification callback ------------------------------------------- */
 struct seen {
   atomic_int calls;
@@ -404,6 +464,8 @@ int main(void) {
     CHECK(r == CC_ERR_CLOSED, "closed: %s", cc_result_name(r));
     cc_client_free(closed);
   }
+  snprintf(dir, sizeof dir, "%s/side", root);
+  test_poll_beside_a_turn(dir);
   snprintf(dir, sizeof dir, "%s/flood", root);
   test_overloaded(dir);
   test_store_classes(root);
