@@ -65,7 +65,9 @@ for test_c in ffi/tests/c/*.c; do
   name=$(basename "$test_c" .c)
   gcc "${cflags[@]}" "${pc[@]}" "$test_c" -o "$out/$name" "${libs[@]}"
   # The binary must use the installed library, not a build tree's.
-  if ! ldd "$out/$name" | grep -q "$pc_libdir/libcc_app_server.so"; then
+  # (ldd's whole output first: with pipefail, `grep -q` closing the pipe early fails ldd.)
+  linked=$(ldd "$out/$name")
+  if [[ "$linked" != *"$pc_libdir/libcc_app_server.so"* ]]; then
     echo "$name does not load $pc_libdir/libcc_app_server.so"; c_status=1
   fi
   valgrind --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible \
