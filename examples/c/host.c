@@ -1,13 +1,15 @@
 /* A minimal C host: opens an in-process CC App Server, starts a thread, runs a scripted turn that
- * asks to write a file, approves it from a callback, prints every notification until the turn
- * completes, then shuts down. Build (from the repository root, after `cargo build -p
- * cc-app-server-ffi`):
+ * asks to write a file, approves it from a callback, prints the turn's notifications until it
+ * completes and then the assistant's text, and shuts down. Build against the installed library
+ * (docs/ffi.md, "Install"), from the repository root:
  *
- *   gcc -Wall -Wextra -Werror -I ffi/include examples/c/host.c -o host \
- *       -L target/debug -lcc_app_server_ffi -Wl,-rpath,"$PWD/target/debug"
+ *   scripts/install-c.sh --prefix "$HOME/.local/cc-app-server"
+ *   export PKG_CONFIG_PATH="$HOME/.local/cc-app-server/lib/pkgconfig"
+ *   gcc -Wall -Wextra -Werror examples/c/host.c -o host $(pkg-config --cflags --libs cc-app-server) \
+ *       -Wl,-rpath,"$(pkg-config --variable=libdir cc-app-server)"
  *   ./host /tmp/cc-demo-state
  */
-#include "cc_app_server.h"
+#include <cc_app_server.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,26 +51,26 @@ int main(int argc, char **argv) {
   static char buf[64 * 1024];
   r = cc_client_request(client, "thread/start", "{\"title\":\"C host\"}", buf, sizeof buf, NULL);
   if (r != CC_OK) return fail("thread/start", r, client);
-  /* The thread id sits in the result: {"thread":{"id":"…",…}}. */
+  /* The thread id sits in the result, {"thread":{"id":"…",…}}: read it by JSON pointer. */
   char thread_id[160] = "";
-  const char *id = strstr(buf, "\"id\":\"");
-  if (id) sscanf(id + 6, "%150[^\"]", thread_id);
+  r = cc_client_last_result_string(client, "/thread/id", thread_id, sizeof thread_id, NULL);
+  if (r != CC_OK) return fail("thread id", r, client);
   printf("thread %s\n", thread_id);
 
-  char params[512];
-  snprintf(params, sizeof params,
-           "{\"threadId\":\"%s\",\"input\":[{\"type\":\"text\",\"text\":\"write the note\"}]}",
-           thread_id);
-  r = cc_client_request(client, "turn/start", params, buf, sizeof buf, NULL);
+  /* The turn's own events: subscribed before turn/start is sent, ending with its turn/completed. */
+  cc_client_turn *turn = NULL; /* owned by us: cc_client_turn_free */
+  r = cc_client_turn_start(client, thread_id, "write the note", &turn);
   if (r != CC_OK) return fail("turn/start", r, client);
-
-  for (int waited = 0; waited < 300; waited++) {
-    r = cc_client_next_notification(client, 100, buf, sizeof buf, NULL);
-    if (r == CC_ERR_TIMEOUT) continue;
-    if (r != CC_OK) return fail("receive", r, client);
+  bool last = false;
+  while (!last) {
+    r = cc_client_turn_next(turn, 30000, buf, sizeof buf, NULL, &last);
+    if (r != CC_OK) return fail("turn events", r, client);
     printf("%s\n", buf);
-    if (strstr(buf, "\"method\":\"turn/completed\"")) break;
   }
+  r = cc_client_turn_text(turn, 0, buf, sizeof buf, NULL);
+  if (r != CC_OK) return fail("turn text", r, client);
+  printf("assistant: %s\n", buf);
+  cc_client_turn_free(turn);
 
   bool ok = false;
   uint64_t events = 0;

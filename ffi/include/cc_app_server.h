@@ -27,6 +27,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// A `timeout_ms` that waits without a deadline (until a notification comes or the client
+// closes): -1 converted to `uint32_t`.
+#define CC_WAIT_FOREVER UINT32_MAX
+
 // Approval callback results: run this call once.
 #define CC_DECISION_ACCEPT_ONCE 1
 
@@ -84,11 +88,31 @@ typedef enum {
   CC_ERR_PANIC = 12,
   // Anything else (a kernel or callback failure); see last error.
   CC_ERR_FAILED = 13,
+  // The server answered -32004 (no such thread, turn, item…), or the store has no such thread.
+  CC_ERR_NOT_FOUND = 14,
+  // The server answered -32009: the thread is busy with another turn, archived, or an
+  // idempotency key was reused with other params.
+  CC_ERR_CONFLICT = 15,
+  // The server answered -32602, or the params given were not JSON (nothing was sent).
+  CC_ERR_INVALID_PARAMS = 16,
+  // The state directory is held by another store, in this process or another.
+  CC_ERR_STORE_LOCKED = 17,
+  // The state directory is not a private directory (a regular file, a symlink, group/world
+  // access).
+  CC_ERR_STORE_UNSAFE = 18,
+  // A log is corrupt or does not match its anchor: restore it from a backup.
+  CC_ERR_STORE_DAMAGED = 19,
+  // A turn ended `failed` (`cc_client_turn_text`); its reason is the last error.
+  CC_ERR_KERNEL_FAILED = 20,
 } cc_result;
 
 // A connected, initialized client (the one Rust client: pending map, timeouts, approval routing,
 // default decline). Created by `cc_client_connect`, freed (and closed) by `cc_client_free`.
 typedef struct cc_client cc_client;
+
+// The events of one turn started by `cc_client_turn_start`. Freed by `cc_client_turn_free`
+// (which may come before or after `cc_client_free`).
+typedef struct cc_client_turn cc_client_turn;
 
 // One raw connection: the host speaks JSON-RPC lines itself. Created by `cc_server_connect`,
 // freed (and closed) by `cc_connection_free`.
@@ -128,6 +152,12 @@ typedef struct {
 typedef int32_t (*cc_approval_fn)(void *user_data,
                                   const char *params_json);
 
+// Receives the client's notifications, one whole JSON-RPC message per call (`message_json`,
+// NUL-terminated, borrowed for the call), or `message_json` NULL once when the client has closed
+// and everything before was delivered (no call follows that one).
+typedef void (*cc_notification_fn)(void *user_data,
+                                   const char *message_json);
+
 // Receives one diagnostic record: `level` a `CC_LOG_*` value; `target` (e.g.
 // "cc_app_server::turn") and `message` are NUL-terminated UTF-8 borrowed for the call.
 typedef void (*cc_log_fn)(void *user_data,
@@ -157,6 +187,31 @@ cc_result cc_schema_digest(char *buf,
                            size_t len,
                            size_t *out_needed);
 
+// One field of any JSON text (a notification, a result, an error object), by JSON pointer
+// (RFC 6901: "/params/turn/status", "/params/item/content/text", "" for the whole value): a
+// string's own text (unescaped), any other value as JSON text. `CC_ERR_NOT_FOUND` when there is
+// no such field or it is null; `CC_ERR_INVALID_ARGUMENT` when `json` is not JSON. No handle,
+// so no last error: the code says it all.
+//
+// # Safety
+// `json` and `pointer` valid C strings; `buf` NULL or valid for `len`; `out_needed` NULL or
+// valid.
+cc_result cc_json_get_string(const char *json,
+                             const char *pointer,
+                             char *buf,
+                             size_t len,
+                             size_t *out_needed);
+
+// One integer field of any JSON text, by JSON pointer (e.g. "/params/eventSeq").
+// `CC_ERR_NOT_FOUND` when absent or null; `CC_ERR_INVALID_ARGUMENT` when `json` is not JSON or
+// the value is not an integer.
+//
+// # Safety
+// `json` and `pointer` valid C strings; `out_value` valid.
+cc_result cc_json_get_int(const char *json,
+                          const char *pointer,
+                          int64_t *out_value);
+
 // Opens a server from a JSON config (keys: `stateDir` (required), `store` ("jsonl"|"sqlite"),
 // `durability` ("sync"|"buffered"|"ephemeral"), `policy` ("askEveryTime"|"autoApprove"|
 // "denyAll"), `workspace`, `script` (a scripted-kernel script object), `approvalTimeoutMs`,
@@ -167,7 +222,10 @@ cc_result cc_schema_digest(char *buf,
 // workspace tool set confined to that directory), `outboundStallMs`, `rolloutKeyHex` (64 hex
 // digits: keyed tamper evidence, never written anywhere), `acceptUnanchored` (true/false)). `kernel` (NULL:
 // the built-in scripted kernel) is copied. On success `*out_server` owns a new handle; free it
-// with `cc_server_free`. On failure the reason goes into `error_buf` (NULL allowed; truncated).
+// with `cc_server_free`. On failure the reason goes into `error_buf` (NULL allowed; truncated)
+// and the code says what failed: `CC_ERR_INVALID_ARGUMENT` (the config), `CC_ERR_STORE_LOCKED`
+// (another store holds `stateDir`), `CC_ERR_STORE_UNSAFE` (`stateDir` is not a private
+// directory), `CC_ERR_STORE_DAMAGED` (a corrupt or unanchored log), `CC_ERR_STORE` (I/O).
 //
 // # Safety
 // `config_json` a valid C string; `kernel` NULL or valid; `out_server` valid;
@@ -194,7 +252,8 @@ cc_result cc_server_last_error(const cc_server *server,
                                size_t len,
                                size_t *out_needed);
 
-// Checks one thread's whole hash chain and anchor in the server's store.
+// Checks one thread's whole hash chain and anchor in the server's store. `CC_ERR_NOT_FOUND` for
+// a thread the store does not have; a store failure as `cc_server_open` reports it.
 //
 // # Safety
 // `server` valid; `thread_id` a valid C string; `out_ok` / `out_events` NULL or valid.
@@ -272,9 +331,15 @@ cc_result cc_client_connect(const cc_server *server,
                             cc_client **out_client);
 
 // Sends a request and waits for its answer. `params_json` NULL means `{}`. `CC_OK`: `buf` holds
-// the result JSON. `CC_ERR_PROTOCOL`: `buf` holds the error object `{"code","message","data"}`.
-// `CC_ERR_BUFFER_TOO_SMALL`: the answer is kept; fetch it with `cc_client_last_result`.
-// Other codes: see `cc_client_last_error` / `cc_client_last_error_code`.
+// the result JSON (also kept for `cc_client_last_result_string`). A server error: `buf` holds
+// the error object `{"code","message","data"}` and the code says its class: `CC_ERR_NOT_FOUND`
+// (-32004), `CC_ERR_CONFLICT` (-32009), `CC_ERR_INVALID_PARAMS` (-32602), `CC_ERR_OVERLOADED`
+// (-32001; see `cc_client_last_retry_after_ms`), `CC_ERR_TIMEOUT` (-32010), `CC_ERR_PROTOCOL`
+// (any other code). `CC_ERR_INVALID_PARAMS` also when `params_json` is not JSON (nothing was
+// sent). `CC_ERR_BUFFER_TOO_SMALL`: the answer is kept; fetch it with `cc_client_last_result`.
+// Other codes (no answer from the server: `CC_ERR_TIMEOUT`, `CC_ERR_OVERLOADED` locally,
+// `CC_ERR_CLOSED`, `CC_ERR_LINE_TOO_LARGE`): see `cc_client_last_error`. In every case
+// `cc_client_last_error_code` gives the JSON-RPC code.
 //
 // # Safety
 // `client` valid; `method` a valid C string; `params_json` NULL or a valid C string;
@@ -287,7 +352,8 @@ cc_result cc_client_request(const cc_client *client,
                             size_t *out_needed);
 
 // The answer kept by the last `cc_client_request` that returned `CC_ERR_BUFFER_TOO_SMALL`, with
-// the code that answer had (`CC_OK` or `CC_ERR_PROTOCOL`). `CC_ERR_FAILED` when none is kept.
+// the code that answer had (`CC_OK` or the server error's code). `CC_ERR_FAILED` when none is
+// kept.
 //
 // # Safety
 // `client` valid; `buf` NULL or valid for `len`; `out_needed` NULL or valid.
@@ -297,15 +363,51 @@ cc_result cc_client_last_result(const cc_client *client,
                                 size_t *out_needed);
 
 // The JSON-RPC code of the last failed request on this client (0 after a success): e.g.
-// -32602, -32001 (overloaded), -32010 (timed out).
+// -32004 (not found), -32602 (invalid params), -32001 (overloaded), -32010 (timed out).
 //
 // # Safety
 // `client` NULL or valid.
 int64_t cc_client_last_error_code(const cc_client *client);
 
+// How long to wait before retrying, in milliseconds, after the last request on this client
+// ended in `CC_ERR_OVERLOADED` (the server's `data.retry_after_ms`, or the client's own when
+// too many requests were in flight or the server's queue was full); 0 after any other outcome.
+//
+// # Safety
+// `client` NULL or valid.
+int64_t cc_client_last_retry_after_ms(const cc_client *client);
+
+// One field of the last successful `cc_client_request` result, by JSON pointer (RFC 6901, e.g.
+// "/thread/id", "/turn/status", "/data/0/id"; "" is the whole result), as `cc_json_get_string`
+// gives it: a string's own text, any other value as JSON. `CC_ERR_NOT_FOUND` when the result
+// has no such field (or it is null), `CC_ERR_FAILED` when no request has succeeded yet.
+//
+// # Safety
+// `client` valid; `pointer` a valid C string; `buf` NULL or valid for `len`; `out_needed` NULL
+// or valid.
+cc_result cc_client_last_result_string(const cc_client *client,
+                                       const char *pointer,
+                                       char *buf,
+                                       size_t len,
+                                       size_t *out_needed);
+
+// One integer field of the last successful `cc_client_request` result, by JSON pointer (e.g.
+// "/thread/revision"). `CC_ERR_NOT_FOUND` when absent or null, `CC_ERR_INVALID_ARGUMENT` when
+// it is not an integer, `CC_ERR_FAILED` when no request has succeeded yet.
+//
+// # Safety
+// `client` valid; `pointer` a valid C string; `out_value` valid.
+cc_result cc_client_last_result_int(const cc_client *client,
+                                    const char *pointer,
+                                    int64_t *out_value);
+
 // Receives the next notification (a whole JSON-RPC message) into `buf`, waiting up to
-// `timeout_ms`. `CC_ERR_TIMEOUT` when none came; `CC_ERR_BUFFER_TOO_SMALL` keeps it for the
-// next call.
+// `timeout_ms` (`CC_WAIT_FOREVER`, i.e. -1 converted to `uint32_t`: until one arrives or the
+// client closes). `CC_ERR_TIMEOUT` when none came; `CC_ERR_CLOSED` once the client is closed and
+// every earlier notification was taken; `CC_ERR_BUFFER_TOO_SMALL` keeps it for the next call.
+// Notifications of a turn started with `cc_client_turn_start` go to that turn's handle, not
+// here. `CC_ERR_INVALID_ARGUMENT` while a notification callback is set (the callback receives
+// them instead).
 //
 // # Safety
 // `client` valid; `buf` NULL or valid for `len`; `out_needed` NULL or valid.
@@ -314,6 +416,23 @@ cc_result cc_client_next_notification(const cc_client *client,
                                       char *buf,
                                       size_t len,
                                       size_t *out_needed);
+
+// Sets (or with `callback` NULL, removes) the client's notification callback. It is called on
+// one library thread per client, in order, never concurrently nor re-entrantly, with every
+// notification that would otherwise go to `cc_client_next_notification` (those already waiting
+// there first); notifications of a live `cc_client_turn` still go to that handle. While it is
+// set, `cc_client_next_notification` returns `CC_ERR_INVALID_ARGUMENT`. Removing or replacing
+// it waits for a call in progress (up to ~0.1 s for the library thread to notice), and once
+// this returns the old callback is never called again and notifications queue for polling
+// again; called from inside the callback, it takes effect when that call returns.
+// `cc_client_free` removes it the same way (do not free the client from inside the callback).
+// `user_data` is borrowed until then and must be usable from the library's thread.
+//
+// # Safety
+// `client` valid; `callback` NULL or a function safe to call as documented, with `user_data`.
+cc_result cc_client_set_notification_callback(const cc_client *client,
+                                              cc_notification_fn callback,
+                                              void *user_data);
 
 // The client's last error text.
 //
@@ -324,12 +443,105 @@ cc_result cc_client_last_error(const cc_client *client,
                                size_t len,
                                size_t *out_needed);
 
-// Closes the connection and frees the client; after it returns the approval callback is never
-// called again. NULL is a no-op.
+// Closes the connection and frees the client; after it returns neither the approval callback
+// nor the notification callback is called again. Turn handles made from it stay valid handles
+// (to free) and report `CC_ERR_CLOSED`. NULL is a no-op.
 //
 // # Safety
 // `client` NULL or a handle from `cc_client_connect` not yet freed; not used afterwards.
 void cc_client_free(cc_client *client);
+
+// Starts a turn on `thread_id` with one text input and returns its events. Subscribes before it
+// sends `turn/start`, so every notification of the turn reaches the handle. On success
+// `*out_turn` owns a new handle (free it with `cc_client_turn_free`). Failures are those of
+// `cc_client_request` for `turn/start` (`CC_ERR_NOT_FOUND` for no such thread,
+// `CC_ERR_CONFLICT` for a thread busy with another turn, `CC_ERR_OVERLOADED`, …), with the text
+// as the client's last error (the server's error object as JSON for a server error) and
+// `cc_client_last_error_code` set.
+//
+// # Safety
+// `client` valid; `thread_id`, `text` valid C strings; `out_turn` valid.
+cc_result cc_client_turn_start(const cc_client *client,
+                               const char *thread_id,
+                               const char *text,
+                               cc_client_turn **out_turn);
+
+// The turn's next notification (a whole JSON-RPC message), waiting up to `timeout_ms`
+// (`CC_WAIT_FOREVER`: no deadline). `*out_last` (if not NULL) is set true for the turn's
+// `turn/completed`, the last one; a call after that returns `CC_ERR_CLOSED` ("completed").
+// `CC_ERR_TIMEOUT` when nothing came in time; `CC_ERR_CLOSED` also when the client closed first;
+// `CC_ERR_BUFFER_TOO_SMALL` keeps the message for the next call.
+//
+// # Safety
+// `turn` valid; `buf` NULL or valid for `len`; `out_needed`, `out_last` NULL or valid.
+cc_result cc_client_turn_next(const cc_client_turn *turn,
+                              uint32_t timeout_ms,
+                              char *buf,
+                              size_t len,
+                              size_t *out_needed,
+                              bool *out_last);
+
+// Reads the turn to its end (up to `timeout_ms` in all; `CC_WAIT_FOREVER`: no deadline) and
+// writes the assistant's text: the `text` of the turn's `item/completed` items whose content is
+// an `agentMessage`, in order, joined with "\n" (also those already handed out by
+// `cc_client_turn_next`). A turn that ended `failed` returns `CC_ERR_KERNEL_FAILED` with
+// "REASON: MESSAGE" (REASON the TurnError code, e.g. `kernelFailed`) as the handle's last
+// error; `interrupted` returns `CC_ERR_CANCELLED`. Repeatable: a short buffer
+// (`CC_ERR_BUFFER_TOO_SMALL`) or a timeout loses nothing, call again.
+//
+// # Safety
+// `turn` valid; `buf` NULL or valid for `len`; `out_needed` NULL or valid.
+cc_result cc_client_turn_text(const cc_client_turn *turn,
+                              uint32_t timeout_ms,
+                              char *buf,
+                              size_t len,
+                              size_t *out_needed);
+
+// Reads the turn to its end (as `cc_client_turn_text`) and writes its `turn/completed` params
+// as JSON (`/turn/status`, `/turn/id`, `/error/code`, `/error/message`… through
+// `cc_json_get_string`), whatever the turn's status. Repeatable.
+//
+// # Safety
+// `turn` valid; `buf` NULL or valid for `len`; `out_needed` NULL or valid.
+cc_result cc_client_turn_completion(const cc_client_turn *turn,
+                                    uint32_t timeout_ms,
+                                    char *buf,
+                                    size_t len,
+                                    size_t *out_needed);
+
+// The turn's id.
+//
+// # Safety
+// `turn` valid; `buf` NULL or valid for `len`; `out_needed` NULL or valid.
+cc_result cc_client_turn_id(const cc_client_turn *turn,
+                            char *buf,
+                            size_t len,
+                            size_t *out_needed);
+
+// The `turn/start` result (`{"turn":{…}}`) as JSON.
+//
+// # Safety
+// `turn` valid; `buf` NULL or valid for `len`; `out_needed` NULL or valid.
+cc_result cc_client_turn_started(const cc_client_turn *turn,
+                                 char *buf,
+                                 size_t len,
+                                 size_t *out_needed);
+
+// The turn handle's last error text.
+//
+// # Safety
+// `turn` NULL or valid; `buf` NULL or valid for `len`; `out_needed` NULL or valid.
+cc_result cc_client_turn_last_error(const cc_client_turn *turn,
+                                    char *buf,
+                                    size_t len,
+                                    size_t *out_needed);
+
+// Frees the turn handle: its notifications not yet handed out are dropped, and later ones of
+// that turn go to the client's poll queue or callback. NULL is a no-op.
+//
+// # Safety
+// `turn` NULL or a handle from `cc_client_turn_start` not yet freed; not used afterwards.
+void cc_client_turn_free(cc_client_turn *turn);
 
 // The turn's thread id.
 //

@@ -35,11 +35,16 @@ mod connection;
 
 mod client;
 
+mod client_turn;
+
 mod turn;
+
+mod hub;
 
 mod log;
 
 pub use client::*;
+pub use client_turn::*;
 pub use connection::*;
 pub use log::*;
 pub use server::*;
@@ -82,7 +87,27 @@ pub enum cc_result {
     CC_ERR_PANIC = 12,
     /// Anything else (a kernel or callback failure); see last error.
     CC_ERR_FAILED = 13,
+    /// The server answered -32004 (no such thread, turn, item…), or the store has no such thread.
+    CC_ERR_NOT_FOUND = 14,
+    /// The server answered -32009: the thread is busy with another turn, archived, or an
+    /// idempotency key was reused with other params.
+    CC_ERR_CONFLICT = 15,
+    /// The server answered -32602, or the params given were not JSON (nothing was sent).
+    CC_ERR_INVALID_PARAMS = 16,
+    /// The state directory is held by another store, in this process or another.
+    CC_ERR_STORE_LOCKED = 17,
+    /// The state directory is not a private directory (a regular file, a symlink, group/world
+    /// access).
+    CC_ERR_STORE_UNSAFE = 18,
+    /// A log is corrupt or does not match its anchor: restore it from a backup.
+    CC_ERR_STORE_DAMAGED = 19,
+    /// A turn ended `failed` (`cc_client_turn_text`); its reason is the last error.
+    CC_ERR_KERNEL_FAILED = 20,
 }
+
+/// A `timeout_ms` that waits without a deadline (until a notification comes or the client
+/// closes): -1 converted to `uint32_t`.
+pub const CC_WAIT_FOREVER: u32 = u32::MAX;
 
 use cc_result::*;
 
@@ -343,7 +368,7 @@ unsafe fn write_truncated(buf: *mut c_char, len: usize, text: &str) {
 #[no_mangle]
 pub extern "C" fn cc_result_name(result: i32) -> *const c_char {
     // An int, not the enum: a C caller may pass any value, and an out-of-range enum is UB in Rust.
-    const CODES: [cc_result; 14] = [
+    const CODES: [cc_result; 21] = [
         CC_OK,
         CC_ERR_NULL_ARGUMENT,
         CC_ERR_INVALID_ARGUMENT,
@@ -358,6 +383,13 @@ pub extern "C" fn cc_result_name(result: i32) -> *const c_char {
         CC_ERR_EXPIRED,
         CC_ERR_PANIC,
         CC_ERR_FAILED,
+        CC_ERR_NOT_FOUND,
+        CC_ERR_CONFLICT,
+        CC_ERR_INVALID_PARAMS,
+        CC_ERR_STORE_LOCKED,
+        CC_ERR_STORE_UNSAFE,
+        CC_ERR_STORE_DAMAGED,
+        CC_ERR_KERNEL_FAILED,
     ];
     let Some(&result) = CODES.iter().find(|c| **c as i32 == result) else {
         return c"CC_UNKNOWN_RESULT".as_ptr();
@@ -377,6 +409,13 @@ pub extern "C" fn cc_result_name(result: i32) -> *const c_char {
         CC_ERR_EXPIRED => b"CC_ERR_EXPIRED\0",
         CC_ERR_PANIC => b"CC_ERR_PANIC\0",
         CC_ERR_FAILED => b"CC_ERR_FAILED\0",
+        CC_ERR_NOT_FOUND => b"CC_ERR_NOT_FOUND\0",
+        CC_ERR_CONFLICT => b"CC_ERR_CONFLICT\0",
+        CC_ERR_INVALID_PARAMS => b"CC_ERR_INVALID_PARAMS\0",
+        CC_ERR_STORE_LOCKED => b"CC_ERR_STORE_LOCKED\0",
+        CC_ERR_STORE_UNSAFE => b"CC_ERR_STORE_UNSAFE\0",
+        CC_ERR_STORE_DAMAGED => b"CC_ERR_STORE_DAMAGED\0",
+        CC_ERR_KERNEL_FAILED => b"CC_ERR_KERNEL_FAILED\0",
     };
     name.as_ptr().cast()
 }
@@ -405,6 +444,86 @@ pub unsafe extern "C" fn cc_schema_digest(
 ) -> cc_result {
     guarded(None, || {
         TextOut::new(buf, len, out_needed).write(cc_agent_protocol::schema_digest())
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON field accessors
+
+/// The value at `pointer` in the JSON text `json`: `CC_ERR_INVALID_ARGUMENT` when `json` is not
+/// JSON, `CC_ERR_NOT_FOUND` when there is no such field or it is null.
+fn json_at(json: &str, pointer: &str) -> Outcome<serde_json::Value> {
+    let value: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| fail(CC_ERR_INVALID_ARGUMENT, format!("not JSON: {e}")))?;
+    match value.pointer(pointer) {
+        None | Some(serde_json::Value::Null) => Err(fail(
+            CC_ERR_NOT_FOUND,
+            format!("no value at JSON pointer {pointer:?}"),
+        )),
+        Some(v) => Ok(v.clone()),
+    }
+}
+
+/// Writes the field at `pointer`: a string's own text, any other value as JSON.
+unsafe fn json_field_into(json: &str, pointer: &str, out: TextOut) -> Outcome {
+    match json_at(json, pointer)? {
+        serde_json::Value::String(s) => out.write(&s),
+        other => out.write(&other.to_string()),
+    }
+}
+
+/// The integer at `pointer`.
+fn json_int(json: &str, pointer: &str) -> Outcome<i64> {
+    json_at(json, pointer)?.as_i64().ok_or_else(|| {
+        fail(
+            CC_ERR_INVALID_ARGUMENT,
+            format!("the value at {pointer:?} is not an integer"),
+        )
+    })
+}
+
+/// One field of any JSON text (a notification, a result, an error object), by JSON pointer
+/// (RFC 6901: "/params/turn/status", "/params/item/content/text", "" for the whole value): a
+/// string's own text (unescaped), any other value as JSON text. `CC_ERR_NOT_FOUND` when there is
+/// no such field or it is null; `CC_ERR_INVALID_ARGUMENT` when `json` is not JSON. No handle,
+/// so no last error: the code says it all.
+///
+/// # Safety
+/// `json` and `pointer` valid C strings; `buf` NULL or valid for `len`; `out_needed` NULL or
+/// valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_json_get_string(
+    json: *const c_char,
+    pointer: *const c_char,
+    buf: *mut c_char,
+    len: usize,
+    out_needed: *mut usize,
+) -> cc_result {
+    guarded(None, || {
+        let json = str_arg(json, "json")?;
+        let pointer = str_arg(pointer, "pointer")?;
+        json_field_into(json, pointer, TextOut::new(buf, len, out_needed))
+    })
+}
+
+/// One integer field of any JSON text, by JSON pointer (e.g. "/params/eventSeq").
+/// `CC_ERR_NOT_FOUND` when absent or null; `CC_ERR_INVALID_ARGUMENT` when `json` is not JSON or
+/// the value is not an integer.
+///
+/// # Safety
+/// `json` and `pointer` valid C strings; `out_value` valid.
+#[no_mangle]
+pub unsafe extern "C" fn cc_json_get_int(
+    json: *const c_char,
+    pointer: *const c_char,
+    out_value: *mut i64,
+) -> cc_result {
+    guarded(None, || {
+        let json = str_arg(json, "json")?;
+        let pointer = str_arg(pointer, "pointer")?;
+        let out = out_arg(out_value, "out_value")?;
+        *out = json_int(json, pointer)?;
+        Ok(())
     })
 }
 

@@ -4,7 +4,7 @@
 
 use super::turn::CKernel;
 use super::*;
-use crate::errors::ServerError;
+use crate::errors::{ServerError, StoreFailure};
 use crate::server::{Durability, OpenAiOptions, ServerOptions};
 use crate::store::StoreKind;
 use crate::ApprovalPolicy;
@@ -186,7 +186,10 @@ fn openai_from_json(v: &Value) -> Outcome<OpenAiOptions> {
 /// workspace tool set confined to that directory), `outboundStallMs`, `rolloutKeyHex` (64 hex
 /// digits: keyed tamper evidence, never written anywhere), `acceptUnanchored` (true/false)). `kernel` (NULL:
 /// the built-in scripted kernel) is copied. On success `*out_server` owns a new handle; free it
-/// with `cc_server_free`. On failure the reason goes into `error_buf` (NULL allowed; truncated).
+/// with `cc_server_free`. On failure the reason goes into `error_buf` (NULL allowed; truncated)
+/// and the code says what failed: `CC_ERR_INVALID_ARGUMENT` (the config), `CC_ERR_STORE_LOCKED`
+/// (another store holds `stateDir`), `CC_ERR_STORE_UNSAFE` (`stateDir` is not a private
+/// directory), `CC_ERR_STORE_DAMAGED` (a corrupt or unanchored log), `CC_ERR_STORE` (I/O).
 ///
 /// # Safety
 /// `config_json` a valid C string; `kernel` NULL or valid; `out_server` valid;
@@ -222,7 +225,7 @@ pub unsafe extern "C" fn cc_server_open(
         let core = CoreServer::open(config).map_err(|e| {
             let e = ServerError::from(e);
             let code = match e {
-                ServerError::Store { .. } => CC_ERR_STORE,
+                ServerError::Store { kind, .. } => store_code(kind),
                 _ => CC_ERR_INVALID_ARGUMENT,
             };
             fail(code, e.to_string())
@@ -267,7 +270,18 @@ pub unsafe extern "C" fn cc_server_last_error(
     last_error_into(server.as_ref(), TextOut::new(buf, len, out_needed))
 }
 
-/// Checks one thread's whole hash chain and anchor in the server's store.
+/// The `cc_result` of a store failure.
+fn store_code(kind: StoreFailure) -> cc_result {
+    match kind {
+        StoreFailure::Locked => CC_ERR_STORE_LOCKED,
+        StoreFailure::Unsafe => CC_ERR_STORE_UNSAFE,
+        StoreFailure::Damaged => CC_ERR_STORE_DAMAGED,
+        StoreFailure::Io => CC_ERR_STORE,
+    }
+}
+
+/// Checks one thread's whole hash chain and anchor in the server's store. `CC_ERR_NOT_FOUND` for
+/// a thread the store does not have; a store failure as `cc_server_open` reports it.
 ///
 /// # Safety
 /// `server` valid; `thread_id` a valid C string; `out_ok` / `out_events` NULL or valid.
@@ -280,11 +294,13 @@ pub unsafe extern "C" fn cc_server_verify_thread(
 ) -> cc_result {
     on_handle(handle(server), |s| {
         let id = str_arg(thread_id, "thread_id")?;
-        let report = s
-            .server
-            .store()
-            .verify(id)
-            .map_err(|e| fail(CC_ERR_STORE, e.to_string()))?;
+        let report = s.server.store().verify(id).map_err(|e| {
+            let code = match e {
+                cc_app_server::rollout::StoreError::NotFound(_) => CC_ERR_NOT_FOUND,
+                ref other => store_code(StoreFailure::of(other)),
+            };
+            fail(code, e.to_string())
+        })?;
         put(out_ok, report.ok());
         put(out_events, report.events);
         Ok(())

@@ -151,7 +151,7 @@ static void test_turn_with_approval(cc_server *server) {
 
   /* A protocol error fills the buffer with the error object. */
   r = cc_client_request(client, "thread/read", "{\"threadId\":\"missing\"}", big, sizeof big, NULL);
-  CHECK(r == CC_ERR_PROTOCOL && strstr(big, "-32004"), "not found: %s %s", cc_result_name(r), big);
+  CHECK(r == CC_ERR_NOT_FOUND && strstr(big, "-32004"), "not found: %s %s", cc_result_name(r), big);
   CHECK(cc_client_last_error_code(client) == -32004, "last code");
 
   /* An answer that does not fit is kept, with the code it had. */
