@@ -24,6 +24,7 @@ from ._kernel import Kernel, KernelLike, ToolExecutor, ToolsLike, TurnContext, T
 from ._logging import install_engine_logging
 from ._native import ffi as _ffi
 from ._server import AppServer, Durability, OpenAI, Policy, ServerStats, Store
+from ._store import EventPage, RolloutEvent, RolloutStore, ThreadPage, ThreadSummary, VerifyReport
 
 __version__: str = _ffi.library_version()
 PROTOCOL_VERSION: int = _ffi.protocol_version()
@@ -54,8 +55,14 @@ __all__ = [
     "protocol",
     "PROTOCOL_VERSION",
     "ProtocolError",
+    "RolloutEvent",
+    "RolloutStore",
     "SCHEMA_DIGEST",
     "ServerStats",
+    "EventPage",
+    "ThreadPage",
+    "ThreadSummary",
+    "VerifyReport",
     "Store",
     "StoreDamaged",
     "StoreError",

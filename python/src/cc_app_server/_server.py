@@ -16,6 +16,7 @@ from ._errors import Closed, from_server_error
 from ._kernel import KernelLike, NativeKernel, NativeTools, ToolsLike
 from ._logging import install_engine_logging
 from ._native import ffi
+from ._store import RolloutStore
 
 Store = Literal["jsonl", "sqlite"]
 Durability = Literal["sync", "buffered", "ephemeral"]
@@ -171,6 +172,10 @@ class AppServer:
                            listener_errors=int(s.listener_errors), dropped_log_records=int(s.dropped_log_records),
                            indexed_threads=int(s.store_indexed_threads), loaded_threads=int(s.store_loaded_threads),
                            tail_cache_bytes=int(s.tail_cache_bytes))
+
+    def store(self) -> RolloutStore:
+        """The server's rollout store, to read and verify logs while it runs."""
+        return RolloutStore(self._require().store())
 
     def set_policy(self, policy: Policy) -> None:
         """Changes the approval policy; grants made under the old one lapse."""
