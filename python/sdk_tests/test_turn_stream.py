@@ -111,7 +111,7 @@ def test_two_concurrent_turns_on_two_threads_each_see_only_their_own(server: cc.
 
     async def main() -> None:
         async with server.client() as client:
-            steps = [{"type": "message", "text": f"part {i}", "chunks": 2} for i in range(20)]
+            steps: list[p.Json] = [{"type": "message", "text": f"part {i}", "chunks": 2} for i in range(20)]
             await client.thread_start(thread_id="x", agent_options=p.AgentOptions(script={"steps": steps}))
             await client.thread_start(thread_id="y", agent_options=script("only y"))
             (x_text, x_threads, x_turns), (y_text, y_threads, y_turns) = await asyncio.gather(

@@ -75,7 +75,7 @@ class LazyItemDeltaNotification(p.ItemDeltaNotification):
 
     __hash__ = p.ItemDeltaNotification.__hash__
 
-    @property  # type: ignore[override]
+    @property
     def params(self) -> p.ItemDeltaParams:
         d = self.__dict__
         value = d.get("_params")
