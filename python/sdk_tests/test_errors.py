@@ -142,7 +142,8 @@ def test_store_damaged_by_a_tampered_rollout_file(state_dir: str) -> None:
             store.read("tampered")
     assert e.value.code == -32603 and isinstance(e.value, cc.StoreError)
     with cc.RolloutStore.open(state_dir) as store:
-        assert store.verify("tampered").ok is False
+        with pytest.raises(cc.StoreDamaged, match="seq 1"):
+            store.verify("tampered")
         with pytest.raises(cc.NotFound):
             store.read("no-such-thread")
     with pytest.raises(cc.Closed):

@@ -914,7 +914,7 @@ class _TurnState:
             if _turn_of(note) != self.turn.id:
                 continue  # another turn of the thread, or a thread-level notification
             if isinstance(note, p.ItemCompletedNotification):
-                item = note.params.item
+                item = note.params.item.content
                 if isinstance(item, p.AgentMessageItem):
                     self._texts.append(item.text)
             elif isinstance(note, p.TurnCompletedNotification):
