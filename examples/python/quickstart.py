@@ -3,7 +3,7 @@ import asyncio, sys, tempfile
 import cc_app_server as cc
 from cc_app_server.protocol import ApprovalRequest, ItemDeltaNotification, TextDelta, TurnCompletedNotification
 SCRIPT = {"steps": [{"type": "tool", "tool": "fs.write", "arguments": {"path": "hello.txt", "text": "hi"}},
-                    {"type": "message", "text": "I wrote hello.txt.", "chunks": 3}]}  # the built-in scripted kernel
+                    {"type": "message", "text": "The write was approved (the scripted executor only echoes it).", "chunks": 3}]}  # the built-in scripted kernel
 
 def approve(request: ApprovalRequest) -> cc.Decision:
     print(f"approve {request.operation.tool} {request.operation.arguments} (risk {request.risk})? yes")

@@ -53,18 +53,31 @@ def round_trips(server: cc.AppServer, n: int) -> None:
         worker.join()
         report("python sdk BlockingClient.thread_list (worker thread)", out)
 
-    async def run_async() -> list[int]:
+    async def run_async(old: bool) -> list[int]:
         async with server.client() as client:
+            native = client._native
             samples = []
             m = n // 4
             for i in range(m + m // 10):
                 t = time.perf_counter_ns()
-                await client.thread_list(limit=1)
+                if old:
+                    # What the SDK awaited before issue 25: uniffi's async `request`, which starts
+                    # a native thread per call.
+                    json.loads(await native.request("thread/list", '{"limit":1}'))
+                else:
+                    await client.thread_list(limit=1)
                 if i >= m // 10:
                     samples.append(time.perf_counter_ns() - t)
             return samples
 
-    report("python sdk await AsyncClient.thread_list", asyncio.run(run_async()))
+    # Side by side, interleaved in blocks, so both see the same machine load.
+    old: list[int] = []
+    new: list[int] = []
+    for _ in range(4):
+        old.extend(asyncio.run(run_async(True)))
+        new.extend(asyncio.run(run_async(False)))
+    report("python old: await raw uniffi Client.request (a native thread per call)", old)
+    report("python sdk await AsyncClient.thread_list (reused threads)", new)
 
 
 def stream_script(n: int) -> p.AgentOptions:
@@ -86,9 +99,30 @@ def is_done(text: str) -> bool:
     return DONE in text[:64]
 
 
-def drain_blocking(client: cc.BlockingClient, decode: bool) -> int:
+def drain_blocking(client: cc.BlockingClient, decode: bool | str) -> int:
     count = 0
-    if decode:
+    if decode == "read":
+        # Typed, and every delta's text read (decodes and validates each lazily decoded delta).
+        for note in client.notifications(timeout=10):
+            count += 1
+            if isinstance(note, p.ItemDeltaNotification):
+                delta = note.params.delta
+                assert isinstance(delta, p.TextDelta) and delta.text
+            elif isinstance(note, p.TurnCompletedNotification):
+                break
+    elif decode == "eager":
+        # The SDK's decoding before issue 25: json.loads + the generated decoder for every message.
+        for text in client.raw_notifications(timeout=10):
+            count += 1
+            if isinstance(p.decode_ServerNotification(json.loads(text)), p.TurnCompletedNotification):
+                break
+    elif decode == "loads":
+        # The floor of any eager decoding: json.loads of each message alone.
+        for text in client.raw_notifications(timeout=10):
+            count += 1
+            if json.loads(text)["method"] == "turn/completed":
+                break
+    elif decode:
         for note in client.notifications(timeout=10):
             count += 1
             if isinstance(note, p.TurnCompletedNotification):
@@ -176,6 +210,17 @@ def notifications(server: cc.AppServer, n: int, repeat: int) -> None:
 
         runs = [asyncio.run(run(f"a{next(serial)}")) for _ in range(repeat)]
         median_rate(f"drain: sdk async notifications() {kind}", runs)
+    for mode, label in (("eager", "old: raw_notifications() + json.loads + decode_ServerNotification (eager)"),
+                        ("loads", "floor: raw_notifications() + json.loads alone"),
+                        ("read", "sdk blocking notifications() typed, every delta's params.delta.text read")):
+        runs = []
+        for _ in range(repeat):
+            with server.blocking_client(notification_capacity=capacity) as client:
+                fill(client, f"{mode}{next(serial)}", n)
+                t = time.perf_counter()
+                count = drain_blocking(client, mode)
+                runs.append((count, time.perf_counter() - t))
+        median_rate(f"drain: {label}", runs)
     # Live: reading while the engine produces.
     runs = []
     for _ in range(repeat):

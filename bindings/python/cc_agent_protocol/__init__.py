@@ -14,7 +14,8 @@ JsonObject: TypeAlias = "dict[str, Json]"
 
 
 class Missing(enum.Enum):
-    """The type of `MISSING`: a member that is not on the wire (`None` is JSON `null`)."""
+    """The type of `MISSING`: a union tag that is not on the wire. (An absent optional member
+    reads as `None`.)"""
 
     MISSING = "MISSING"
 
@@ -35,6 +36,12 @@ class UnknownCase:
     """A display union's case this version does not know, kept as sent."""
 
     raw: JsonObject
+
+    @property
+    def method(self) -> str | None:
+        """The `method` of an unknown notification (or request) as sent; None when absent."""
+        value = self.raw.get("method")
+        return value if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)
@@ -149,13 +156,21 @@ def _is_tag(raw: object, expected: str | int | bool) -> bool:
 _Built = TypeVar("_Built")
 
 
-def _build(cls: type[_Built], members: dict[str, Any]) -> _Built:
+def _build(cls: type[_Built], members: dict[str, Any], nulls: frozenset[str] | None = None) -> _Built:
     """A frozen dataclass from members the decoder has already checked, every field given.
     Skips the generated `__init__`, whose `object.__setattr__` per field was most of the cost of
-    a typed notification; equality, hashing, repr and `dataclasses.replace` read the same fields."""
+    a typed notification; equality, hashing, repr and `dataclasses.replace` read the same fields.
+    `nulls`: the optional members that were an explicit `null` (so the encoder writes them again)."""
     obj = cls.__new__(cls)
     obj.__dict__.update(members)
+    if nulls:
+        obj.__dict__["_nulls"] = nulls
     return obj
+
+
+def _nulls(o: JsonObject, names: tuple[str, ...]) -> frozenset[str] | None:
+    found = [name for name in names if name in o and o[name] is None]
+    return frozenset(found) if found else None
 
 
 def _const(raw: Json, path: str, expected: str | int | bool) -> None:
@@ -442,7 +457,7 @@ class InitializeParams:
     # wire name: "minimumProtocolVersion"
     minimum_protocol_version: ProtocolVersion
     client: ClientInfo
-    features: list[FeatureName] | Missing = MISSING
+    features: list[FeatureName] | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -457,7 +472,7 @@ def decode_InitializeParams(raw: Json, path: str = "$") -> InitializeParams:
         "protocol_version": (decode_ProtocolVersion(o["protocolVersion"], path + ".protocolVersion")),
         "minimum_protocol_version": (decode_ProtocolVersion(o["minimumProtocolVersion"], path + ".minimumProtocolVersion")),
         "client": (decode_ClientInfo(o["client"], path + ".client")),
-        "features": ([decode_FeatureName(r0, _index_path(path + ".features", i0)) for i0, r0 in enumerate(_list(o["features"], path + ".features"))] if "features" in o else MISSING),
+        "features": ([decode_FeatureName(r0, _index_path(path + ".features", i0)) for i0, r0 in enumerate(_list(o["features"], path + ".features"))] if "features" in o else None),
         "extra": ({} if o.keys() <= _InitializeParams_MEMBERS else {k: v for k, v in o.items() if k not in _InitializeParams_MEMBERS}),
     })
 
@@ -467,7 +482,7 @@ def encode_InitializeParams(value: InitializeParams) -> Json:
     out["protocolVersion"] = encode_ProtocolVersion(value.protocol_version)
     out["minimumProtocolVersion"] = encode_ProtocolVersion(value.minimum_protocol_version)
     out["client"] = encode_ClientInfo(value.client)
-    if not isinstance(value.features, Missing):
+    if value.features is not None:
         out["features"] = [encode_FeatureName(x0) for x0 in value.features]
     for k, v in value.extra.items():
         if k not in _InitializeParams_MEMBERS:
@@ -685,12 +700,12 @@ class TerminalEvidence:
     # wire name: "eventDigest"
     event_digest: Digest
     # wire name: "outputDigest"
-    output_digest: Digest | None | Missing = MISSING
+    output_digest: Digest | None = None
     # wire name: "artifactIds"
-    artifact_ids: list[Identifier] | Missing = MISSING
-    commit: str | None | Missing = MISSING
+    artifact_ids: list[Identifier] | None = None
+    commit: str | None = None
     # wire name: "testReceiptIds"
-    test_receipt_ids: list[Identifier] | Missing = MISSING
+    test_receipt_ids: list[Identifier] | None = None
 
 
 _TerminalEvidence_MEMBERS: Final = frozenset(("status", "eventDigest", "outputDigest", "artifactIds", "commit", "testReceiptIds"))
@@ -703,24 +718,28 @@ def decode_TerminalEvidence(raw: Json, path: str = "$") -> TerminalEvidence:
     return _build(TerminalEvidence, {
         "status": (_str(o["status"], path + ".status")),
         "event_digest": (decode_Digest(o["eventDigest"], path + ".eventDigest")),
-        "output_digest": (MISSING if "outputDigest" not in o else None if o["outputDigest"] is None else decode_Digest(o["outputDigest"], path + ".outputDigest")),
-        "artifact_ids": ([decode_Identifier(r0, _index_path(path + ".artifactIds", i0)) for i0, r0 in enumerate(_list(o["artifactIds"], path + ".artifactIds"))] if "artifactIds" in o else MISSING),
-        "commit": (MISSING if "commit" not in o else None if o["commit"] is None else _str(o["commit"], path + ".commit")),
-        "test_receipt_ids": ([decode_Identifier(r0, _index_path(path + ".testReceiptIds", i0)) for i0, r0 in enumerate(_list(o["testReceiptIds"], path + ".testReceiptIds"))] if "testReceiptIds" in o else MISSING),
-    })
+        "output_digest": (None if o.get("outputDigest") is None else decode_Digest(o["outputDigest"], path + ".outputDigest")),
+        "artifact_ids": ([decode_Identifier(r0, _index_path(path + ".artifactIds", i0)) for i0, r0 in enumerate(_list(o["artifactIds"], path + ".artifactIds"))] if "artifactIds" in o else None),
+        "commit": (None if o.get("commit") is None else _str(o["commit"], path + ".commit")),
+        "test_receipt_ids": ([decode_Identifier(r0, _index_path(path + ".testReceiptIds", i0)) for i0, r0 in enumerate(_list(o["testReceiptIds"], path + ".testReceiptIds"))] if "testReceiptIds" in o else None),
+    }, _nulls(o, ("outputDigest", "commit")))
 
 
 def encode_TerminalEvidence(value: TerminalEvidence) -> Json:
     out: JsonObject = {}
     out["status"] = value.status
     out["eventDigest"] = encode_Digest(value.event_digest)
-    if not isinstance(value.output_digest, Missing):
-        out["outputDigest"] = None if value.output_digest is None else encode_Digest(value.output_digest)
-    if not isinstance(value.artifact_ids, Missing):
+    if value.output_digest is not None:
+        out["outputDigest"] = encode_Digest(value.output_digest)
+    elif "outputDigest" in value.__dict__.get("_nulls", ()):
+        out["outputDigest"] = None
+    if value.artifact_ids is not None:
         out["artifactIds"] = [encode_Identifier(x0) for x0 in value.artifact_ids]
-    if not isinstance(value.commit, Missing):
-        out["commit"] = None if value.commit is None else value.commit
-    if not isinstance(value.test_receipt_ids, Missing):
+    if value.commit is not None:
+        out["commit"] = value.commit
+    elif "commit" in value.__dict__.get("_nulls", ()):
+        out["commit"] = None
+    if value.test_receipt_ids is not None:
         out["testReceiptIds"] = [encode_Identifier(x0) for x0 in value.test_receipt_ids]
     return out
 
@@ -1092,7 +1111,7 @@ class DataPolicy:
     # wire name: "allowedSinks"
     allowed_sinks: list[str]
     # wire name: "declassificationDecisionId"
-    declassification_decision_id: Identifier | Missing = MISSING
+    declassification_decision_id: Identifier | None = None
 
 
 _DataPolicy_MEMBERS: Final = frozenset(("origin", "trust", "sensitivity", "allowedSinks", "declassificationDecisionId"))
@@ -1107,7 +1126,7 @@ def decode_DataPolicy(raw: Json, path: str = "$") -> DataPolicy:
         "trust": (_str(o["trust"], path + ".trust")),
         "sensitivity": (_str(o["sensitivity"], path + ".sensitivity")),
         "allowed_sinks": ([_str(r0, _index_path(path + ".allowedSinks", i0)) for i0, r0 in enumerate(_list(o["allowedSinks"], path + ".allowedSinks"))]),
-        "declassification_decision_id": (decode_Identifier(o["declassificationDecisionId"], path + ".declassificationDecisionId") if "declassificationDecisionId" in o else MISSING),
+        "declassification_decision_id": (decode_Identifier(o["declassificationDecisionId"], path + ".declassificationDecisionId") if "declassificationDecisionId" in o else None),
     })
 
 
@@ -1117,7 +1136,7 @@ def encode_DataPolicy(value: DataPolicy) -> Json:
     out["trust"] = value.trust
     out["sensitivity"] = value.sensitivity
     out["allowedSinks"] = [x0 for x0 in value.allowed_sinks]
-    if not isinstance(value.declassification_decision_id, Missing):
+    if value.declassification_decision_id is not None:
         out["declassificationDecisionId"] = encode_Identifier(value.declassification_decision_id)
     return out
 
@@ -1339,7 +1358,7 @@ class CommandExecutionItem:
     type_: Literal["commandExecution"] = "commandExecution"
     id: Identifier
     command: list[str]
-    cwd: str | None | Missing = MISSING
+    cwd: str | None = None
     status: ItemStatus
     # wire name: "exitCode"
     exit_code: int | None
@@ -1360,12 +1379,12 @@ def decode_CommandExecutionItem(raw: Json, path: str = "$") -> CommandExecutionI
         "type_": "commandExecution",
         "id": (decode_Identifier(o["id"], path + ".id")),
         "command": ([_str(r0, _index_path(path + ".command", i0)) for i0, r0 in enumerate(_list(o["command"], path + ".command"))]),
-        "cwd": (MISSING if "cwd" not in o else None if o["cwd"] is None else _str(o["cwd"], path + ".cwd")),
+        "cwd": (None if o.get("cwd") is None else _str(o["cwd"], path + ".cwd")),
         "status": (decode_ItemStatus(o["status"], path + ".status")),
         "exit_code": (None if o["exitCode"] is None else _int(o["exitCode"], path + ".exitCode")),
         "output": (decode_Text(o["output"], path + ".output")),
         "extra": ({} if o.keys() <= _CommandExecutionItem_MEMBERS else {k: v for k, v in o.items() if k not in _CommandExecutionItem_MEMBERS}),
-    })
+    }, _nulls(o, ("cwd",)))
 
 
 def encode_CommandExecutionItem(value: CommandExecutionItem) -> Json:
@@ -1373,8 +1392,10 @@ def encode_CommandExecutionItem(value: CommandExecutionItem) -> Json:
     out["type"] = "commandExecution"
     out["id"] = encode_Identifier(value.id)
     out["command"] = [x0 for x0 in value.command]
-    if not isinstance(value.cwd, Missing):
-        out["cwd"] = None if value.cwd is None else value.cwd
+    if value.cwd is not None:
+        out["cwd"] = value.cwd
+    elif "cwd" in value.__dict__.get("_nulls", ()):
+        out["cwd"] = None
     out["status"] = encode_ItemStatus(value.status)
     out["exitCode"] = None if value.exit_code is None else value.exit_code
     out["output"] = encode_Text(value.output)
@@ -1406,7 +1427,7 @@ def encode_FileChangeKind(value: FileChangeKind) -> Json:
 class FileChange:
     path: str
     kind: FileChangeKind
-    diff: Text | None | Missing = MISSING
+    diff: Text | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -1420,17 +1441,19 @@ def decode_FileChange(raw: Json, path: str = "$") -> FileChange:
     return _build(FileChange, {
         "path": (_str(o["path"], path + ".path")),
         "kind": (decode_FileChangeKind(o["kind"], path + ".kind")),
-        "diff": (MISSING if "diff" not in o else None if o["diff"] is None else decode_Text(o["diff"], path + ".diff")),
+        "diff": (None if o.get("diff") is None else decode_Text(o["diff"], path + ".diff")),
         "extra": ({} if o.keys() <= _FileChange_MEMBERS else {k: v for k, v in o.items() if k not in _FileChange_MEMBERS}),
-    })
+    }, _nulls(o, ("diff",)))
 
 
 def encode_FileChange(value: FileChange) -> Json:
     out: JsonObject = {}
     out["path"] = value.path
     out["kind"] = encode_FileChangeKind(value.kind)
-    if not isinstance(value.diff, Missing):
-        out["diff"] = None if value.diff is None else encode_Text(value.diff)
+    if value.diff is not None:
+        out["diff"] = encode_Text(value.diff)
+    elif "diff" in value.__dict__.get("_nulls", ()):
+        out["diff"] = None
     for k, v in value.extra.items():
         if k not in _FileChange_MEMBERS:
             out[k] = v
@@ -1720,14 +1743,14 @@ class ApprovalBinding:
     # wire name: "itemId"
     item_id: Identifier
     # wire name: "attemptId"
-    attempt_id: Identifier | None | Missing = MISSING
+    attempt_id: Identifier | None = None
     # wire name: "operationDigest"
     operation_digest: Digest
     # wire name: "policyDigest"
     policy_digest: Digest
     # wire name: "workspaceDigest"
     workspace_digest: Digest | None
-    cwd: str | Missing = MISSING
+    cwd: str | None = None
     nonce: str
     # wire name: "expiresAt"
     expires_at: Timestamp
@@ -1744,14 +1767,14 @@ def decode_ApprovalBinding(raw: Json, path: str = "$") -> ApprovalBinding:
         "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
         "turn_id": (decode_Identifier(o["turnId"], path + ".turnId")),
         "item_id": (decode_Identifier(o["itemId"], path + ".itemId")),
-        "attempt_id": (MISSING if "attemptId" not in o else None if o["attemptId"] is None else decode_Identifier(o["attemptId"], path + ".attemptId")),
+        "attempt_id": (None if o.get("attemptId") is None else decode_Identifier(o["attemptId"], path + ".attemptId")),
         "operation_digest": (decode_Digest(o["operationDigest"], path + ".operationDigest")),
         "policy_digest": (decode_Digest(o["policyDigest"], path + ".policyDigest")),
         "workspace_digest": (None if o["workspaceDigest"] is None else decode_Digest(o["workspaceDigest"], path + ".workspaceDigest")),
-        "cwd": (_str(o["cwd"], path + ".cwd") if "cwd" in o else MISSING),
+        "cwd": (_str(o["cwd"], path + ".cwd") if "cwd" in o else None),
         "nonce": (_str(o["nonce"], path + ".nonce")),
         "expires_at": (decode_Timestamp(o["expiresAt"], path + ".expiresAt")),
-    })
+    }, _nulls(o, ("attemptId",)))
 
 
 def encode_ApprovalBinding(value: ApprovalBinding) -> Json:
@@ -1759,12 +1782,14 @@ def encode_ApprovalBinding(value: ApprovalBinding) -> Json:
     out["threadId"] = encode_Identifier(value.thread_id)
     out["turnId"] = encode_Identifier(value.turn_id)
     out["itemId"] = encode_Identifier(value.item_id)
-    if not isinstance(value.attempt_id, Missing):
-        out["attemptId"] = None if value.attempt_id is None else encode_Identifier(value.attempt_id)
+    if value.attempt_id is not None:
+        out["attemptId"] = encode_Identifier(value.attempt_id)
+    elif "attemptId" in value.__dict__.get("_nulls", ()):
+        out["attemptId"] = None
     out["operationDigest"] = encode_Digest(value.operation_digest)
     out["policyDigest"] = encode_Digest(value.policy_digest)
     out["workspaceDigest"] = None if value.workspace_digest is None else encode_Digest(value.workspace_digest)
-    if not isinstance(value.cwd, Missing):
+    if value.cwd is not None:
         out["cwd"] = value.cwd
     out["nonce"] = value.nonce
     out["expiresAt"] = encode_Timestamp(value.expires_at)
@@ -1777,7 +1802,7 @@ class PermissionGrant:
     capability: str
     scope: str
     # wire name: "expiresAt"
-    expires_at: Timestamp | None | Missing = MISSING
+    expires_at: Timestamp | None = None
 
 
 _PermissionGrant_MEMBERS: Final = frozenset(("capability", "scope", "expiresAt"))
@@ -1790,16 +1815,18 @@ def decode_PermissionGrant(raw: Json, path: str = "$") -> PermissionGrant:
     return _build(PermissionGrant, {
         "capability": (_str(o["capability"], path + ".capability")),
         "scope": (_str(o["scope"], path + ".scope")),
-        "expires_at": (MISSING if "expiresAt" not in o else None if o["expiresAt"] is None else decode_Timestamp(o["expiresAt"], path + ".expiresAt")),
-    })
+        "expires_at": (None if o.get("expiresAt") is None else decode_Timestamp(o["expiresAt"], path + ".expiresAt")),
+    }, _nulls(o, ("expiresAt",)))
 
 
 def encode_PermissionGrant(value: PermissionGrant) -> Json:
     out: JsonObject = {}
     out["capability"] = value.capability
     out["scope"] = value.scope
-    if not isinstance(value.expires_at, Missing):
-        out["expiresAt"] = None if value.expires_at is None else encode_Timestamp(value.expires_at)
+    if value.expires_at is not None:
+        out["expiresAt"] = encode_Timestamp(value.expires_at)
+    elif "expiresAt" in value.__dict__.get("_nulls", ()):
+        out["expiresAt"] = None
     return out
 
 
@@ -1870,7 +1897,7 @@ def encode_AcceptOnce(value: AcceptOnce) -> Json:
 @dataclass(frozen=True, kw_only=True)
 class AcceptForTurn:
     kind: Literal["acceptForTurn"] = "acceptForTurn"
-    permissions: list[PermissionGrant] | Missing = MISSING
+    permissions: list[PermissionGrant] | None = None
 
 
 _AcceptForTurn_MEMBERS: Final = frozenset(("kind", "permissions"))
@@ -1884,14 +1911,14 @@ def decode_AcceptForTurn(raw: Json, path: str = "$") -> AcceptForTurn:
         raise DecodeError(path + ".kind", "expected " + repr("acceptForTurn"))
     return _build(AcceptForTurn, {
         "kind": "acceptForTurn",
-        "permissions": ([decode_PermissionGrant(r0, _index_path(path + ".permissions", i0)) for i0, r0 in enumerate(_list(o["permissions"], path + ".permissions"))] if "permissions" in o else MISSING),
+        "permissions": ([decode_PermissionGrant(r0, _index_path(path + ".permissions", i0)) for i0, r0 in enumerate(_list(o["permissions"], path + ".permissions"))] if "permissions" in o else None),
     })
 
 
 def encode_AcceptForTurn(value: AcceptForTurn) -> Json:
     out: JsonObject = {}
     out["kind"] = "acceptForTurn"
-    if not isinstance(value.permissions, Missing):
+    if value.permissions is not None:
         out["permissions"] = [encode_PermissionGrant(x0) for x0 in value.permissions]
     return out
 
@@ -1900,7 +1927,7 @@ def encode_AcceptForTurn(value: AcceptForTurn) -> Json:
 @dataclass(frozen=True, kw_only=True)
 class AcceptForSession:
     kind: Literal["acceptForSession"] = "acceptForSession"
-    permissions: list[PermissionGrant] | Missing = MISSING
+    permissions: list[PermissionGrant] | None = None
 
 
 _AcceptForSession_MEMBERS: Final = frozenset(("kind", "permissions"))
@@ -1914,14 +1941,14 @@ def decode_AcceptForSession(raw: Json, path: str = "$") -> AcceptForSession:
         raise DecodeError(path + ".kind", "expected " + repr("acceptForSession"))
     return _build(AcceptForSession, {
         "kind": "acceptForSession",
-        "permissions": ([decode_PermissionGrant(r0, _index_path(path + ".permissions", i0)) for i0, r0 in enumerate(_list(o["permissions"], path + ".permissions"))] if "permissions" in o else MISSING),
+        "permissions": ([decode_PermissionGrant(r0, _index_path(path + ".permissions", i0)) for i0, r0 in enumerate(_list(o["permissions"], path + ".permissions"))] if "permissions" in o else None),
     })
 
 
 def encode_AcceptForSession(value: AcceptForSession) -> Json:
     out: JsonObject = {}
     out["kind"] = "acceptForSession"
-    if not isinstance(value.permissions, Missing):
+    if value.permissions is not None:
         out["permissions"] = [encode_PermissionGrant(x0) for x0 in value.permissions]
     return out
 
@@ -1930,7 +1957,7 @@ def encode_AcceptForSession(value: AcceptForSession) -> Json:
 @dataclass(frozen=True, kw_only=True)
 class Decline:
     kind: Literal["decline"] = "decline"
-    reason: str | Missing = MISSING
+    reason: str | None = None
 
 
 _Decline_MEMBERS: Final = frozenset(("kind", "reason"))
@@ -1944,14 +1971,14 @@ def decode_Decline(raw: Json, path: str = "$") -> Decline:
         raise DecodeError(path + ".kind", "expected " + repr("decline"))
     return _build(Decline, {
         "kind": "decline",
-        "reason": (_str(o["reason"], path + ".reason") if "reason" in o else MISSING),
+        "reason": (_str(o["reason"], path + ".reason") if "reason" in o else None),
     })
 
 
 def encode_Decline(value: Decline) -> Json:
     out: JsonObject = {}
     out["kind"] = "decline"
-    if not isinstance(value.reason, Missing):
+    if value.reason is not None:
         out["reason"] = value.reason
     return out
 
@@ -1960,7 +1987,7 @@ def encode_Decline(value: Decline) -> Json:
 @dataclass(frozen=True, kw_only=True)
 class Cancel:
     kind: Literal["cancel"] = "cancel"
-    reason: str | Missing = MISSING
+    reason: str | None = None
 
 
 _Cancel_MEMBERS: Final = frozenset(("kind", "reason"))
@@ -1974,14 +2001,14 @@ def decode_Cancel(raw: Json, path: str = "$") -> Cancel:
         raise DecodeError(path + ".kind", "expected " + repr("cancel"))
     return _build(Cancel, {
         "kind": "cancel",
-        "reason": (_str(o["reason"], path + ".reason") if "reason" in o else MISSING),
+        "reason": (_str(o["reason"], path + ".reason") if "reason" in o else None),
     })
 
 
 def encode_Cancel(value: Cancel) -> Json:
     out: JsonObject = {}
     out["kind"] = "cancel"
-    if not isinstance(value.reason, Missing):
+    if value.reason is not None:
         out["reason"] = value.reason
     return out
 
@@ -2016,7 +2043,7 @@ class ApprovalRequest:
     risk: ApprovalRisk
     reason: str
     # wire name: "requestedPermissions"
-    requested_permissions: list[PermissionGrant] | Missing = MISSING
+    requested_permissions: list[PermissionGrant] | None = None
 
 
 _ApprovalRequest_MEMBERS: Final = frozenset(("id", "binding", "operation", "risk", "reason", "requestedPermissions"))
@@ -2032,7 +2059,7 @@ def decode_ApprovalRequest(raw: Json, path: str = "$") -> ApprovalRequest:
         "operation": (decode_ToolCall(o["operation"], path + ".operation")),
         "risk": (decode_ApprovalRisk(o["risk"], path + ".risk")),
         "reason": (_str(o["reason"], path + ".reason")),
-        "requested_permissions": ([decode_PermissionGrant(r0, _index_path(path + ".requestedPermissions", i0)) for i0, r0 in enumerate(_list(o["requestedPermissions"], path + ".requestedPermissions"))] if "requestedPermissions" in o else MISSING),
+        "requested_permissions": ([decode_PermissionGrant(r0, _index_path(path + ".requestedPermissions", i0)) for i0, r0 in enumerate(_list(o["requestedPermissions"], path + ".requestedPermissions"))] if "requestedPermissions" in o else None),
     })
 
 
@@ -2043,7 +2070,7 @@ def encode_ApprovalRequest(value: ApprovalRequest) -> Json:
     out["operation"] = encode_ToolCall(value.operation)
     out["risk"] = encode_ApprovalRisk(value.risk)
     out["reason"] = value.reason
-    if not isinstance(value.requested_permissions, Missing):
+    if value.requested_permissions is not None:
         out["requestedPermissions"] = [encode_PermissionGrant(x0) for x0 in value.requested_permissions]
     return out
 
@@ -2101,13 +2128,13 @@ def encode_ApprovalFailure(value: ApprovalFailure) -> Json:
 @dataclass(frozen=True, kw_only=True)
 class ThreadStartParams:
     # wire name: "threadId"
-    thread_id: FileSafeIdentifier | Missing = MISSING
-    title: Title | Missing = MISSING
-    metadata: Metadata | Missing = MISSING
+    thread_id: FileSafeIdentifier | None = None
+    title: Title | None = None
+    metadata: Metadata | None = None
     # wire name: "agentOptions"
-    agent_options: AgentOptions | Missing = MISSING
+    agent_options: AgentOptions | None = None
     # wire name: "idempotencyKey"
-    idempotency_key: Identifier | Missing = MISSING
+    idempotency_key: Identifier | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -2118,26 +2145,26 @@ _ThreadStartParams_MEMBERS: Final = frozenset(("threadId", "title", "metadata", 
 def decode_ThreadStartParams(raw: Json, path: str = "$") -> ThreadStartParams:
     o = _object(raw, path)
     return _build(ThreadStartParams, {
-        "thread_id": (decode_FileSafeIdentifier(o["threadId"], path + ".threadId") if "threadId" in o else MISSING),
-        "title": (decode_Title(o["title"], path + ".title") if "title" in o else MISSING),
-        "metadata": (decode_Metadata(o["metadata"], path + ".metadata") if "metadata" in o else MISSING),
-        "agent_options": (decode_AgentOptions(o["agentOptions"], path + ".agentOptions") if "agentOptions" in o else MISSING),
-        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey") if "idempotencyKey" in o else MISSING),
+        "thread_id": (decode_FileSafeIdentifier(o["threadId"], path + ".threadId") if "threadId" in o else None),
+        "title": (decode_Title(o["title"], path + ".title") if "title" in o else None),
+        "metadata": (decode_Metadata(o["metadata"], path + ".metadata") if "metadata" in o else None),
+        "agent_options": (decode_AgentOptions(o["agentOptions"], path + ".agentOptions") if "agentOptions" in o else None),
+        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey") if "idempotencyKey" in o else None),
         "extra": ({} if o.keys() <= _ThreadStartParams_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadStartParams_MEMBERS}),
     })
 
 
 def encode_ThreadStartParams(value: ThreadStartParams) -> Json:
     out: JsonObject = {}
-    if not isinstance(value.thread_id, Missing):
+    if value.thread_id is not None:
         out["threadId"] = encode_FileSafeIdentifier(value.thread_id)
-    if not isinstance(value.title, Missing):
+    if value.title is not None:
         out["title"] = encode_Title(value.title)
-    if not isinstance(value.metadata, Missing):
+    if value.metadata is not None:
         out["metadata"] = encode_Metadata(value.metadata)
-    if not isinstance(value.agent_options, Missing):
+    if value.agent_options is not None:
         out["agentOptions"] = encode_AgentOptions(value.agent_options)
-    if not isinstance(value.idempotency_key, Missing):
+    if value.idempotency_key is not None:
         out["idempotencyKey"] = encode_Identifier(value.idempotency_key)
     for k, v in value.extra.items():
         if k not in _ThreadStartParams_MEMBERS:
@@ -2176,9 +2203,9 @@ def encode_ThreadStartResult(value: ThreadStartResult) -> Json:
 # Options for the agent kernel. 'script' drives the scripted kernel.
 @dataclass(frozen=True, kw_only=True)
 class AgentOptions:
-    model: str | Missing = MISSING
-    instructions: Text | Missing = MISSING
-    script: JsonValue | Missing = MISSING
+    model: str | None = None
+    instructions: Text | None = None
+    script: JsonValue | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -2189,21 +2216,23 @@ _AgentOptions_MEMBERS: Final = frozenset(("model", "instructions", "script"))
 def decode_AgentOptions(raw: Json, path: str = "$") -> AgentOptions:
     o = _object(raw, path)
     return _build(AgentOptions, {
-        "model": (_str(o["model"], path + ".model") if "model" in o else MISSING),
-        "instructions": (decode_Text(o["instructions"], path + ".instructions") if "instructions" in o else MISSING),
-        "script": (decode_JsonValue(o["script"], path + ".script") if "script" in o else MISSING),
+        "model": (_str(o["model"], path + ".model") if "model" in o else None),
+        "instructions": (decode_Text(o["instructions"], path + ".instructions") if "instructions" in o else None),
+        "script": (decode_JsonValue(o["script"], path + ".script") if "script" in o else None),
         "extra": ({} if o.keys() <= _AgentOptions_MEMBERS else {k: v for k, v in o.items() if k not in _AgentOptions_MEMBERS}),
-    })
+    }, _nulls(o, ("script",)))
 
 
 def encode_AgentOptions(value: AgentOptions) -> Json:
     out: JsonObject = {}
-    if not isinstance(value.model, Missing):
+    if value.model is not None:
         out["model"] = value.model
-    if not isinstance(value.instructions, Missing):
+    if value.instructions is not None:
         out["instructions"] = encode_Text(value.instructions)
-    if not isinstance(value.script, Missing):
+    if value.script is not None:
         out["script"] = encode_JsonValue(value.script)
+    elif "script" in value.__dict__.get("_nulls", ()):
+        out["script"] = None
     for k, v in value.extra.items():
         if k not in _AgentOptions_MEMBERS:
             out[k] = v
@@ -2215,8 +2244,8 @@ class ThreadReadParams:
     # wire name: "threadId"
     thread_id: Identifier
     # wire name: "afterEventSeq"
-    after_event_seq: int | Missing = MISSING
-    limit: int | Missing = MISSING
+    after_event_seq: int | None = None
+    limit: int | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -2229,8 +2258,8 @@ def decode_ThreadReadParams(raw: Json, path: str = "$") -> ThreadReadParams:
     _require(o, path, ("threadId",))
     return _build(ThreadReadParams, {
         "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
-        "after_event_seq": (_uint(o["afterEventSeq"], path + ".afterEventSeq") if "afterEventSeq" in o else MISSING),
-        "limit": (_uint(o["limit"], path + ".limit") if "limit" in o else MISSING),
+        "after_event_seq": (_uint(o["afterEventSeq"], path + ".afterEventSeq") if "afterEventSeq" in o else None),
+        "limit": (_uint(o["limit"], path + ".limit") if "limit" in o else None),
         "extra": ({} if o.keys() <= _ThreadReadParams_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadReadParams_MEMBERS}),
     })
 
@@ -2238,9 +2267,9 @@ def decode_ThreadReadParams(raw: Json, path: str = "$") -> ThreadReadParams:
 def encode_ThreadReadParams(value: ThreadReadParams) -> Json:
     out: JsonObject = {}
     out["threadId"] = encode_Identifier(value.thread_id)
-    if not isinstance(value.after_event_seq, Missing):
+    if value.after_event_seq is not None:
         out["afterEventSeq"] = value.after_event_seq
-    if not isinstance(value.limit, Missing):
+    if value.limit is not None:
         out["limit"] = value.limit
     for k, v in value.extra.items():
         if k not in _ThreadReadParams_MEMBERS:
@@ -2292,8 +2321,8 @@ class ThreadResumeParams:
     # wire name: "threadId"
     thread_id: Identifier
     # wire name: "afterEventSeq"
-    after_event_seq: int | Missing = MISSING
-    limit: int | Missing = MISSING
+    after_event_seq: int | None = None
+    limit: int | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -2306,8 +2335,8 @@ def decode_ThreadResumeParams(raw: Json, path: str = "$") -> ThreadResumeParams:
     _require(o, path, ("threadId",))
     return _build(ThreadResumeParams, {
         "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
-        "after_event_seq": (_uint(o["afterEventSeq"], path + ".afterEventSeq") if "afterEventSeq" in o else MISSING),
-        "limit": (_uint(o["limit"], path + ".limit") if "limit" in o else MISSING),
+        "after_event_seq": (_uint(o["afterEventSeq"], path + ".afterEventSeq") if "afterEventSeq" in o else None),
+        "limit": (_uint(o["limit"], path + ".limit") if "limit" in o else None),
         "extra": ({} if o.keys() <= _ThreadResumeParams_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadResumeParams_MEMBERS}),
     })
 
@@ -2315,9 +2344,9 @@ def decode_ThreadResumeParams(raw: Json, path: str = "$") -> ThreadResumeParams:
 def encode_ThreadResumeParams(value: ThreadResumeParams) -> Json:
     out: JsonObject = {}
     out["threadId"] = encode_Identifier(value.thread_id)
-    if not isinstance(value.after_event_seq, Missing):
+    if value.after_event_seq is not None:
         out["afterEventSeq"] = value.after_event_seq
-    if not isinstance(value.limit, Missing):
+    if value.limit is not None:
         out["limit"] = value.limit
     for k, v in value.extra.items():
         if k not in _ThreadResumeParams_MEMBERS:
@@ -2373,12 +2402,12 @@ class ThreadForkParams:
     # wire name: "threadId"
     thread_id: Identifier
     # wire name: "newThreadId"
-    new_thread_id: Identifier | Missing = MISSING
+    new_thread_id: Identifier | None = None
     # wire name: "atEventSeq"
-    at_event_seq: int | Missing = MISSING
-    title: Title | Missing = MISSING
+    at_event_seq: int | None = None
+    title: Title | None = None
     # wire name: "idempotencyKey"
-    idempotency_key: Identifier | Missing = MISSING
+    idempotency_key: Identifier | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -2391,10 +2420,10 @@ def decode_ThreadForkParams(raw: Json, path: str = "$") -> ThreadForkParams:
     _require(o, path, ("threadId",))
     return _build(ThreadForkParams, {
         "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
-        "new_thread_id": (decode_Identifier(o["newThreadId"], path + ".newThreadId") if "newThreadId" in o else MISSING),
-        "at_event_seq": (_uint(o["atEventSeq"], path + ".atEventSeq") if "atEventSeq" in o else MISSING),
-        "title": (decode_Title(o["title"], path + ".title") if "title" in o else MISSING),
-        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey") if "idempotencyKey" in o else MISSING),
+        "new_thread_id": (decode_Identifier(o["newThreadId"], path + ".newThreadId") if "newThreadId" in o else None),
+        "at_event_seq": (_uint(o["atEventSeq"], path + ".atEventSeq") if "atEventSeq" in o else None),
+        "title": (decode_Title(o["title"], path + ".title") if "title" in o else None),
+        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey") if "idempotencyKey" in o else None),
         "extra": ({} if o.keys() <= _ThreadForkParams_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadForkParams_MEMBERS}),
     })
 
@@ -2402,13 +2431,13 @@ def decode_ThreadForkParams(raw: Json, path: str = "$") -> ThreadForkParams:
 def encode_ThreadForkParams(value: ThreadForkParams) -> Json:
     out: JsonObject = {}
     out["threadId"] = encode_Identifier(value.thread_id)
-    if not isinstance(value.new_thread_id, Missing):
+    if value.new_thread_id is not None:
         out["newThreadId"] = encode_Identifier(value.new_thread_id)
-    if not isinstance(value.at_event_seq, Missing):
+    if value.at_event_seq is not None:
         out["atEventSeq"] = value.at_event_seq
-    if not isinstance(value.title, Missing):
+    if value.title is not None:
         out["title"] = encode_Title(value.title)
-    if not isinstance(value.idempotency_key, Missing):
+    if value.idempotency_key is not None:
         out["idempotencyKey"] = encode_Identifier(value.idempotency_key)
     for k, v in value.extra.items():
         if k not in _ThreadForkParams_MEMBERS:
@@ -2451,9 +2480,9 @@ def encode_ThreadForkResult(value: ThreadForkResult) -> Json:
 @dataclass(frozen=True, kw_only=True)
 class ThreadListParams:
     # wire name: "includeArchived"
-    include_archived: bool | Missing = MISSING
-    cursor: str | None | Missing = MISSING
-    limit: int | Missing = MISSING
+    include_archived: bool | None = None
+    cursor: str | None = None
+    limit: int | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -2464,20 +2493,22 @@ _ThreadListParams_MEMBERS: Final = frozenset(("includeArchived", "cursor", "limi
 def decode_ThreadListParams(raw: Json, path: str = "$") -> ThreadListParams:
     o = _object(raw, path)
     return _build(ThreadListParams, {
-        "include_archived": (_bool(o["includeArchived"], path + ".includeArchived") if "includeArchived" in o else MISSING),
-        "cursor": (MISSING if "cursor" not in o else None if o["cursor"] is None else _str(o["cursor"], path + ".cursor")),
-        "limit": (_uint(o["limit"], path + ".limit") if "limit" in o else MISSING),
+        "include_archived": (_bool(o["includeArchived"], path + ".includeArchived") if "includeArchived" in o else None),
+        "cursor": (None if o.get("cursor") is None else _str(o["cursor"], path + ".cursor")),
+        "limit": (_uint(o["limit"], path + ".limit") if "limit" in o else None),
         "extra": ({} if o.keys() <= _ThreadListParams_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadListParams_MEMBERS}),
-    })
+    }, _nulls(o, ("cursor",)))
 
 
 def encode_ThreadListParams(value: ThreadListParams) -> Json:
     out: JsonObject = {}
-    if not isinstance(value.include_archived, Missing):
+    if value.include_archived is not None:
         out["includeArchived"] = value.include_archived
-    if not isinstance(value.cursor, Missing):
-        out["cursor"] = None if value.cursor is None else value.cursor
-    if not isinstance(value.limit, Missing):
+    if value.cursor is not None:
+        out["cursor"] = value.cursor
+    elif "cursor" in value.__dict__.get("_nulls", ()):
+        out["cursor"] = None
+    if value.limit is not None:
         out["limit"] = value.limit
     for k, v in value.extra.items():
         if k not in _ThreadListParams_MEMBERS:
@@ -2529,7 +2560,7 @@ class ThreadListResult:
     # wire name: "nextCursor"
     next_cursor: str | None
     # Threads met on this page that exist on disk but cannot be read (absent when there are none). They count towards the page's limit together with threads.
-    unreadable: list[UnreadableThread] | Missing = MISSING
+    unreadable: list[UnreadableThread] | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -2543,7 +2574,7 @@ def decode_ThreadListResult(raw: Json, path: str = "$") -> ThreadListResult:
     return _build(ThreadListResult, {
         "threads": ([decode_Thread(r0, _index_path(path + ".threads", i0)) for i0, r0 in enumerate(_list(o["threads"], path + ".threads"))]),
         "next_cursor": (None if o["nextCursor"] is None else _str(o["nextCursor"], path + ".nextCursor")),
-        "unreadable": ([decode_UnreadableThread(r0, _index_path(path + ".unreadable", i0)) for i0, r0 in enumerate(_list(o["unreadable"], path + ".unreadable"))] if "unreadable" in o else MISSING),
+        "unreadable": ([decode_UnreadableThread(r0, _index_path(path + ".unreadable", i0)) for i0, r0 in enumerate(_list(o["unreadable"], path + ".unreadable"))] if "unreadable" in o else None),
         "extra": ({} if o.keys() <= _ThreadListResult_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadListResult_MEMBERS}),
     })
 
@@ -2552,7 +2583,7 @@ def encode_ThreadListResult(value: ThreadListResult) -> Json:
     out: JsonObject = {}
     out["threads"] = [encode_Thread(x0) for x0 in value.threads]
     out["nextCursor"] = None if value.next_cursor is None else value.next_cursor
-    if not isinstance(value.unreadable, Missing):
+    if value.unreadable is not None:
         out["unreadable"] = [encode_UnreadableThread(x0) for x0 in value.unreadable]
     for k, v in value.extra.items():
         if k not in _ThreadListResult_MEMBERS:
@@ -2622,7 +2653,7 @@ def encode_ThreadArchiveResult(value: ThreadArchiveResult) -> Json:
 class ThreadCompactParams:
     # wire name: "threadId"
     thread_id: Identifier
-    summary: str | Missing = MISSING
+    summary: str | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -2635,7 +2666,7 @@ def decode_ThreadCompactParams(raw: Json, path: str = "$") -> ThreadCompactParam
     _require(o, path, ("threadId",))
     return _build(ThreadCompactParams, {
         "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
-        "summary": (_str(o["summary"], path + ".summary") if "summary" in o else MISSING),
+        "summary": (_str(o["summary"], path + ".summary") if "summary" in o else None),
         "extra": ({} if o.keys() <= _ThreadCompactParams_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadCompactParams_MEMBERS}),
     })
 
@@ -2643,7 +2674,7 @@ def decode_ThreadCompactParams(raw: Json, path: str = "$") -> ThreadCompactParam
 def encode_ThreadCompactParams(value: ThreadCompactParams) -> Json:
     out: JsonObject = {}
     out["threadId"] = encode_Identifier(value.thread_id)
-    if not isinstance(value.summary, Missing):
+    if value.summary is not None:
         out["summary"] = value.summary
     for k, v in value.extra.items():
         if k not in _ThreadCompactParams_MEMBERS:
@@ -2701,7 +2732,7 @@ class TurnStartParams:
     thread_id: Identifier
     input: list[UserInput]
     # wire name: "idempotencyKey"
-    idempotency_key: Identifier | Missing = MISSING
+    idempotency_key: Identifier | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -2715,7 +2746,7 @@ def decode_TurnStartParams(raw: Json, path: str = "$") -> TurnStartParams:
     return _build(TurnStartParams, {
         "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
         "input": ([decode_UserInput(r0, _index_path(path + ".input", i0)) for i0, r0 in enumerate(_list(o["input"], path + ".input"))]),
-        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey") if "idempotencyKey" in o else MISSING),
+        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey") if "idempotencyKey" in o else None),
         "extra": ({} if o.keys() <= _TurnStartParams_MEMBERS else {k: v for k, v in o.items() if k not in _TurnStartParams_MEMBERS}),
     })
 
@@ -2724,7 +2755,7 @@ def encode_TurnStartParams(value: TurnStartParams) -> Json:
     out: JsonObject = {}
     out["threadId"] = encode_Identifier(value.thread_id)
     out["input"] = [encode_UserInput(x0) for x0 in value.input]
-    if not isinstance(value.idempotency_key, Missing):
+    if value.idempotency_key is not None:
         out["idempotencyKey"] = encode_Identifier(value.idempotency_key)
     for k, v in value.extra.items():
         if k not in _TurnStartParams_MEMBERS:
@@ -2891,7 +2922,7 @@ class ThreadStartedEvent:
     metadata: Metadata
     # The agentOptions the thread was started with (absent when none were given); a fork carries its source's.
     # wire name: "agentOptions"
-    agent_options: AgentOptions | Missing = MISSING
+    agent_options: AgentOptions | None = None
     # wire name: "forkedFrom"
     forked_from: ForkOrigin | None
     # Members this version does not know, kept so they survive a round trip.
@@ -2912,7 +2943,7 @@ def decode_ThreadStartedEvent(raw: Json, path: str = "$") -> ThreadStartedEvent:
         "thread_id": (decode_Identifier(o["threadId"], path + ".threadId")),
         "title": (None if o["title"] is None else decode_Title(o["title"], path + ".title")),
         "metadata": (decode_Metadata(o["metadata"], path + ".metadata")),
-        "agent_options": (decode_AgentOptions(o["agentOptions"], path + ".agentOptions") if "agentOptions" in o else MISSING),
+        "agent_options": (decode_AgentOptions(o["agentOptions"], path + ".agentOptions") if "agentOptions" in o else None),
         "forked_from": (None if o["forkedFrom"] is None else decode_ForkOrigin(o["forkedFrom"], path + ".forkedFrom")),
         "extra": ({} if o.keys() <= _ThreadStartedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _ThreadStartedEvent_MEMBERS}),
     })
@@ -2925,7 +2956,7 @@ def encode_ThreadStartedEvent(value: ThreadStartedEvent) -> Json:
     out["threadId"] = encode_Identifier(value.thread_id)
     out["title"] = None if value.title is None else encode_Title(value.title)
     out["metadata"] = encode_Metadata(value.metadata)
-    if not isinstance(value.agent_options, Missing):
+    if value.agent_options is not None:
         out["agentOptions"] = encode_AgentOptions(value.agent_options)
     out["forkedFrom"] = None if value.forked_from is None else encode_ForkOrigin(value.forked_from)
     for k, v in value.extra.items():
@@ -4395,8 +4426,8 @@ def encode_ApprovalResolvedParams(value: ApprovalResolvedParams) -> Json:
 # Where and why, when that helps the caller; never internals or secrets.
 @dataclass(frozen=True, kw_only=True)
 class ErrorDetail:
-    pointer: str | Missing = MISSING
-    reason: ShortText | Missing = MISSING
+    pointer: str | None = None
+    reason: ShortText | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -4407,17 +4438,17 @@ _ErrorDetail_MEMBERS: Final = frozenset(("pointer", "reason"))
 def decode_ErrorDetail(raw: Json, path: str = "$") -> ErrorDetail:
     o = _object(raw, path)
     return _build(ErrorDetail, {
-        "pointer": (_str(o["pointer"], path + ".pointer") if "pointer" in o else MISSING),
-        "reason": (decode_ShortText(o["reason"], path + ".reason") if "reason" in o else MISSING),
+        "pointer": (_str(o["pointer"], path + ".pointer") if "pointer" in o else None),
+        "reason": (decode_ShortText(o["reason"], path + ".reason") if "reason" in o else None),
         "extra": ({} if o.keys() <= _ErrorDetail_MEMBERS else {k: v for k, v in o.items() if k not in _ErrorDetail_MEMBERS}),
     })
 
 
 def encode_ErrorDetail(value: ErrorDetail) -> Json:
     out: JsonObject = {}
-    if not isinstance(value.pointer, Missing):
+    if value.pointer is not None:
         out["pointer"] = value.pointer
-    if not isinstance(value.reason, Missing):
+    if value.reason is not None:
         out["reason"] = encode_ShortText(value.reason)
     for k, v in value.extra.items():
         if k not in _ErrorDetail_MEMBERS:
@@ -4458,7 +4489,7 @@ def encode_OverloadedData(value: OverloadedData) -> Json:
 class ParseError:
     code: Literal[-32700] = -32700
     message: str
-    data: ErrorDetail | Missing = MISSING
+    data: ErrorDetail | None = None
 
 
 _ParseError_MEMBERS: Final = frozenset(("code", "message", "data"))
@@ -4472,7 +4503,7 @@ def decode_ParseError(raw: Json, path: str = "$") -> ParseError:
     return _build(ParseError, {
         "code": -32700,
         "message": (_str(o["message"], path + ".message")),
-        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else None),
     })
 
 
@@ -4480,7 +4511,7 @@ def encode_ParseError(value: ParseError) -> Json:
     out: JsonObject = {}
     out["code"] = -32700
     out["message"] = value.message
-    if not isinstance(value.data, Missing):
+    if value.data is not None:
         out["data"] = encode_ErrorDetail(value.data)
     return out
 
@@ -4489,7 +4520,7 @@ def encode_ParseError(value: ParseError) -> Json:
 class InvalidRequestError:
     code: Literal[-32600] = -32600
     message: str
-    data: ErrorDetail | Missing = MISSING
+    data: ErrorDetail | None = None
 
 
 _InvalidRequestError_MEMBERS: Final = frozenset(("code", "message", "data"))
@@ -4503,7 +4534,7 @@ def decode_InvalidRequestError(raw: Json, path: str = "$") -> InvalidRequestErro
     return _build(InvalidRequestError, {
         "code": -32600,
         "message": (_str(o["message"], path + ".message")),
-        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else None),
     })
 
 
@@ -4511,7 +4542,7 @@ def encode_InvalidRequestError(value: InvalidRequestError) -> Json:
     out: JsonObject = {}
     out["code"] = -32600
     out["message"] = value.message
-    if not isinstance(value.data, Missing):
+    if value.data is not None:
         out["data"] = encode_ErrorDetail(value.data)
     return out
 
@@ -4520,7 +4551,7 @@ def encode_InvalidRequestError(value: InvalidRequestError) -> Json:
 class MethodNotFoundError:
     code: Literal[-32601] = -32601
     message: str
-    data: ErrorDetail | Missing = MISSING
+    data: ErrorDetail | None = None
 
 
 _MethodNotFoundError_MEMBERS: Final = frozenset(("code", "message", "data"))
@@ -4534,7 +4565,7 @@ def decode_MethodNotFoundError(raw: Json, path: str = "$") -> MethodNotFoundErro
     return _build(MethodNotFoundError, {
         "code": -32601,
         "message": (_str(o["message"], path + ".message")),
-        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else None),
     })
 
 
@@ -4542,7 +4573,7 @@ def encode_MethodNotFoundError(value: MethodNotFoundError) -> Json:
     out: JsonObject = {}
     out["code"] = -32601
     out["message"] = value.message
-    if not isinstance(value.data, Missing):
+    if value.data is not None:
         out["data"] = encode_ErrorDetail(value.data)
     return out
 
@@ -4551,7 +4582,7 @@ def encode_MethodNotFoundError(value: MethodNotFoundError) -> Json:
 class InvalidParamsError:
     code: Literal[-32602] = -32602
     message: str
-    data: ErrorDetail | Missing = MISSING
+    data: ErrorDetail | None = None
 
 
 _InvalidParamsError_MEMBERS: Final = frozenset(("code", "message", "data"))
@@ -4565,7 +4596,7 @@ def decode_InvalidParamsError(raw: Json, path: str = "$") -> InvalidParamsError:
     return _build(InvalidParamsError, {
         "code": -32602,
         "message": (_str(o["message"], path + ".message")),
-        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else None),
     })
 
 
@@ -4573,7 +4604,7 @@ def encode_InvalidParamsError(value: InvalidParamsError) -> Json:
     out: JsonObject = {}
     out["code"] = -32602
     out["message"] = value.message
-    if not isinstance(value.data, Missing):
+    if value.data is not None:
         out["data"] = encode_ErrorDetail(value.data)
     return out
 
@@ -4582,7 +4613,7 @@ def encode_InvalidParamsError(value: InvalidParamsError) -> Json:
 class InternalError:
     code: Literal[-32603] = -32603
     message: str
-    data: ErrorDetail | Missing = MISSING
+    data: ErrorDetail | None = None
 
 
 _InternalError_MEMBERS: Final = frozenset(("code", "message", "data"))
@@ -4596,7 +4627,7 @@ def decode_InternalError(raw: Json, path: str = "$") -> InternalError:
     return _build(InternalError, {
         "code": -32603,
         "message": (_str(o["message"], path + ".message")),
-        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else None),
     })
 
 
@@ -4604,7 +4635,7 @@ def encode_InternalError(value: InternalError) -> Json:
     out: JsonObject = {}
     out["code"] = -32603
     out["message"] = value.message
-    if not isinstance(value.data, Missing):
+    if value.data is not None:
         out["data"] = encode_ErrorDetail(value.data)
     return out
 
@@ -4643,7 +4674,7 @@ def encode_OverloadedError(value: OverloadedError) -> Json:
 class NotInitializedError:
     code: Literal[-32002] = -32002
     message: str
-    data: ErrorDetail | Missing = MISSING
+    data: ErrorDetail | None = None
 
 
 _NotInitializedError_MEMBERS: Final = frozenset(("code", "message", "data"))
@@ -4657,7 +4688,7 @@ def decode_NotInitializedError(raw: Json, path: str = "$") -> NotInitializedErro
     return _build(NotInitializedError, {
         "code": -32002,
         "message": (_str(o["message"], path + ".message")),
-        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else None),
     })
 
 
@@ -4665,7 +4696,7 @@ def encode_NotInitializedError(value: NotInitializedError) -> Json:
     out: JsonObject = {}
     out["code"] = -32002
     out["message"] = value.message
-    if not isinstance(value.data, Missing):
+    if value.data is not None:
         out["data"] = encode_ErrorDetail(value.data)
     return out
 
@@ -4674,7 +4705,7 @@ def encode_NotInitializedError(value: NotInitializedError) -> Json:
 class NotFoundError:
     code: Literal[-32004] = -32004
     message: str
-    data: ErrorDetail | Missing = MISSING
+    data: ErrorDetail | None = None
 
 
 _NotFoundError_MEMBERS: Final = frozenset(("code", "message", "data"))
@@ -4688,7 +4719,7 @@ def decode_NotFoundError(raw: Json, path: str = "$") -> NotFoundError:
     return _build(NotFoundError, {
         "code": -32004,
         "message": (_str(o["message"], path + ".message")),
-        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else None),
     })
 
 
@@ -4696,7 +4727,7 @@ def encode_NotFoundError(value: NotFoundError) -> Json:
     out: JsonObject = {}
     out["code"] = -32004
     out["message"] = value.message
-    if not isinstance(value.data, Missing):
+    if value.data is not None:
         out["data"] = encode_ErrorDetail(value.data)
     return out
 
@@ -4705,7 +4736,7 @@ def encode_NotFoundError(value: NotFoundError) -> Json:
 class ConflictError:
     code: Literal[-32009] = -32009
     message: str
-    data: ErrorDetail | Missing = MISSING
+    data: ErrorDetail | None = None
 
 
 _ConflictError_MEMBERS: Final = frozenset(("code", "message", "data"))
@@ -4719,7 +4750,7 @@ def decode_ConflictError(raw: Json, path: str = "$") -> ConflictError:
     return _build(ConflictError, {
         "code": -32009,
         "message": (_str(o["message"], path + ".message")),
-        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else None),
     })
 
 
@@ -4727,7 +4758,7 @@ def encode_ConflictError(value: ConflictError) -> Json:
     out: JsonObject = {}
     out["code"] = -32009
     out["message"] = value.message
-    if not isinstance(value.data, Missing):
+    if value.data is not None:
         out["data"] = encode_ErrorDetail(value.data)
     return out
 
@@ -4736,7 +4767,7 @@ def encode_ConflictError(value: ConflictError) -> Json:
 class InterruptedError:
     code: Literal[-32010] = -32010
     message: str
-    data: ErrorDetail | Missing = MISSING
+    data: ErrorDetail | None = None
 
 
 _InterruptedError_MEMBERS: Final = frozenset(("code", "message", "data"))
@@ -4750,7 +4781,7 @@ def decode_InterruptedError(raw: Json, path: str = "$") -> InterruptedError:
     return _build(InterruptedError, {
         "code": -32010,
         "message": (_str(o["message"], path + ".message")),
-        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else MISSING),
+        "data": (decode_ErrorDetail(o["data"], path + ".data") if "data" in o else None),
     })
 
 
@@ -4758,7 +4789,7 @@ def encode_InterruptedError(value: InterruptedError) -> Json:
     out: JsonObject = {}
     out["code"] = -32010
     out["message"] = value.message
-    if not isinstance(value.data, Missing):
+    if value.data is not None:
         out["data"] = encode_ErrorDetail(value.data)
     return out
 
@@ -4858,7 +4889,7 @@ class ThreadStartRequest:
     jsonrpc: Literal["2.0"] = "2.0"
     id: RequestId
     method: Literal["thread/start"] = "thread/start"
-    params: ThreadStartParams | Missing = MISSING
+    params: ThreadStartParams | None = None
 
 
 _ThreadStartRequest_MEMBERS: Final = frozenset(("jsonrpc", "id", "method", "params"))
@@ -4876,7 +4907,7 @@ def decode_ThreadStartRequest(raw: Json, path: str = "$") -> ThreadStartRequest:
         "jsonrpc": "2.0",
         "id": (decode_RequestId(o["id"], path + ".id")),
         "method": "thread/start",
-        "params": (decode_ThreadStartParams(o["params"], path + ".params") if "params" in o else MISSING),
+        "params": (decode_ThreadStartParams(o["params"], path + ".params") if "params" in o else None),
     })
 
 
@@ -4885,7 +4916,7 @@ def encode_ThreadStartRequest(value: ThreadStartRequest) -> Json:
     out["jsonrpc"] = "2.0"
     out["id"] = encode_RequestId(value.id)
     out["method"] = "thread/start"
-    if not isinstance(value.params, Missing):
+    if value.params is not None:
         out["params"] = encode_ThreadStartParams(value.params)
     return out
 
@@ -5003,7 +5034,7 @@ class ThreadListRequest:
     jsonrpc: Literal["2.0"] = "2.0"
     id: RequestId
     method: Literal["thread/list"] = "thread/list"
-    params: ThreadListParams | Missing = MISSING
+    params: ThreadListParams | None = None
 
 
 _ThreadListRequest_MEMBERS: Final = frozenset(("jsonrpc", "id", "method", "params"))
@@ -5021,7 +5052,7 @@ def decode_ThreadListRequest(raw: Json, path: str = "$") -> ThreadListRequest:
         "jsonrpc": "2.0",
         "id": (decode_RequestId(o["id"], path + ".id")),
         "method": "thread/list",
-        "params": (decode_ThreadListParams(o["params"], path + ".params") if "params" in o else MISSING),
+        "params": (decode_ThreadListParams(o["params"], path + ".params") if "params" in o else None),
     })
 
 
@@ -5030,7 +5061,7 @@ def encode_ThreadListRequest(value: ThreadListRequest) -> Json:
     out["jsonrpc"] = "2.0"
     out["id"] = encode_RequestId(value.id)
     out["method"] = "thread/list"
-    if not isinstance(value.params, Missing):
+    if value.params is not None:
         out["params"] = encode_ThreadListParams(value.params)
     return out
 
@@ -5258,8 +5289,8 @@ class ClientResponse:
     jsonrpc: Literal["2.0"] = "2.0"
     # The request's id; null only when the server could not read the id of the message it refuses (parse error, invalid request).
     id: RequestId | None
-    result: JsonValue | Missing = MISSING
-    error: ErrorObject | Missing = MISSING
+    result: JsonValue | None = None
+    error: ErrorObject | None = None
 
 
 _ClientResponse_MEMBERS: Final = frozenset(("jsonrpc", "id", "result", "error"))
@@ -5274,18 +5305,20 @@ def decode_ClientResponse(raw: Json, path: str = "$") -> ClientResponse:
     return _build(ClientResponse, {
         "jsonrpc": "2.0",
         "id": (None if o["id"] is None else decode_RequestId(o["id"], path + ".id")),
-        "result": (decode_JsonValue(o["result"], path + ".result") if "result" in o else MISSING),
-        "error": (decode_ErrorObject(o["error"], path + ".error") if "error" in o else MISSING),
-    })
+        "result": (decode_JsonValue(o["result"], path + ".result") if "result" in o else None),
+        "error": (decode_ErrorObject(o["error"], path + ".error") if "error" in o else None),
+    }, _nulls(o, ("result",)))
 
 
 def encode_ClientResponse(value: ClientResponse) -> Json:
     out: JsonObject = {}
     out["jsonrpc"] = "2.0"
     out["id"] = None if value.id is None else encode_RequestId(value.id)
-    if not isinstance(value.result, Missing):
+    if value.result is not None:
         out["result"] = encode_JsonValue(value.result)
-    if not isinstance(value.error, Missing):
+    elif "result" in value.__dict__.get("_nulls", ()):
+        out["result"] = None
+    if value.error is not None:
         out["error"] = encode_ErrorObject(value.error)
     return out
 
@@ -5854,7 +5887,7 @@ class GraphPort:
     name: GraphPortName
     # wire name: "type"
     type_: GraphPortType
-    description: ShortText | Missing = MISSING
+    description: ShortText | None = None
 
 
 _GraphPort_MEMBERS: Final = frozenset(("name", "type", "description"))
@@ -5867,7 +5900,7 @@ def decode_GraphPort(raw: Json, path: str = "$") -> GraphPort:
     return _build(GraphPort, {
         "name": (decode_GraphPortName(o["name"], path + ".name")),
         "type_": (decode_GraphPortType(o["type"], path + ".type")),
-        "description": (decode_ShortText(o["description"], path + ".description") if "description" in o else MISSING),
+        "description": (decode_ShortText(o["description"], path + ".description") if "description" in o else None),
     })
 
 
@@ -5875,7 +5908,7 @@ def encode_GraphPort(value: GraphPort) -> Json:
     out: JsonObject = {}
     out["name"] = encode_GraphPortName(value.name)
     out["type"] = encode_GraphPortType(value.type_)
-    if not isinstance(value.description, Missing):
+    if value.description is not None:
         out["description"] = encode_ShortText(value.description)
     return out
 
@@ -5883,7 +5916,7 @@ def encode_GraphPort(value: GraphPort) -> Json:
 # One end of an edge: a node's port, or without 'node' the enclosing body's own boundary (its inputs when the edge starts there, its outputs when it ends there).
 @dataclass(frozen=True, kw_only=True)
 class GraphEndpoint:
-    node: GraphNodeId | Missing = MISSING
+    node: GraphNodeId | None = None
     port: GraphPortName
 
 
@@ -5895,14 +5928,14 @@ def decode_GraphEndpoint(raw: Json, path: str = "$") -> GraphEndpoint:
     _require(o, path, ("port",))
     _only(o, path, _GraphEndpoint_MEMBERS, "GraphEndpoint")
     return _build(GraphEndpoint, {
-        "node": (decode_GraphNodeId(o["node"], path + ".node") if "node" in o else MISSING),
+        "node": (decode_GraphNodeId(o["node"], path + ".node") if "node" in o else None),
         "port": (decode_GraphPortName(o["port"], path + ".port")),
     })
 
 
 def encode_GraphEndpoint(value: GraphEndpoint) -> Json:
     out: JsonObject = {}
-    if not isinstance(value.node, Missing):
+    if value.node is not None:
         out["node"] = encode_GraphNodeId(value.node)
     out["port"] = encode_GraphPortName(value.port)
     return out
@@ -5941,16 +5974,16 @@ def encode_GraphEdge(value: GraphEdge) -> Json:
 class GraphBudgets:
     # Node attempts (every retry and iteration counts one).
     # wire name: "maxSteps"
-    max_steps: int | Missing = MISSING
+    max_steps: int | None = None
     # Model tokens, as the kernel reports them in its items' usage.
     # wire name: "maxTokens"
-    max_tokens: int | Missing = MISSING
+    max_tokens: int | None = None
     # Milliseconds from the run's start (for a node: from each attempt's start).
     # wire name: "maxWallTimeMs"
-    max_wall_time_ms: int | Missing = MISSING
+    max_wall_time_ms: int | None = None
     # Tool calls (effects) intended.
     # wire name: "maxEffects"
-    max_effects: int | Missing = MISSING
+    max_effects: int | None = None
 
 
 _GraphBudgets_MEMBERS: Final = frozenset(("maxSteps", "maxTokens", "maxWallTimeMs", "maxEffects"))
@@ -5960,22 +5993,22 @@ def decode_GraphBudgets(raw: Json, path: str = "$") -> GraphBudgets:
     o = _object(raw, path)
     _only(o, path, _GraphBudgets_MEMBERS, "GraphBudgets")
     return _build(GraphBudgets, {
-        "max_steps": (_uint(o["maxSteps"], path + ".maxSteps") if "maxSteps" in o else MISSING),
-        "max_tokens": (_uint(o["maxTokens"], path + ".maxTokens") if "maxTokens" in o else MISSING),
-        "max_wall_time_ms": (_uint(o["maxWallTimeMs"], path + ".maxWallTimeMs") if "maxWallTimeMs" in o else MISSING),
-        "max_effects": (_uint(o["maxEffects"], path + ".maxEffects") if "maxEffects" in o else MISSING),
+        "max_steps": (_uint(o["maxSteps"], path + ".maxSteps") if "maxSteps" in o else None),
+        "max_tokens": (_uint(o["maxTokens"], path + ".maxTokens") if "maxTokens" in o else None),
+        "max_wall_time_ms": (_uint(o["maxWallTimeMs"], path + ".maxWallTimeMs") if "maxWallTimeMs" in o else None),
+        "max_effects": (_uint(o["maxEffects"], path + ".maxEffects") if "maxEffects" in o else None),
     })
 
 
 def encode_GraphBudgets(value: GraphBudgets) -> Json:
     out: JsonObject = {}
-    if not isinstance(value.max_steps, Missing):
+    if value.max_steps is not None:
         out["maxSteps"] = value.max_steps
-    if not isinstance(value.max_tokens, Missing):
+    if value.max_tokens is not None:
         out["maxTokens"] = value.max_tokens
-    if not isinstance(value.max_wall_time_ms, Missing):
+    if value.max_wall_time_ms is not None:
         out["maxWallTimeMs"] = value.max_wall_time_ms
-    if not isinstance(value.max_effects, Missing):
+    if value.max_effects is not None:
         out["maxEffects"] = value.max_effects
     return out
 
@@ -5985,22 +6018,22 @@ def encode_GraphBudgets(value: GraphBudgets) -> Json:
 class GraphAgentNode:
     kind: Literal["agent"] = "agent"
     id: GraphNodeId
-    title: Title | Missing = MISSING
-    inputs: list[GraphPort] | Missing = MISSING
-    outputs: list[GraphPort] | Missing = MISSING
+    title: Title | None = None
+    inputs: list[GraphPort] | None = None
+    outputs: list[GraphPort] | None = None
     # Capabilities this node needs beyond the implied ones ('agent' for agent nodes, 'tool:<tool>' for tool nodes).
-    capabilities: list[GraphCapability] | Missing = MISSING
-    budgets: GraphBudgets | Missing = MISSING
+    capabilities: list[GraphCapability] | None = None
+    budgets: GraphBudgets | None = None
     # What this node may change. Nodes that can run at the same time must not overlap.
     # wire name: "writeScope"
-    write_scope: list[GraphWriteScopeEntry] | Missing = MISSING
+    write_scope: list[GraphWriteScopeEntry] | None = None
     # Attempts before the node fails (default 3): an expired lease or a failed agent turn tries again; a tool call that ran is never repeated.
     # wire name: "maxAttempts"
-    max_attempts: int | Missing = MISSING
-    instructions: Text | Missing = MISSING
-    prompt: Text | Missing = MISSING
+    max_attempts: int | None = None
+    instructions: Text | None = None
+    prompt: Text | None = None
     # wire name: "agentOptions"
-    agent_options: AgentOptions | Missing = MISSING
+    agent_options: AgentOptions | None = None
 
 
 _GraphAgentNode_MEMBERS: Final = frozenset(("kind", "id", "title", "inputs", "outputs", "capabilities", "budgets", "writeScope", "maxAttempts", "instructions", "prompt", "agentOptions"))
@@ -6015,16 +6048,16 @@ def decode_GraphAgentNode(raw: Json, path: str = "$") -> GraphAgentNode:
     return _build(GraphAgentNode, {
         "kind": "agent",
         "id": (decode_GraphNodeId(o["id"], path + ".id")),
-        "title": (decode_Title(o["title"], path + ".title") if "title" in o else MISSING),
-        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else MISSING),
-        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else MISSING),
-        "capabilities": ([decode_GraphCapability(r0, _index_path(path + ".capabilities", i0)) for i0, r0 in enumerate(_list(o["capabilities"], path + ".capabilities"))] if "capabilities" in o else MISSING),
-        "budgets": (decode_GraphBudgets(o["budgets"], path + ".budgets") if "budgets" in o else MISSING),
-        "write_scope": ([decode_GraphWriteScopeEntry(r0, _index_path(path + ".writeScope", i0)) for i0, r0 in enumerate(_list(o["writeScope"], path + ".writeScope"))] if "writeScope" in o else MISSING),
-        "max_attempts": (_uint(o["maxAttempts"], path + ".maxAttempts") if "maxAttempts" in o else MISSING),
-        "instructions": (decode_Text(o["instructions"], path + ".instructions") if "instructions" in o else MISSING),
-        "prompt": (decode_Text(o["prompt"], path + ".prompt") if "prompt" in o else MISSING),
-        "agent_options": (decode_AgentOptions(o["agentOptions"], path + ".agentOptions") if "agentOptions" in o else MISSING),
+        "title": (decode_Title(o["title"], path + ".title") if "title" in o else None),
+        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else None),
+        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else None),
+        "capabilities": ([decode_GraphCapability(r0, _index_path(path + ".capabilities", i0)) for i0, r0 in enumerate(_list(o["capabilities"], path + ".capabilities"))] if "capabilities" in o else None),
+        "budgets": (decode_GraphBudgets(o["budgets"], path + ".budgets") if "budgets" in o else None),
+        "write_scope": ([decode_GraphWriteScopeEntry(r0, _index_path(path + ".writeScope", i0)) for i0, r0 in enumerate(_list(o["writeScope"], path + ".writeScope"))] if "writeScope" in o else None),
+        "max_attempts": (_uint(o["maxAttempts"], path + ".maxAttempts") if "maxAttempts" in o else None),
+        "instructions": (decode_Text(o["instructions"], path + ".instructions") if "instructions" in o else None),
+        "prompt": (decode_Text(o["prompt"], path + ".prompt") if "prompt" in o else None),
+        "agent_options": (decode_AgentOptions(o["agentOptions"], path + ".agentOptions") if "agentOptions" in o else None),
     })
 
 
@@ -6032,25 +6065,25 @@ def encode_GraphAgentNode(value: GraphAgentNode) -> Json:
     out: JsonObject = {}
     out["kind"] = "agent"
     out["id"] = encode_GraphNodeId(value.id)
-    if not isinstance(value.title, Missing):
+    if value.title is not None:
         out["title"] = encode_Title(value.title)
-    if not isinstance(value.inputs, Missing):
+    if value.inputs is not None:
         out["inputs"] = [encode_GraphPort(x0) for x0 in value.inputs]
-    if not isinstance(value.outputs, Missing):
+    if value.outputs is not None:
         out["outputs"] = [encode_GraphPort(x0) for x0 in value.outputs]
-    if not isinstance(value.capabilities, Missing):
+    if value.capabilities is not None:
         out["capabilities"] = [encode_GraphCapability(x0) for x0 in value.capabilities]
-    if not isinstance(value.budgets, Missing):
+    if value.budgets is not None:
         out["budgets"] = encode_GraphBudgets(value.budgets)
-    if not isinstance(value.write_scope, Missing):
+    if value.write_scope is not None:
         out["writeScope"] = [encode_GraphWriteScopeEntry(x0) for x0 in value.write_scope]
-    if not isinstance(value.max_attempts, Missing):
+    if value.max_attempts is not None:
         out["maxAttempts"] = value.max_attempts
-    if not isinstance(value.instructions, Missing):
+    if value.instructions is not None:
         out["instructions"] = encode_Text(value.instructions)
-    if not isinstance(value.prompt, Missing):
+    if value.prompt is not None:
         out["prompt"] = encode_Text(value.prompt)
-    if not isinstance(value.agent_options, Missing):
+    if value.agent_options is not None:
         out["agentOptions"] = encode_AgentOptions(value.agent_options)
     return out
 
@@ -6060,21 +6093,21 @@ def encode_GraphAgentNode(value: GraphAgentNode) -> Json:
 class GraphToolNode:
     kind: Literal["tool"] = "tool"
     id: GraphNodeId
-    title: Title | Missing = MISSING
-    inputs: list[GraphPort] | Missing = MISSING
-    outputs: list[GraphPort] | Missing = MISSING
+    title: Title | None = None
+    inputs: list[GraphPort] | None = None
+    outputs: list[GraphPort] | None = None
     # Capabilities this node needs beyond the implied ones ('agent' for agent nodes, 'tool:<tool>' for tool nodes).
-    capabilities: list[GraphCapability] | Missing = MISSING
-    budgets: GraphBudgets | Missing = MISSING
+    capabilities: list[GraphCapability] | None = None
+    budgets: GraphBudgets | None = None
     # What this node may change. Nodes that can run at the same time must not overlap.
     # wire name: "writeScope"
-    write_scope: list[GraphWriteScopeEntry] | Missing = MISSING
+    write_scope: list[GraphWriteScopeEntry] | None = None
     # Attempts before the node fails (default 3): an expired lease or a failed agent turn tries again; a tool call that ran is never repeated.
     # wire name: "maxAttempts"
-    max_attempts: int | Missing = MISSING
+    max_attempts: int | None = None
     tool: str
     # Fixed arguments; each input value is added under its port's name.
-    arguments: dict[str, JsonValue] | Missing = MISSING
+    arguments: dict[str, JsonValue] | None = None
 
 
 _GraphToolNode_MEMBERS: Final = frozenset(("kind", "id", "title", "inputs", "outputs", "capabilities", "budgets", "writeScope", "maxAttempts", "tool", "arguments"))
@@ -6089,15 +6122,15 @@ def decode_GraphToolNode(raw: Json, path: str = "$") -> GraphToolNode:
     return _build(GraphToolNode, {
         "kind": "tool",
         "id": (decode_GraphNodeId(o["id"], path + ".id")),
-        "title": (decode_Title(o["title"], path + ".title") if "title" in o else MISSING),
-        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else MISSING),
-        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else MISSING),
-        "capabilities": ([decode_GraphCapability(r0, _index_path(path + ".capabilities", i0)) for i0, r0 in enumerate(_list(o["capabilities"], path + ".capabilities"))] if "capabilities" in o else MISSING),
-        "budgets": (decode_GraphBudgets(o["budgets"], path + ".budgets") if "budgets" in o else MISSING),
-        "write_scope": ([decode_GraphWriteScopeEntry(r0, _index_path(path + ".writeScope", i0)) for i0, r0 in enumerate(_list(o["writeScope"], path + ".writeScope"))] if "writeScope" in o else MISSING),
-        "max_attempts": (_uint(o["maxAttempts"], path + ".maxAttempts") if "maxAttempts" in o else MISSING),
+        "title": (decode_Title(o["title"], path + ".title") if "title" in o else None),
+        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else None),
+        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else None),
+        "capabilities": ([decode_GraphCapability(r0, _index_path(path + ".capabilities", i0)) for i0, r0 in enumerate(_list(o["capabilities"], path + ".capabilities"))] if "capabilities" in o else None),
+        "budgets": (decode_GraphBudgets(o["budgets"], path + ".budgets") if "budgets" in o else None),
+        "write_scope": ([decode_GraphWriteScopeEntry(r0, _index_path(path + ".writeScope", i0)) for i0, r0 in enumerate(_list(o["writeScope"], path + ".writeScope"))] if "writeScope" in o else None),
+        "max_attempts": (_uint(o["maxAttempts"], path + ".maxAttempts") if "maxAttempts" in o else None),
         "tool": (_str(o["tool"], path + ".tool")),
-        "arguments": ({k0: decode_JsonValue(r0, _member_path(path + ".arguments", k0)) for k0, r0 in _object(o["arguments"], path + ".arguments").items()} if "arguments" in o else MISSING),
+        "arguments": ({k0: decode_JsonValue(r0, _member_path(path + ".arguments", k0)) for k0, r0 in _object(o["arguments"], path + ".arguments").items()} if "arguments" in o else None),
     })
 
 
@@ -6105,22 +6138,22 @@ def encode_GraphToolNode(value: GraphToolNode) -> Json:
     out: JsonObject = {}
     out["kind"] = "tool"
     out["id"] = encode_GraphNodeId(value.id)
-    if not isinstance(value.title, Missing):
+    if value.title is not None:
         out["title"] = encode_Title(value.title)
-    if not isinstance(value.inputs, Missing):
+    if value.inputs is not None:
         out["inputs"] = [encode_GraphPort(x0) for x0 in value.inputs]
-    if not isinstance(value.outputs, Missing):
+    if value.outputs is not None:
         out["outputs"] = [encode_GraphPort(x0) for x0 in value.outputs]
-    if not isinstance(value.capabilities, Missing):
+    if value.capabilities is not None:
         out["capabilities"] = [encode_GraphCapability(x0) for x0 in value.capabilities]
-    if not isinstance(value.budgets, Missing):
+    if value.budgets is not None:
         out["budgets"] = encode_GraphBudgets(value.budgets)
-    if not isinstance(value.write_scope, Missing):
+    if value.write_scope is not None:
         out["writeScope"] = [encode_GraphWriteScopeEntry(x0) for x0 in value.write_scope]
-    if not isinstance(value.max_attempts, Missing):
+    if value.max_attempts is not None:
         out["maxAttempts"] = value.max_attempts
     out["tool"] = value.tool
-    if not isinstance(value.arguments, Missing):
+    if value.arguments is not None:
         out["arguments"] = {k0: encode_JsonValue(x0) for k0, x0 in value.arguments.items()}
     return out
 
@@ -6130,9 +6163,9 @@ def encode_GraphToolNode(value: GraphToolNode) -> Json:
 class GraphJoinNode:
     kind: Literal["join"] = "join"
     id: GraphNodeId
-    title: Title | Missing = MISSING
-    inputs: list[GraphPort] | Missing = MISSING
-    outputs: list[GraphPort] | Missing = MISSING
+    title: Title | None = None
+    inputs: list[GraphPort] | None = None
+    outputs: list[GraphPort] | None = None
 
 
 _GraphJoinNode_MEMBERS: Final = frozenset(("kind", "id", "title", "inputs", "outputs"))
@@ -6147,9 +6180,9 @@ def decode_GraphJoinNode(raw: Json, path: str = "$") -> GraphJoinNode:
     return _build(GraphJoinNode, {
         "kind": "join",
         "id": (decode_GraphNodeId(o["id"], path + ".id")),
-        "title": (decode_Title(o["title"], path + ".title") if "title" in o else MISSING),
-        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else MISSING),
-        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else MISSING),
+        "title": (decode_Title(o["title"], path + ".title") if "title" in o else None),
+        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else None),
+        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else None),
     })
 
 
@@ -6157,11 +6190,11 @@ def encode_GraphJoinNode(value: GraphJoinNode) -> Json:
     out: JsonObject = {}
     out["kind"] = "join"
     out["id"] = encode_GraphNodeId(value.id)
-    if not isinstance(value.title, Missing):
+    if value.title is not None:
         out["title"] = encode_Title(value.title)
-    if not isinstance(value.inputs, Missing):
+    if value.inputs is not None:
         out["inputs"] = [encode_GraphPort(x0) for x0 in value.inputs]
-    if not isinstance(value.outputs, Missing):
+    if value.outputs is not None:
         out["outputs"] = [encode_GraphPort(x0) for x0 in value.outputs]
     return out
 
@@ -6171,13 +6204,13 @@ def encode_GraphJoinNode(value: GraphJoinNode) -> Json:
 class GraphLoopNode:
     kind: Literal["loop"] = "loop"
     id: GraphNodeId
-    title: Title | Missing = MISSING
-    inputs: list[GraphPort] | Missing = MISSING
-    outputs: list[GraphPort] | Missing = MISSING
+    title: Title | None = None
+    inputs: list[GraphPort] | None = None
+    outputs: list[GraphPort] | None = None
     # The bound the compiler requires (loopUnbounded without it).
     # wire name: "maxIterations"
-    max_iterations: int | Missing = MISSING
-    until: GraphPortName | Missing = MISSING
+    max_iterations: int | None = None
+    until: GraphPortName | None = None
     body: GraphBody
 
 
@@ -6193,11 +6226,11 @@ def decode_GraphLoopNode(raw: Json, path: str = "$") -> GraphLoopNode:
     return _build(GraphLoopNode, {
         "kind": "loop",
         "id": (decode_GraphNodeId(o["id"], path + ".id")),
-        "title": (decode_Title(o["title"], path + ".title") if "title" in o else MISSING),
-        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else MISSING),
-        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else MISSING),
-        "max_iterations": (_uint(o["maxIterations"], path + ".maxIterations") if "maxIterations" in o else MISSING),
-        "until": (decode_GraphPortName(o["until"], path + ".until") if "until" in o else MISSING),
+        "title": (decode_Title(o["title"], path + ".title") if "title" in o else None),
+        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else None),
+        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else None),
+        "max_iterations": (_uint(o["maxIterations"], path + ".maxIterations") if "maxIterations" in o else None),
+        "until": (decode_GraphPortName(o["until"], path + ".until") if "until" in o else None),
         "body": (decode_GraphBody(o["body"], path + ".body")),
     })
 
@@ -6206,15 +6239,15 @@ def encode_GraphLoopNode(value: GraphLoopNode) -> Json:
     out: JsonObject = {}
     out["kind"] = "loop"
     out["id"] = encode_GraphNodeId(value.id)
-    if not isinstance(value.title, Missing):
+    if value.title is not None:
         out["title"] = encode_Title(value.title)
-    if not isinstance(value.inputs, Missing):
+    if value.inputs is not None:
         out["inputs"] = [encode_GraphPort(x0) for x0 in value.inputs]
-    if not isinstance(value.outputs, Missing):
+    if value.outputs is not None:
         out["outputs"] = [encode_GraphPort(x0) for x0 in value.outputs]
-    if not isinstance(value.max_iterations, Missing):
+    if value.max_iterations is not None:
         out["maxIterations"] = value.max_iterations
-    if not isinstance(value.until, Missing):
+    if value.until is not None:
         out["until"] = encode_GraphPortName(value.until)
     out["body"] = encode_GraphBody(value.body)
     return out
@@ -6225,9 +6258,9 @@ def encode_GraphLoopNode(value: GraphLoopNode) -> Json:
 class GraphSubgraphNode:
     kind: Literal["subgraph"] = "subgraph"
     id: GraphNodeId
-    title: Title | Missing = MISSING
-    inputs: list[GraphPort] | Missing = MISSING
-    outputs: list[GraphPort] | Missing = MISSING
+    title: Title | None = None
+    inputs: list[GraphPort] | None = None
+    outputs: list[GraphPort] | None = None
     body: GraphBody
 
 
@@ -6243,9 +6276,9 @@ def decode_GraphSubgraphNode(raw: Json, path: str = "$") -> GraphSubgraphNode:
     return _build(GraphSubgraphNode, {
         "kind": "subgraph",
         "id": (decode_GraphNodeId(o["id"], path + ".id")),
-        "title": (decode_Title(o["title"], path + ".title") if "title" in o else MISSING),
-        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else MISSING),
-        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else MISSING),
+        "title": (decode_Title(o["title"], path + ".title") if "title" in o else None),
+        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else None),
+        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else None),
         "body": (decode_GraphBody(o["body"], path + ".body")),
     })
 
@@ -6254,11 +6287,11 @@ def encode_GraphSubgraphNode(value: GraphSubgraphNode) -> Json:
     out: JsonObject = {}
     out["kind"] = "subgraph"
     out["id"] = encode_GraphNodeId(value.id)
-    if not isinstance(value.title, Missing):
+    if value.title is not None:
         out["title"] = encode_Title(value.title)
-    if not isinstance(value.inputs, Missing):
+    if value.inputs is not None:
         out["inputs"] = [encode_GraphPort(x0) for x0 in value.inputs]
-    if not isinstance(value.outputs, Missing):
+    if value.outputs is not None:
         out["outputs"] = [encode_GraphPort(x0) for x0 in value.outputs]
     out["body"] = encode_GraphBody(value.body)
     return out
@@ -6305,7 +6338,7 @@ def encode_GraphNode(value: GraphNode) -> Json:
 @dataclass(frozen=True, kw_only=True)
 class GraphBody:
     nodes: list[GraphNode]
-    edges: list[GraphEdge] | Missing = MISSING
+    edges: list[GraphEdge] | None = None
 
 
 _GraphBody_MEMBERS: Final = frozenset(("nodes", "edges"))
@@ -6317,14 +6350,14 @@ def decode_GraphBody(raw: Json, path: str = "$") -> GraphBody:
     _only(o, path, _GraphBody_MEMBERS, "GraphBody")
     return _build(GraphBody, {
         "nodes": ([decode_GraphNode(r0, _index_path(path + ".nodes", i0)) for i0, r0 in enumerate(_list(o["nodes"], path + ".nodes"))]),
-        "edges": ([decode_GraphEdge(r0, _index_path(path + ".edges", i0)) for i0, r0 in enumerate(_list(o["edges"], path + ".edges"))] if "edges" in o else MISSING),
+        "edges": ([decode_GraphEdge(r0, _index_path(path + ".edges", i0)) for i0, r0 in enumerate(_list(o["edges"], path + ".edges"))] if "edges" in o else None),
     })
 
 
 def encode_GraphBody(value: GraphBody) -> Json:
     out: JsonObject = {}
     out["nodes"] = [encode_GraphNode(x0) for x0 in value.nodes]
-    if not isinstance(value.edges, Missing):
+    if value.edges is not None:
         out["edges"] = [encode_GraphEdge(x0) for x0 in value.edges]
     return out
 
@@ -6336,13 +6369,13 @@ class GraphDefinition:
     # wire name: "graphVersion"
     graph_version: Literal[1] = 1
     id: Identifier
-    title: Title | Missing = MISSING
-    description: ShortText | Missing = MISSING
-    inputs: list[GraphPort] | Missing = MISSING
-    outputs: list[GraphPort] | Missing = MISSING
+    title: Title | None = None
+    description: ShortText | None = None
+    inputs: list[GraphPort] | None = None
+    outputs: list[GraphPort] | None = None
     nodes: list[GraphNode]
-    edges: list[GraphEdge] | Missing = MISSING
-    budgets: GraphBudgets | Missing = MISSING
+    edges: list[GraphEdge] | None = None
+    budgets: GraphBudgets | None = None
 
 
 _GraphDefinition_MEMBERS: Final = frozenset(("graphVersion", "id", "title", "description", "inputs", "outputs", "nodes", "edges", "budgets"))
@@ -6356,13 +6389,13 @@ def decode_GraphDefinition(raw: Json, path: str = "$") -> GraphDefinition:
     return _build(GraphDefinition, {
         "graph_version": 1,
         "id": (decode_Identifier(o["id"], path + ".id")),
-        "title": (decode_Title(o["title"], path + ".title") if "title" in o else MISSING),
-        "description": (decode_ShortText(o["description"], path + ".description") if "description" in o else MISSING),
-        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else MISSING),
-        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else MISSING),
+        "title": (decode_Title(o["title"], path + ".title") if "title" in o else None),
+        "description": (decode_ShortText(o["description"], path + ".description") if "description" in o else None),
+        "inputs": ([decode_GraphPort(r0, _index_path(path + ".inputs", i0)) for i0, r0 in enumerate(_list(o["inputs"], path + ".inputs"))] if "inputs" in o else None),
+        "outputs": ([decode_GraphPort(r0, _index_path(path + ".outputs", i0)) for i0, r0 in enumerate(_list(o["outputs"], path + ".outputs"))] if "outputs" in o else None),
         "nodes": ([decode_GraphNode(r0, _index_path(path + ".nodes", i0)) for i0, r0 in enumerate(_list(o["nodes"], path + ".nodes"))]),
-        "edges": ([decode_GraphEdge(r0, _index_path(path + ".edges", i0)) for i0, r0 in enumerate(_list(o["edges"], path + ".edges"))] if "edges" in o else MISSING),
-        "budgets": (decode_GraphBudgets(o["budgets"], path + ".budgets") if "budgets" in o else MISSING),
+        "edges": ([decode_GraphEdge(r0, _index_path(path + ".edges", i0)) for i0, r0 in enumerate(_list(o["edges"], path + ".edges"))] if "edges" in o else None),
+        "budgets": (decode_GraphBudgets(o["budgets"], path + ".budgets") if "budgets" in o else None),
     })
 
 
@@ -6370,18 +6403,18 @@ def encode_GraphDefinition(value: GraphDefinition) -> Json:
     out: JsonObject = {}
     out["graphVersion"] = 1
     out["id"] = encode_Identifier(value.id)
-    if not isinstance(value.title, Missing):
+    if value.title is not None:
         out["title"] = encode_Title(value.title)
-    if not isinstance(value.description, Missing):
+    if value.description is not None:
         out["description"] = encode_ShortText(value.description)
-    if not isinstance(value.inputs, Missing):
+    if value.inputs is not None:
         out["inputs"] = [encode_GraphPort(x0) for x0 in value.inputs]
-    if not isinstance(value.outputs, Missing):
+    if value.outputs is not None:
         out["outputs"] = [encode_GraphPort(x0) for x0 in value.outputs]
     out["nodes"] = [encode_GraphNode(x0) for x0 in value.nodes]
-    if not isinstance(value.edges, Missing):
+    if value.edges is not None:
         out["edges"] = [encode_GraphEdge(x0) for x0 in value.edges]
-    if not isinstance(value.budgets, Missing):
+    if value.budgets is not None:
         out["budgets"] = encode_GraphBudgets(value.budgets)
     return out
 
@@ -6390,7 +6423,7 @@ def encode_GraphDefinition(value: GraphDefinition) -> Json:
 @dataclass(frozen=True, kw_only=True)
 class GraphRunGrant:
     capabilities: list[GraphCapability]
-    budgets: GraphBudgets | Missing = MISSING
+    budgets: GraphBudgets | None = None
 
 
 _GraphRunGrant_MEMBERS: Final = frozenset(("capabilities", "budgets"))
@@ -6402,14 +6435,14 @@ def decode_GraphRunGrant(raw: Json, path: str = "$") -> GraphRunGrant:
     _only(o, path, _GraphRunGrant_MEMBERS, "GraphRunGrant")
     return _build(GraphRunGrant, {
         "capabilities": ([decode_GraphCapability(r0, _index_path(path + ".capabilities", i0)) for i0, r0 in enumerate(_list(o["capabilities"], path + ".capabilities"))]),
-        "budgets": (decode_GraphBudgets(o["budgets"], path + ".budgets") if "budgets" in o else MISSING),
+        "budgets": (decode_GraphBudgets(o["budgets"], path + ".budgets") if "budgets" in o else None),
     })
 
 
 def encode_GraphRunGrant(value: GraphRunGrant) -> Json:
     out: JsonObject = {}
     out["capabilities"] = [encode_GraphCapability(x0) for x0 in value.capabilities]
-    if not isinstance(value.budgets, Missing):
+    if value.budgets is not None:
         out["budgets"] = encode_GraphBudgets(value.budgets)
     return out
 
@@ -6444,10 +6477,10 @@ def encode_GraphWorker(value: GraphWorker) -> Json:
 # How a run is scheduled; the server's defaults fill what is missing.
 @dataclass(frozen=True, kw_only=True)
 class GraphRunOptions:
-    workers: list[GraphWorker] | Missing = MISSING
+    workers: list[GraphWorker] | None = None
     # How long an attempt holds its node without progress before its lease expires and the node is assigned again under a new fence.
     # wire name: "leaseMs"
-    lease_ms: int | Missing = MISSING
+    lease_ms: int | None = None
 
 
 _GraphRunOptions_MEMBERS: Final = frozenset(("workers", "leaseMs"))
@@ -6457,16 +6490,16 @@ def decode_GraphRunOptions(raw: Json, path: str = "$") -> GraphRunOptions:
     o = _object(raw, path)
     _only(o, path, _GraphRunOptions_MEMBERS, "GraphRunOptions")
     return _build(GraphRunOptions, {
-        "workers": ([decode_GraphWorker(r0, _index_path(path + ".workers", i0)) for i0, r0 in enumerate(_list(o["workers"], path + ".workers"))] if "workers" in o else MISSING),
-        "lease_ms": (_uint(o["leaseMs"], path + ".leaseMs") if "leaseMs" in o else MISSING),
+        "workers": ([decode_GraphWorker(r0, _index_path(path + ".workers", i0)) for i0, r0 in enumerate(_list(o["workers"], path + ".workers"))] if "workers" in o else None),
+        "lease_ms": (_uint(o["leaseMs"], path + ".leaseMs") if "leaseMs" in o else None),
     })
 
 
 def encode_GraphRunOptions(value: GraphRunOptions) -> Json:
     out: JsonObject = {}
-    if not isinstance(value.workers, Missing):
+    if value.workers is not None:
         out["workers"] = [encode_GraphWorker(x0) for x0 in value.workers]
-    if not isinstance(value.lease_ms, Missing):
+    if value.lease_ms is not None:
         out["leaseMs"] = value.lease_ms
     return out
 
@@ -6683,7 +6716,7 @@ def encode_GraphNodeCounts(value: GraphNodeCounts) -> Json:
 class GraphRunError:
     code: str
     message: ShortText
-    node: GraphNodeKey | Missing = MISSING
+    node: GraphNodeKey | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -6697,7 +6730,7 @@ def decode_GraphRunError(raw: Json, path: str = "$") -> GraphRunError:
     return _build(GraphRunError, {
         "code": (_str(o["code"], path + ".code")),
         "message": (decode_ShortText(o["message"], path + ".message")),
-        "node": (decode_GraphNodeKey(o["node"], path + ".node") if "node" in o else MISSING),
+        "node": (decode_GraphNodeKey(o["node"], path + ".node") if "node" in o else None),
         "extra": ({} if o.keys() <= _GraphRunError_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunError_MEMBERS}),
     })
 
@@ -6706,7 +6739,7 @@ def encode_GraphRunError(value: GraphRunError) -> Json:
     out: JsonObject = {}
     out["code"] = value.code
     out["message"] = encode_ShortText(value.message)
-    if not isinstance(value.node, Missing):
+    if value.node is not None:
         out["node"] = encode_GraphNodeKey(value.node)
     for k, v in value.extra.items():
         if k not in _GraphRunError_MEMBERS:
@@ -6769,7 +6802,7 @@ class GraphRunSummary:
     nodes: GraphNodeCounts
     usage: GraphUsage
     error: GraphRunError | None
-    outputs: GraphValues | Missing = MISSING
+    outputs: GraphValues | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -6792,7 +6825,7 @@ def decode_GraphRunSummary(raw: Json, path: str = "$") -> GraphRunSummary:
         "nodes": (decode_GraphNodeCounts(o["nodes"], path + ".nodes")),
         "usage": (decode_GraphUsage(o["usage"], path + ".usage")),
         "error": (None if o["error"] is None else decode_GraphRunError(o["error"], path + ".error")),
-        "outputs": (decode_GraphValues(o["outputs"], path + ".outputs") if "outputs" in o else MISSING),
+        "outputs": (decode_GraphValues(o["outputs"], path + ".outputs") if "outputs" in o else None),
         "extra": ({} if o.keys() <= _GraphRunSummary_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunSummary_MEMBERS}),
     })
 
@@ -6810,7 +6843,7 @@ def encode_GraphRunSummary(value: GraphRunSummary) -> Json:
     out["nodes"] = encode_GraphNodeCounts(value.nodes)
     out["usage"] = encode_GraphUsage(value.usage)
     out["error"] = None if value.error is None else encode_GraphRunError(value.error)
-    if not isinstance(value.outputs, Missing):
+    if value.outputs is not None:
         out["outputs"] = encode_GraphValues(value.outputs)
     for k, v in value.extra.items():
         if k not in _GraphRunSummary_MEMBERS:
@@ -6877,7 +6910,7 @@ def encode_GraphNodeState(value: GraphNodeState) -> Json:
 # Where a message comes from or goes to: a node instance's port, a body instance's boundary (a key ending in '.<n>'), or without 'node' the run's own inputs and outputs.
 @dataclass(frozen=True, kw_only=True)
 class GraphPortRef:
-    node: GraphNodeKey | Missing = MISSING
+    node: GraphNodeKey | None = None
     port: GraphPortName
 
 
@@ -6889,14 +6922,14 @@ def decode_GraphPortRef(raw: Json, path: str = "$") -> GraphPortRef:
     _require(o, path, ("port",))
     _only(o, path, _GraphPortRef_MEMBERS, "GraphPortRef")
     return _build(GraphPortRef, {
-        "node": (decode_GraphNodeKey(o["node"], path + ".node") if "node" in o else MISSING),
+        "node": (decode_GraphNodeKey(o["node"], path + ".node") if "node" in o else None),
         "port": (decode_GraphPortName(o["port"], path + ".port")),
     })
 
 
 def encode_GraphPortRef(value: GraphPortRef) -> Json:
     out: JsonObject = {}
-    if not isinstance(value.node, Missing):
+    if value.node is not None:
         out["node"] = encode_GraphNodeKey(value.node)
     out["port"] = encode_GraphPortName(value.port)
     return out
@@ -6949,7 +6982,7 @@ class GraphMessageState:
     deliveries: int
     # wire name: "valueDigest"
     value_digest: Digest
-    value: JsonValue | Missing = MISSING
+    value: JsonValue | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -6970,9 +7003,9 @@ def decode_GraphMessageState(raw: Json, path: str = "$") -> GraphMessageState:
         "status": (decode_GraphMessageStatus(o["status"], path + ".status")),
         "deliveries": (_uint(o["deliveries"], path + ".deliveries")),
         "value_digest": (decode_Digest(o["valueDigest"], path + ".valueDigest")),
-        "value": (decode_JsonValue(o["value"], path + ".value") if "value" in o else MISSING),
+        "value": (decode_JsonValue(o["value"], path + ".value") if "value" in o else None),
         "extra": ({} if o.keys() <= _GraphMessageState_MEMBERS else {k: v for k, v in o.items() if k not in _GraphMessageState_MEMBERS}),
-    })
+    }, _nulls(o, ("value",)))
 
 
 def encode_GraphMessageState(value: GraphMessageState) -> Json:
@@ -6986,8 +7019,10 @@ def encode_GraphMessageState(value: GraphMessageState) -> Json:
     out["status"] = encode_GraphMessageStatus(value.status)
     out["deliveries"] = value.deliveries
     out["valueDigest"] = encode_Digest(value.value_digest)
-    if not isinstance(value.value, Missing):
+    if value.value is not None:
         out["value"] = encode_JsonValue(value.value)
+    elif "value" in value.__dict__.get("_nulls", ()):
+        out["value"] = None
     for k, v in value.extra.items():
         if k not in _GraphMessageState_MEMBERS:
             out[k] = v
@@ -7075,7 +7110,7 @@ class GraphEffectReceipt:
     turn_id: Identifier | None
     # wire name: "itemId"
     item_id: Identifier | None
-    result: ToolResult | Missing = MISSING
+    result: ToolResult | None = None
 
 
 _GraphEffectReceipt_MEMBERS: Final = frozenset(("idempotencyKey", "operationDigest", "resultStatus", "resultDigest", "source", "threadId", "turnId", "itemId", "result"))
@@ -7094,7 +7129,7 @@ def decode_GraphEffectReceipt(raw: Json, path: str = "$") -> GraphEffectReceipt:
         "thread_id": (None if o["threadId"] is None else decode_Identifier(o["threadId"], path + ".threadId")),
         "turn_id": (None if o["turnId"] is None else decode_Identifier(o["turnId"], path + ".turnId")),
         "item_id": (None if o["itemId"] is None else decode_Identifier(o["itemId"], path + ".itemId")),
-        "result": (decode_ToolResult(o["result"], path + ".result") if "result" in o else MISSING),
+        "result": (decode_ToolResult(o["result"], path + ".result") if "result" in o else None),
     })
 
 
@@ -7108,7 +7143,7 @@ def encode_GraphEffectReceipt(value: GraphEffectReceipt) -> Json:
     out["threadId"] = None if value.thread_id is None else encode_Identifier(value.thread_id)
     out["turnId"] = None if value.turn_id is None else encode_Identifier(value.turn_id)
     out["itemId"] = None if value.item_id is None else encode_Identifier(value.item_id)
-    if not isinstance(value.result, Missing):
+    if value.result is not None:
         out["result"] = encode_ToolResult(value.result)
     return out
 
@@ -7207,7 +7242,7 @@ def encode_GraphFencedAttempt(value: GraphFencedAttempt) -> Json:
 @dataclass(frozen=True, kw_only=True)
 class GraphValidateParams:
     definition: GraphDefinition
-    grant: GraphRunGrant | Missing = MISSING
+    grant: GraphRunGrant | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -7220,7 +7255,7 @@ def decode_GraphValidateParams(raw: Json, path: str = "$") -> GraphValidateParam
     _require(o, path, ("definition",))
     return _build(GraphValidateParams, {
         "definition": (decode_GraphDefinition(o["definition"], path + ".definition")),
-        "grant": (decode_GraphRunGrant(o["grant"], path + ".grant") if "grant" in o else MISSING),
+        "grant": (decode_GraphRunGrant(o["grant"], path + ".grant") if "grant" in o else None),
         "extra": ({} if o.keys() <= _GraphValidateParams_MEMBERS else {k: v for k, v in o.items() if k not in _GraphValidateParams_MEMBERS}),
     })
 
@@ -7228,7 +7263,7 @@ def decode_GraphValidateParams(raw: Json, path: str = "$") -> GraphValidateParam
 def encode_GraphValidateParams(value: GraphValidateParams) -> Json:
     out: JsonObject = {}
     out["definition"] = encode_GraphDefinition(value.definition)
-    if not isinstance(value.grant, Missing):
+    if value.grant is not None:
         out["grant"] = encode_GraphRunGrant(value.grant)
     for k, v in value.extra.items():
         if k not in _GraphValidateParams_MEMBERS:
@@ -7281,12 +7316,12 @@ def encode_GraphValidateResult(value: GraphValidateResult) -> Json:
 class GraphRunStartParams:
     definition: GraphDefinition
     # wire name: "runId"
-    run_id: GraphRunId | Missing = MISSING
-    inputs: GraphValues | Missing = MISSING
-    grant: GraphRunGrant | Missing = MISSING
-    options: GraphRunOptions | Missing = MISSING
+    run_id: GraphRunId | None = None
+    inputs: GraphValues | None = None
+    grant: GraphRunGrant | None = None
+    options: GraphRunOptions | None = None
     # wire name: "idempotencyKey"
-    idempotency_key: Identifier | Missing = MISSING
+    idempotency_key: Identifier | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -7299,11 +7334,11 @@ def decode_GraphRunStartParams(raw: Json, path: str = "$") -> GraphRunStartParam
     _require(o, path, ("definition",))
     return _build(GraphRunStartParams, {
         "definition": (decode_GraphDefinition(o["definition"], path + ".definition")),
-        "run_id": (decode_GraphRunId(o["runId"], path + ".runId") if "runId" in o else MISSING),
-        "inputs": (decode_GraphValues(o["inputs"], path + ".inputs") if "inputs" in o else MISSING),
-        "grant": (decode_GraphRunGrant(o["grant"], path + ".grant") if "grant" in o else MISSING),
-        "options": (decode_GraphRunOptions(o["options"], path + ".options") if "options" in o else MISSING),
-        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey") if "idempotencyKey" in o else MISSING),
+        "run_id": (decode_GraphRunId(o["runId"], path + ".runId") if "runId" in o else None),
+        "inputs": (decode_GraphValues(o["inputs"], path + ".inputs") if "inputs" in o else None),
+        "grant": (decode_GraphRunGrant(o["grant"], path + ".grant") if "grant" in o else None),
+        "options": (decode_GraphRunOptions(o["options"], path + ".options") if "options" in o else None),
+        "idempotency_key": (decode_Identifier(o["idempotencyKey"], path + ".idempotencyKey") if "idempotencyKey" in o else None),
         "extra": ({} if o.keys() <= _GraphRunStartParams_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunStartParams_MEMBERS}),
     })
 
@@ -7311,15 +7346,15 @@ def decode_GraphRunStartParams(raw: Json, path: str = "$") -> GraphRunStartParam
 def encode_GraphRunStartParams(value: GraphRunStartParams) -> Json:
     out: JsonObject = {}
     out["definition"] = encode_GraphDefinition(value.definition)
-    if not isinstance(value.run_id, Missing):
+    if value.run_id is not None:
         out["runId"] = encode_GraphRunId(value.run_id)
-    if not isinstance(value.inputs, Missing):
+    if value.inputs is not None:
         out["inputs"] = encode_GraphValues(value.inputs)
-    if not isinstance(value.grant, Missing):
+    if value.grant is not None:
         out["grant"] = encode_GraphRunGrant(value.grant)
-    if not isinstance(value.options, Missing):
+    if value.options is not None:
         out["options"] = encode_GraphRunOptions(value.options)
-    if not isinstance(value.idempotency_key, Missing):
+    if value.idempotency_key is not None:
         out["idempotencyKey"] = encode_Identifier(value.idempotency_key)
     for k, v in value.extra.items():
         if k not in _GraphRunStartParams_MEMBERS:
@@ -7362,11 +7397,11 @@ class GraphRunReadParams:
     run_id: GraphRunId
     # Include message values, effect results and run outputs (hidden by default).
     # wire name: "includeContent"
-    include_content: bool | Missing = MISSING
+    include_content: bool | None = None
     # Also return the run's log events after this seq (needs includeContent: events carry content).
     # wire name: "afterEventSeq"
-    after_event_seq: int | Missing = MISSING
-    limit: int | Missing = MISSING
+    after_event_seq: int | None = None
+    limit: int | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -7379,9 +7414,9 @@ def decode_GraphRunReadParams(raw: Json, path: str = "$") -> GraphRunReadParams:
     _require(o, path, ("runId",))
     return _build(GraphRunReadParams, {
         "run_id": (decode_GraphRunId(o["runId"], path + ".runId")),
-        "include_content": (_bool(o["includeContent"], path + ".includeContent") if "includeContent" in o else MISSING),
-        "after_event_seq": (_uint(o["afterEventSeq"], path + ".afterEventSeq") if "afterEventSeq" in o else MISSING),
-        "limit": (_uint(o["limit"], path + ".limit") if "limit" in o else MISSING),
+        "include_content": (_bool(o["includeContent"], path + ".includeContent") if "includeContent" in o else None),
+        "after_event_seq": (_uint(o["afterEventSeq"], path + ".afterEventSeq") if "afterEventSeq" in o else None),
+        "limit": (_uint(o["limit"], path + ".limit") if "limit" in o else None),
         "extra": ({} if o.keys() <= _GraphRunReadParams_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunReadParams_MEMBERS}),
     })
 
@@ -7389,11 +7424,11 @@ def decode_GraphRunReadParams(raw: Json, path: str = "$") -> GraphRunReadParams:
 def encode_GraphRunReadParams(value: GraphRunReadParams) -> Json:
     out: JsonObject = {}
     out["runId"] = encode_GraphRunId(value.run_id)
-    if not isinstance(value.include_content, Missing):
+    if value.include_content is not None:
         out["includeContent"] = value.include_content
-    if not isinstance(value.after_event_seq, Missing):
+    if value.after_event_seq is not None:
         out["afterEventSeq"] = value.after_event_seq
-    if not isinstance(value.limit, Missing):
+    if value.limit is not None:
         out["limit"] = value.limit
     for k, v in value.extra.items():
         if k not in _GraphRunReadParams_MEMBERS:
@@ -7406,12 +7441,12 @@ class GraphRunReadResult:
     run: GraphRunSummary
     nodes: list[GraphNodeState]
     # With causal_messages.
-    messages: list[GraphMessageState] | Missing = MISSING
+    messages: list[GraphMessageState] | None = None
     # With graph_effect_receipts.
-    effects: list[GraphEffectState] | Missing = MISSING
-    events: list[RolloutEvent] | Missing = MISSING
+    effects: list[GraphEffectState] | None = None
+    events: list[RolloutEvent] | None = None
     # wire name: "hasMore"
-    has_more: bool | Missing = MISSING
+    has_more: bool | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -7425,10 +7460,10 @@ def decode_GraphRunReadResult(raw: Json, path: str = "$") -> GraphRunReadResult:
     return _build(GraphRunReadResult, {
         "run": (decode_GraphRunSummary(o["run"], path + ".run")),
         "nodes": ([decode_GraphNodeState(r0, _index_path(path + ".nodes", i0)) for i0, r0 in enumerate(_list(o["nodes"], path + ".nodes"))]),
-        "messages": ([decode_GraphMessageState(r0, _index_path(path + ".messages", i0)) for i0, r0 in enumerate(_list(o["messages"], path + ".messages"))] if "messages" in o else MISSING),
-        "effects": ([decode_GraphEffectState(r0, _index_path(path + ".effects", i0)) for i0, r0 in enumerate(_list(o["effects"], path + ".effects"))] if "effects" in o else MISSING),
-        "events": ([decode_RolloutEvent(r0, _index_path(path + ".events", i0)) for i0, r0 in enumerate(_list(o["events"], path + ".events"))] if "events" in o else MISSING),
-        "has_more": (_bool(o["hasMore"], path + ".hasMore") if "hasMore" in o else MISSING),
+        "messages": ([decode_GraphMessageState(r0, _index_path(path + ".messages", i0)) for i0, r0 in enumerate(_list(o["messages"], path + ".messages"))] if "messages" in o else None),
+        "effects": ([decode_GraphEffectState(r0, _index_path(path + ".effects", i0)) for i0, r0 in enumerate(_list(o["effects"], path + ".effects"))] if "effects" in o else None),
+        "events": ([decode_RolloutEvent(r0, _index_path(path + ".events", i0)) for i0, r0 in enumerate(_list(o["events"], path + ".events"))] if "events" in o else None),
+        "has_more": (_bool(o["hasMore"], path + ".hasMore") if "hasMore" in o else None),
         "extra": ({} if o.keys() <= _GraphRunReadResult_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunReadResult_MEMBERS}),
     })
 
@@ -7437,13 +7472,13 @@ def encode_GraphRunReadResult(value: GraphRunReadResult) -> Json:
     out: JsonObject = {}
     out["run"] = encode_GraphRunSummary(value.run)
     out["nodes"] = [encode_GraphNodeState(x0) for x0 in value.nodes]
-    if not isinstance(value.messages, Missing):
+    if value.messages is not None:
         out["messages"] = [encode_GraphMessageState(x0) for x0 in value.messages]
-    if not isinstance(value.effects, Missing):
+    if value.effects is not None:
         out["effects"] = [encode_GraphEffectState(x0) for x0 in value.effects]
-    if not isinstance(value.events, Missing):
+    if value.events is not None:
         out["events"] = [encode_RolloutEvent(x0) for x0 in value.events]
-    if not isinstance(value.has_more, Missing):
+    if value.has_more is not None:
         out["hasMore"] = value.has_more
     for k, v in value.extra.items():
         if k not in _GraphRunReadResult_MEMBERS:
@@ -7456,7 +7491,7 @@ def encode_GraphRunReadResult(value: GraphRunReadResult) -> Json:
 class GraphRunCancelParams:
     # wire name: "runId"
     run_id: GraphRunId
-    reason: ShortText | Missing = MISSING
+    reason: ShortText | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -7469,7 +7504,7 @@ def decode_GraphRunCancelParams(raw: Json, path: str = "$") -> GraphRunCancelPar
     _require(o, path, ("runId",))
     return _build(GraphRunCancelParams, {
         "run_id": (decode_GraphRunId(o["runId"], path + ".runId")),
-        "reason": (decode_ShortText(o["reason"], path + ".reason") if "reason" in o else MISSING),
+        "reason": (decode_ShortText(o["reason"], path + ".reason") if "reason" in o else None),
         "extra": ({} if o.keys() <= _GraphRunCancelParams_MEMBERS else {k: v for k, v in o.items() if k not in _GraphRunCancelParams_MEMBERS}),
     })
 
@@ -7477,7 +7512,7 @@ def decode_GraphRunCancelParams(raw: Json, path: str = "$") -> GraphRunCancelPar
 def encode_GraphRunCancelParams(value: GraphRunCancelParams) -> Json:
     out: JsonObject = {}
     out["runId"] = encode_GraphRunId(value.run_id)
-    if not isinstance(value.reason, Missing):
+    if value.reason is not None:
         out["reason"] = encode_ShortText(value.reason)
     for k, v in value.extra.items():
         if k not in _GraphRunCancelParams_MEMBERS:
@@ -8039,7 +8074,7 @@ class GraphAttemptFinishedEvent:
     # Whether another attempt may try again.
     retryable: bool
     error: GraphRunError | None
-    usage: GraphUsage | Missing = MISSING
+    usage: GraphUsage | None = None
     # Members this version does not know, kept so they survive a round trip.
     extra: JsonObject = field(default_factory=dict)
 
@@ -8060,7 +8095,7 @@ def decode_GraphAttemptFinishedEvent(raw: Json, path: str = "$") -> GraphAttempt
         "status": (decode_GraphAttemptStatus(o["status"], path + ".status")),
         "retryable": (_bool(o["retryable"], path + ".retryable")),
         "error": (None if o["error"] is None else decode_GraphRunError(o["error"], path + ".error")),
-        "usage": (decode_GraphUsage(o["usage"], path + ".usage") if "usage" in o else MISSING),
+        "usage": (decode_GraphUsage(o["usage"], path + ".usage") if "usage" in o else None),
         "extra": ({} if o.keys() <= _GraphAttemptFinishedEvent_MEMBERS else {k: v for k, v in o.items() if k not in _GraphAttemptFinishedEvent_MEMBERS}),
     })
 
@@ -8074,7 +8109,7 @@ def encode_GraphAttemptFinishedEvent(value: GraphAttemptFinishedEvent) -> Json:
     out["status"] = encode_GraphAttemptStatus(value.status)
     out["retryable"] = value.retryable
     out["error"] = None if value.error is None else encode_GraphRunError(value.error)
-    if not isinstance(value.usage, Missing):
+    if value.usage is not None:
         out["usage"] = encode_GraphUsage(value.usage)
     for k, v in value.extra.items():
         if k not in _GraphAttemptFinishedEvent_MEMBERS:

@@ -17,43 +17,63 @@ from __future__ import annotations
 
 from . import protocol
 from ._approvals import ApprovalHandler, Decision, DecisionName
-from ._client import AsyncClient, BlockingClient
-from ._errors import Closed, Error, Overloaded, ProtocolError, Timeout, TurnCancelled
+from ._client import AsyncClient, BlockingClient, BlockingTurnStream, LazyItemDeltaNotification, TurnStream
+from ._errors import (Closed, Conflict, Error, InvalidParams, KernelFailed, NotFound, Overloaded, ProtocolError,
+                      StoreDamaged, StoreError, StoreLocked, StoreUnsafe, Timeout, TurnCancelled, TurnInterrupted)
 from ._kernel import Kernel, KernelLike, ToolExecutor, ToolsLike, TurnContext, TurnInput
 from ._logging import install_engine_logging
 from ._native import ffi as _ffi
 from ._server import AppServer, Durability, OpenAI, Policy, ServerStats, Store
+from ._store import EventPage, RolloutEvent, RolloutStore, ThreadPage, ThreadSummary, VerifyReport
 
 __version__: str = _ffi.library_version()
 PROTOCOL_VERSION: int = _ffi.protocol_version()
 SCHEMA_DIGEST: str = _ffi.schema_digest()
 
 __all__ = [
-    "AppServer",
     "ApprovalHandler",
+    "AppServer",
     "AsyncClient",
     "BlockingClient",
+    "BlockingTurnStream",
     "Closed",
+    "Conflict",
     "Decision",
     "DecisionName",
     "Durability",
     "Error",
+    "install_engine_logging",
+    "InvalidParams",
     "Kernel",
+    "KernelFailed",
     "KernelLike",
+    "LazyItemDeltaNotification",
+    "NotFound",
     "OpenAI",
     "Overloaded",
-    "PROTOCOL_VERSION",
     "Policy",
+    "protocol",
+    "PROTOCOL_VERSION",
     "ProtocolError",
+    "RolloutEvent",
+    "RolloutStore",
     "SCHEMA_DIGEST",
     "ServerStats",
+    "EventPage",
+    "ThreadPage",
+    "ThreadSummary",
+    "VerifyReport",
     "Store",
+    "StoreDamaged",
+    "StoreError",
+    "StoreLocked",
+    "StoreUnsafe",
     "Timeout",
     "ToolExecutor",
     "ToolsLike",
     "TurnCancelled",
     "TurnContext",
     "TurnInput",
-    "install_engine_logging",
-    "protocol",
+    "TurnInterrupted",
+    "TurnStream",
 ]

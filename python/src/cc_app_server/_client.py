@@ -26,7 +26,7 @@ from typing import Any, Protocol, TypeVar
 from . import _params
 from . import protocol as p
 from ._approvals import ApprovalHandler, NativeApprovals
-from ._errors import Closed, ProtocolError, Timeout, from_client_error
+from ._errors import Closed, KernelFailed, ProtocolError, Timeout, TurnInterrupted, from_client_error
 from ._logging import log
 from ._native import ffi
 from .protocol import JsonObject
@@ -53,14 +53,111 @@ def _dump(value: p.Json) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+# Every notification the server sends starts with these bytes (serde writes members in struct order).
+_HEAD = '{"jsonrpc":"2.0","method":"'
+_DELTA_HEAD = '{"jsonrpc":"2.0","method":"item/delta","params":'
+
+
+class LazyItemDeltaNotification(p.ItemDeltaNotification):
+    """An `ItemDeltaNotification` whose `params` are decoded (and validated) when first read.
+
+    The hot kind of a text turn: thousands per turn, and most consumers only test the class (or
+    read a few). `notifications()` yields these for `item/delta`; they are the generated class in
+    every respect (`isinstance`, `match`, `==`, `repr`, `dataclasses.replace`) except that a
+    message that does not decode raises `DecodeError` on the first read of `params`, not in the
+    iterator."""
+
+    # Equal to the eagerly decoded class with the same fields (a dataclass compares classes).
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, p.ItemDeltaNotification):
+            return (self.jsonrpc, self.method, self.params) == (other.jsonrpc, other.method, other.params)
+        return NotImplemented
+
+    __hash__ = p.ItemDeltaNotification.__hash__
+
+    @property
+    def params(self) -> p.ItemDeltaParams:
+        d = self.__dict__
+        value = d.get("_params")
+        if value is None:
+            text = d.pop("_text")
+            try:
+                value = p.decode_ItemDeltaNotification(json.loads(text)).params
+            except ValueError:
+                d["_text"] = text
+                raise
+            d["_params"] = value
+        result: p.ItemDeltaParams = value
+        return result
+
+    @params.setter
+    def params(self, value: p.ItemDeltaParams) -> None:
+        # `dataclasses.replace` and the generated `__init__` set fields with object.__setattr__.
+        self.__dict__["_params"] = value
+
+
+def _lazy_delta(text: str) -> LazyItemDeltaNotification:
+    note = LazyItemDeltaNotification.__new__(LazyItemDeltaNotification)
+    note.__dict__["_text"] = text
+    return note
+
+
 def _decode_notification(text: str) -> p.ServerNotification:
-    raw = json.loads(text)
+    if text.startswith(_DELTA_HEAD):
+        return _lazy_delta(text)
+    return _decode_value(json.loads(text))
+
+
+def _decode_value(raw: Any) -> p.ServerNotification:
     try:
         return p.decode_ServerNotification(raw)
     except p.DecodeError as e:
         # A known method in a shape this version cannot read: keep it rather than drop it.
         log.warning("notification kept as UnknownCase, it does not decode: %s", e)
         return p.UnknownCase(raw=raw if isinstance(raw, dict) else {"raw": raw})
+
+
+def _thread_of(text: str) -> tuple[str | None, Any]:
+    """The `params.threadId` of a notification, and its parsed JSON when it took a parse (else
+    None). Read from the head of the text when the server wrote it in its usual order."""
+    if text.startswith(_HEAD):
+        m = text.find('"', len(_HEAD))
+        key = ',"params":{"threadId":"'
+        if m > 0 and text.startswith(key, m + 1):
+            start = m + 1 + len(key)
+            end = text.find('"', start)
+            if end > 0 and "\\" not in text[start:end]:
+                return text[start:end], None
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return None, None
+    params = raw.get("params") if isinstance(raw, dict) else None
+    thread = params.get("threadId") if isinstance(params, dict) else None
+    return (thread if isinstance(thread, str) else None), raw
+
+
+def _turn_of(note: p.ServerNotification) -> str | None:
+    """The turn a notification belongs to: `params.turnId`, or `params.turn.id` (turn/started,
+    turn/completed); None for thread-level ones."""
+    params = getattr(note, "params", None)
+    if params is None:
+        if isinstance(note, p.UnknownCase):
+            raw = note.raw.get("params")
+            if isinstance(raw, dict):
+                t = raw.get("turnId")
+                if isinstance(t, str):
+                    return t
+                turn = raw.get("turn")
+                if isinstance(turn, dict) and isinstance(turn.get("id"), str):
+                    return str(turn["id"])
+        return None
+    t = getattr(params, "turn_id", None)
+    if isinstance(t, str):
+        return t
+    turn = getattr(params, "turn", None)
+    tid = getattr(turn, "id", None)
+    return tid if isinstance(tid, str) else None
 
 
 def _object(text: str, method: str) -> JsonObject:
@@ -106,6 +203,8 @@ class _Inbox:
         self.waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         # The delivery thread is waiting for room.
         self.blocked = False
+        # Per-turn streams (`turn()`), by thread id: their thread's notifications go to them.
+        self.subs: dict[str, list[_TurnSub]] = {}
 
     def unblock(self) -> None:
         with self.cond:
@@ -129,6 +228,34 @@ def _resolve(fut: asyncio.Future[None]) -> None:
         fut.set_result(None)
 
 
+class _TurnSub:
+    """What one `turn()` handle receives: every notification of its thread from the moment it
+    subscribed (before `turn/start` was sent); the handle keeps those of its turn."""
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        # (text, parsed JSON or None)
+        self.items: deque[tuple[str, Any]] = deque()
+
+
+def _route(inbox: _Inbox, messages: list[str]) -> None:
+    """Hands a batch over: a subscribed thread's notifications to its turn stream, the rest to the
+    shared inbox. Called with `inbox.cond` held."""
+    subs = inbox.subs
+    if not subs:
+        inbox.items.extend(messages)
+        return
+    items = inbox.items
+    for text in messages:
+        thread, raw = _thread_of(text)
+        to = subs.get(thread) if thread is not None else None
+        if to is None:
+            items.append(text)
+        else:
+            for sub in to:
+                sub.items.append((text, raw))
+
+
 class _Listener(ffi.NotificationListener):  # type: ignore[misc]
     """The native listener of an `AsyncClient`: moves batches into the inbox on the delivery thread,
     waiting while the inbox is full, unless the listener is being released."""
@@ -144,7 +271,7 @@ class _Listener(ffi.NotificationListener):  # type: ignore[misc]
                 inbox.blocked = True
                 inbox.cond.wait(_SLICE_MS / 1000)
             inbox.blocked = False
-            inbox.items.extend(messages)
+            _route(inbox, messages)
             inbox.wake()
 
     def on_closed(self) -> None:
@@ -196,6 +323,70 @@ class _Worker:
         self._jobs.put(None)
 
 
+class _AsyncCalls:
+    """Runs the async client's native calls on a few reused daemon threads and resolves each
+    caller's future on its event loop: no thread per request, and the loop never blocks. A thread
+    is added only when every one is busy (requests that wait long, such as an interrupt waiting
+    for a kernel, do not hold up the others); idle ones end after a while."""
+
+    _IDLE_SECONDS = 30.0
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...],
+                                            asyncio.AbstractEventLoop, asyncio.Future[Any]]] = \
+            queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def submit(self, loop: asyncio.AbstractEventLoop, f: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = loop.create_future()
+        with self._lock:
+            if self._idle > 0:
+                self._idle -= 1
+                start = False
+            else:
+                start = True
+        self._jobs.put((f, args, loop, fut))
+        if start:
+            threading.Thread(target=self._run, name="cc-async-call", daemon=True).start()
+        return fut
+
+    def _run(self) -> None:
+        jobs = self._jobs
+        while True:
+            try:
+                f, args, loop, fut = jobs.get(timeout=self._IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0 and jobs.empty():
+                        self._idle -= 1
+                        return
+                continue
+            try:
+                outcome: tuple[bool, Any] = (True, f(*args))
+            except BaseException as e:  # handed to the awaiting task
+                outcome = (False, e)
+            with self._lock:
+                self._idle += 1
+            try:
+                loop.call_soon_threadsafe(_settle, fut, outcome)
+            except RuntimeError:
+                pass  # that loop is closed; nobody awaits the answer
+
+
+def _settle(fut: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
+    if fut.done():  # the awaiting task was cancelled
+        return
+    ok, value = outcome
+    if ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
+
+
+_async_calls = _AsyncCalls()
+
+
 class _BaseClient:
     _native: Any
 
@@ -242,6 +433,24 @@ class _BaseClient:
         # (an event loop, or a generator being closed by the garbage collector).
         self._releasing = threading.Thread(target=handle.cancel, name="cc-release-listener", daemon=True)
         self._releasing.start()
+
+    def _subscribe(self, thread_id: str) -> _TurnSub:
+        """A turn stream's subscription to its thread (the listener runs while it lasts)."""
+        sub = _TurnSub(thread_id)
+        with self._inbox.cond:
+            self._inbox.subs.setdefault(thread_id, []).append(sub)
+        self._iterators += 1
+        return sub
+
+    def _unsubscribe(self, sub: _TurnSub) -> None:
+        with self._inbox.cond:
+            subs = self._inbox.subs.get(sub.thread_id)
+            if subs is None or sub not in subs:
+                return
+            subs.remove(sub)
+            if not subs:
+                del self._inbox.subs[sub.thread_id]
+        self._stop_listener()
 
     def _mark_closed(self) -> None:
         with self._inbox.cond:
@@ -313,7 +522,8 @@ class AsyncClient(_BaseClient):
     async def _call(self, method: str, params: p.Json) -> str:
         native = self._require()
         try:
-            text: str = await native.request(method, _dump(params))
+            text: str = await _async_calls.submit(asyncio.get_running_loop(), native.request_blocking, method,
+                                                  _dump(params))
             return text
         except ffi.ClientError as e:
             raise from_client_error(e, ffi) from None
@@ -409,6 +619,21 @@ class AsyncClient(_BaseClient):
         params = _params.turn_interrupt(thread_id, turn_id)
         return p.decode_TurnInterruptResult(json.loads(await self._call("turn/interrupt", params)))
 
+    async def turn(self, thread_id: str, input: str | Sequence[p.UserInput], *, idempotency_key: str | None = None,
+                   timeout: float | None = None) -> TurnStream:
+        """Starts a turn and returns its stream: subscribed before `turn/start` is sent, so nothing
+        of the turn is missed; see `TurnStream` (`await stream.text()`, `await
+        stream.completion()`). While the stream lasts, its thread's notifications go to it, not to
+        `notifications()`. `timeout`: most seconds to wait for each next notification."""
+        sub = self._subscribe(thread_id)
+        try:
+            await self._start_listener()
+            started = await self.turn_start(thread_id, input, idempotency_key=idempotency_key)
+        except BaseException:
+            self._unsubscribe(sub)
+            raise
+        return TurnStream(self, sub, started.turn, timeout)
+
     # -- notifications ---------------------------------------------------------------------------
 
     async def notifications(self, *, timeout: float | None = None) -> AsyncIterator[p.ServerNotification]:
@@ -450,13 +675,14 @@ class AsyncClient(_BaseClient):
         finally:
             self._stop_listener()
 
-    async def _wait(self, timeout: float | None) -> None:
-        """Waits until the inbox has something; `Closed` once it never will, `Timeout` after
-        `timeout` seconds."""
+    async def _wait(self, timeout: float | None, items: deque[Any] | None = None) -> None:
+        """Waits until the inbox (or `items`, a turn stream's) has something; `Closed` once it
+        never will, `Timeout` after `timeout` seconds."""
         inbox = self._inbox
+        watched = inbox.items if items is None else items
         loop = asyncio.get_running_loop()
         with inbox.cond:
-            if inbox.items:
+            if watched:
                 return
             if inbox.ended:
                 raise Closed("the client is closed (by close(), a server shutdown, or a connection the "
@@ -609,6 +835,19 @@ class BlockingClient(_BaseClient):
         params = _params.turn_interrupt(thread_id, turn_id)
         return p.decode_TurnInterruptResult(json.loads(self._call("turn/interrupt", params)))
 
+    def turn(self, thread_id: str, input: str | Sequence[p.UserInput], *, idempotency_key: str | None = None,
+             timeout: float | None = None) -> BlockingTurnStream:
+        """Starts a turn and returns its stream (see `AsyncClient.turn`): `for note in stream`,
+        `stream.text()`, `stream.completion()`."""
+        sub = self._subscribe(thread_id)
+        try:
+            self._listen()
+            started = self.turn_start(thread_id, input, idempotency_key=idempotency_key)
+        except BaseException:
+            self._unsubscribe(sub)
+            raise
+        return BlockingTurnStream(self, sub, started.turn, timeout)
+
     def notifications(self, *, timeout: float | None = None) -> Iterator[p.ServerNotification]:
         """Every server notification, decoded (see `AsyncClient.notifications`). `timeout`: most
         seconds to wait for the next one, else `Timeout`; `Closed` once the client or the server is
@@ -633,12 +872,14 @@ class BlockingClient(_BaseClient):
         finally:
             self._stop_listener()
 
-    def _wait(self, timeout: float | None) -> None:
-        """Waits (in slices, so Ctrl-C gets through) until the inbox has something."""
+    def _wait(self, timeout: float | None, items: deque[Any] | None = None) -> None:
+        """Waits (in slices, so Ctrl-C gets through) until the inbox (or `items`, a turn
+        stream's) has something."""
         inbox = self._inbox
+        watched = inbox.items if items is None else items
         deadline = None if timeout is None else time.monotonic() + timeout
         with inbox.cond:
-            while not inbox.items:
+            while not watched:
                 if inbox.ended:
                     raise Closed("the client is closed (by close(), a server shutdown, or a connection the "
                                  "server dropped); open a new client to go on")
@@ -650,3 +891,140 @@ class BlockingClient(_BaseClient):
                     wait = min(wait, left)
                 inbox.cond.notify_all()  # a delivery thread waiting for room
                 inbox.cond.wait(wait)
+
+
+class _TurnState:
+    """What the two turn streams share: the filter, the assistant's text, the completion."""
+
+    def __init__(self, client: _BaseClient, sub: _TurnSub, turn: p.Turn, timeout: float | None) -> None:
+        self.turn = turn
+        self._client = client
+        self._sub = sub
+        self._timeout = timeout
+        self._texts: list[str] = []
+        self._completed: p.TurnCompletedParams | None = None
+        self._ended = False
+
+    def _take(self) -> p.ServerNotification | None:
+        """The next notification of this turn already received, or None (skipping others)."""
+        items = self._sub.items
+        while items:
+            text, raw = items.popleft()
+            note = _decode_notification(text) if raw is None else _decode_value(raw)
+            if _turn_of(note) != self.turn.id:
+                continue  # another turn of the thread, or a thread-level notification
+            if isinstance(note, p.ItemCompletedNotification):
+                item = note.params.item.content
+                if isinstance(item, p.AgentMessageItem):
+                    self._texts.append(item.text)
+            elif isinstance(note, p.TurnCompletedNotification):
+                self._completed = note.params
+                self._end()
+            return note
+        return None
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._client._unsubscribe(self._sub)
+
+    def _result_text(self) -> str:
+        done = self._completed
+        assert done is not None
+        if done.turn.status == "failed":
+            error = done.error
+            raise KernelFailed(error.code if error else "failed", error.message if error else "the turn failed",
+                               done.turn.id)
+        if done.turn.status == "interrupted":
+            raise TurnInterrupted(done.turn.id)
+        return "\n".join(self._texts)
+
+    def _not_completed(self) -> Closed:
+        return Closed(f"the client closed before turn {self.turn.id} completed")
+
+    def close(self) -> None:
+        """Stops following the turn (the turn itself goes on). Idempotent; done for you when the
+        stream ends."""
+        self._end()
+
+    def __del__(self) -> None:
+        try:
+            self._end()
+        except Exception:
+            pass
+
+
+class TurnStream(_TurnState):
+    """One turn's notifications (`AsyncClient.turn`): `async for note in stream` yields only this
+    turn's (same thread and turn id) and ends after its `turn/completed`, inclusive. `turn` is the
+    `Turn` that `turn/start` returned. Approvals are answered by the client's handler meanwhile."""
+
+    def __aiter__(self) -> TurnStream:
+        return self
+
+    async def __anext__(self) -> p.ServerNotification:
+        client = self._client
+        assert isinstance(client, AsyncClient)
+        while True:
+            if self._completed is not None:
+                raise StopAsyncIteration
+            note = self._take()
+            if note is not None:
+                return note
+            try:
+                await client._wait(self._timeout, self._sub.items)
+            except Closed:
+                self._end()
+                raise self._not_completed() from None
+
+    async def completion(self) -> p.TurnCompletedParams:
+        """Reads the turn to its end and returns the `turn/completed` params (whatever the
+        status)."""
+        async for _ in self:
+            pass
+        if self._completed is None:
+            raise self._not_completed()
+        return self._completed
+
+    async def text(self) -> str:
+        """Reads the turn to its end and returns the assistant's text: the `text` of its
+        `agentMessage` items, in order, joined with "\\n". A failed turn raises `KernelFailed`, an
+        interrupted one `TurnInterrupted`."""
+        await self.completion()
+        return self._result_text()
+
+
+class BlockingTurnStream(_TurnState):
+    """`TurnStream` for the blocking client: `for note in stream`, `.text()`, `.completion()`.
+    Ctrl-C interrupts its waits."""
+
+    def __iter__(self) -> BlockingTurnStream:
+        return self
+
+    def __next__(self) -> p.ServerNotification:
+        client = self._client
+        assert isinstance(client, BlockingClient)
+        while True:
+            if self._completed is not None:
+                raise StopIteration
+            note = self._take()
+            if note is not None:
+                return note
+            try:
+                client._wait(self._timeout, self._sub.items)
+            except Closed:
+                self._end()
+                raise self._not_completed() from None
+
+    def completion(self) -> p.TurnCompletedParams:
+        """Reads the turn to its end and returns the `turn/completed` params."""
+        for _ in self:
+            pass
+        if self._completed is None:
+            raise self._not_completed()
+        return self._completed
+
+    def text(self) -> str:
+        """Reads the turn to its end and returns the assistant's text (see `TurnStream.text`)."""
+        self.completion()
+        return self._result_text()

@@ -35,7 +35,9 @@ class Error(Exception):
 
 class ProtocolError(Error):
     """The server answered with a JSON-RPC error (or the request was refused locally for the same
-    reason): `code`, `message` and `data` as on the wire."""
+    reason): `code`, `message` and `data` as on the wire. The classes of the protocol's common
+    errors are subclasses (`NotFound`, `Conflict`, `InvalidParams`); any other code is a plain
+    `ProtocolError`."""
 
     def __init__(self, code: int, message: str, data: Json = None) -> None:
         super().__init__(f"server error {code}: {message}")
@@ -44,8 +46,32 @@ class ProtocolError(Error):
         self.data = data
 
 
+class NotFound(ProtocolError):
+    """No such thread, turn, run or item (-32004)."""
+
+    def __init__(self, message: str, data: Json = None, code: int = NOT_FOUND) -> None:
+        super().__init__(code, message, data)
+
+
+class Conflict(ProtocolError):
+    """The request conflicts with the current state (-32009): a turn already running on the
+    thread, an idempotency key reused with other params."""
+
+    def __init__(self, message: str, data: Json = None, code: int = CONFLICT) -> None:
+        super().__init__(code, message, data)
+
+
+class InvalidParams(ProtocolError, ValueError):
+    """The params were refused (-32602): by the server, or locally before sending (JSON that is
+    not an object, an argument out of range)."""
+
+    def __init__(self, message: str, data: Json = None, code: int = INVALID_PARAMS) -> None:
+        super().__init__(code, message, data)
+
+
 class Overloaded(Error):
-    """Too many requests in flight, or the server's queue is full: wait `retry_after_ms`, retry."""
+    """Too many requests in flight, or the server's queue is full (-32001): wait
+    `retry_after_ms`, retry."""
 
     code = OVERLOADED
 
@@ -55,16 +81,62 @@ class Overloaded(Error):
 
 
 class Timeout(Error, TimeoutError):
-    """No answer (or no notification) within the timeout. Never read this as success: the request
-    may still have taken effect."""
+    """No answer (or no notification) within the timeout (-32010). Never read this as success:
+    the request may still have taken effect."""
 
     code = INTERRUPTED
 
 
 class Closed(Error):
-    """The client or the server is closed: nothing more will arrive. Distinct from `Timeout`."""
+    """The client, the server or the store is closed or shut down: nothing more will arrive.
+    Distinct from `Timeout`."""
 
     code = INTERNAL_ERROR
+
+
+class StoreError(Error):
+    """The rollout store failed (I/O, SQLite, anything without a class of its own). The classes
+    below say which fix applies."""
+
+    code = INTERNAL_ERROR
+
+
+class StoreLocked(StoreError):
+    """Another store holds the state directory: another process, or another `AppServer` /
+    store of this process on the same directory. Close that one, or use another directory."""
+
+
+class StoreUnsafe(StoreError):
+    """The state directory is not a private directory (a regular file, a symlink, or group/world
+    access): fix the path or its mode."""
+
+
+class StoreDamaged(StoreError):
+    """A log is corrupt or does not match its head anchor: restore it from a backup."""
+
+
+class KernelFailed(Error):
+    """A turn ended `failed`. `reason` is the turn error's code (`kernelFailed`, `kernelPanicked`,
+    `recordingFailed`, `outputLimitExceeded`…), `message` its message, `turn_id` the turn."""
+
+    code = INTERNAL_ERROR
+
+    def __init__(self, reason: str, message: str, turn_id: str) -> None:
+        super().__init__(f"turn {turn_id} failed ({reason}): {message}")
+        self.reason = reason
+        self.message = message
+        self.turn_id = turn_id
+
+
+class TurnInterrupted(Error):
+    """A turn ended `interrupted` (raised by the per-turn `text()` convenience): interrupted by
+    `turn_interrupt`, a shutdown, or cancelled at an approval."""
+
+    code = INTERRUPTED
+
+    def __init__(self, turn_id: str, message: str | None = None) -> None:
+        super().__init__(message or f"turn {turn_id} was interrupted")
+        self.turn_id = turn_id
 
 
 class TurnCancelled(Error):
@@ -98,12 +170,57 @@ def from_client_error(e: Any, ffi: Any) -> Error:
         if e.code == OVERLOADED:
             retry = data.get("retry_after_ms") if isinstance(data, dict) else None
             return Overloaded(retry if isinstance(retry, int) else 100, f"server overloaded: {e.reason}")
-        return ProtocolError(int(e.code), e.reason, data)
+        return protocol_error(int(e.code), e.reason, data)
     if isinstance(e, E.LineTooLarge):
         return ProtocolError(INVALID_REQUEST, f"request of {e.size} bytes exceeds the {e.max}-byte limit",
                              {"size": int(e.size), "max": int(e.max)})
-    if isinstance(e, E.InvalidJson):
-        return ProtocolError(PARSE_ERROR, e.reason)
-    if isinstance(e, E.InvalidArgument):
-        return ProtocolError(INVALID_PARAMS, e.reason)
+    if isinstance(e, (E.InvalidJson, E.InvalidArgument)):
+        return InvalidParams(e.reason)
     return Error(str(e))
+
+
+def protocol_error(code: int, message: str, data: Json = None) -> ProtocolError:
+    """The class of a JSON-RPC error by its code."""
+    if code == NOT_FOUND:
+        return NotFound(message, data)
+    if code == CONFLICT:
+        return Conflict(message, data)
+    if code == INVALID_PARAMS:
+        return InvalidParams(message, data)
+    return ProtocolError(code, message, data)
+
+
+def from_server_error(e: Any, ffi: Any, state_dir: str) -> Error:
+    """The SDK error for a native `ServerError` (open or a call on a shut-down server). An invalid
+    configuration is `InvalidParams` (a `ValueError`, as before)."""
+    S = ffi.ServerError
+    if isinstance(e, S.InvalidConfig):
+        return InvalidParams(e.reason)
+    if isinstance(e, S.Store):
+        K = ffi.StoreFailure
+        cls: type[StoreError] = {K.LOCKED: StoreLocked, K.UNSAFE: StoreUnsafe,
+                                 K.DAMAGED: StoreDamaged}.get(e.kind, StoreError)
+        return cls(f"cannot open the rollout store in {state_dir}: {e.reason}")
+    if isinstance(e, S.ShutDown):
+        return Closed("the server is shut down; open a new one")
+    return Error(str(e))
+
+
+def from_store_error(e: Any, ffi: Any) -> Error:
+    """The SDK error for a native `StoreError` (the `RolloutStore` API)."""
+    S = ffi.StoreError
+    if isinstance(e, S.NotFound):
+        return NotFound(e.reason)
+    if isinstance(e, S.AlreadyExists):
+        return Conflict(e.reason)
+    if isinstance(e, S.InvalidArgument):
+        return InvalidParams(e.reason)
+    if isinstance(e, (S.Corrupt, S.AnchorMismatch)):
+        return StoreDamaged(e.reason)
+    if isinstance(e, S.UnsafeStateDir):
+        return StoreUnsafe(e.reason)
+    if isinstance(e, S.Locked):
+        return StoreLocked(e.reason)
+    if isinstance(e, S.Closed):
+        return Closed("the rollout store is closed; open it again")
+    return StoreError(getattr(e, "reason", str(e)))

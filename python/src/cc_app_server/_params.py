@@ -8,13 +8,14 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from . import protocol as p
-from .protocol import MISSING, JsonObject, Missing
+from .protocol import JsonObject
 
 T = TypeVar("T")
 
 
-def opt(value: T | None) -> T | Missing:
-    return MISSING if value is None else value
+def opt(value: T | None) -> T | None:
+    """An optional param: None is not sent (the generated encoders skip None members)."""
+    return value
 
 
 def thread_start(title: str | None, thread_id: str | None, metadata: JsonObject | None,

@@ -12,10 +12,11 @@ from typing import Any, Literal
 
 from ._approvals import ApprovalHandler
 from ._client import AsyncClient, BlockingClient, _Options
-from ._errors import Closed, Error
+from ._errors import Closed, from_server_error
 from ._kernel import KernelLike, NativeKernel, NativeTools, ToolsLike
 from ._logging import install_engine_logging
 from ._native import ffi
+from ._store import RolloutStore
 
 Store = Literal["jsonl", "sqlite"]
 Durability = Literal["sync", "buffered", "ephemeral"]
@@ -99,7 +100,7 @@ class AppServer:
         self._native: Any = native
 
     @classmethod
-    def open(cls, state_dir: str | Any, *, store: Store = "jsonl", durability: Durability = "sync",
+    def open(cls, state_dir: str | os.PathLike[str], *, store: Store = "jsonl", durability: Durability = "sync",
              policy: Policy = "ask_every_time", workspace: str | None = None,
              script: Mapping[str, Any] | None = None,
              kernel: KernelLike | None = None, tools: ToolsLike | None = None,
@@ -117,11 +118,13 @@ class AppServer:
         client that reads nothing while its queue is full keeps its connection (default 30 s).
         `rollout_key` (32 bytes, from your key store) turns on keyed tamper evidence
         (docs/rollout-format.md); it is never written anywhere. Timeouts are in seconds.
-        Raises `ValueError` for a bad option and `Error` when the store cannot be opened."""
+        Raises `ValueError` for a bad option (`InvalidParams` when the engine refuses it), and
+        `StoreLocked`, `StoreUnsafe`, `StoreDamaged` or `StoreError` when the store cannot be
+        opened."""
         install_engine_logging()
         S, D = ffi.StoreKind, ffi.Durability
         options = ffi.ServerOptions(
-            state_dir=str(state_dir),
+            state_dir=os.fspath(state_dir),
             store=_choice("store", store, {"jsonl": S.JSONL, "sqlite": S.SQLITE}),
             durability=_choice("durability", durability,
                                {"sync": D.SYNC, "buffered": D.BUFFERED, "ephemeral": D.EPHEMERAL}),
@@ -137,12 +140,8 @@ class AppServer:
         native_tools = None if tools is None else NativeTools(tools)
         try:
             return cls(ffi.AppServer.open(options, native_kernel, native_tools))
-        except ffi.ServerError.InvalidConfig as e:
-            raise ValueError(e.reason) from None
-        except ffi.ServerError.Store as e:
-            raise Error(f"cannot open the rollout store in {state_dir}: {e.reason}") from None
-        except ffi.ServerError.ShutDown:
-            raise Closed("the server is shut down") from None
+        except ffi.ServerError as e:
+            raise from_server_error(e, ffi, os.fspath(state_dir)) from None
 
     def _require(self) -> Any:
         if self._native is None:
@@ -173,6 +172,10 @@ class AppServer:
                            listener_errors=int(s.listener_errors), dropped_log_records=int(s.dropped_log_records),
                            indexed_threads=int(s.store_indexed_threads), loaded_threads=int(s.store_loaded_threads),
                            tail_cache_bytes=int(s.tail_cache_bytes))
+
+    def store(self) -> RolloutStore:
+        """The server's rollout store, to read and verify logs while it runs."""
+        return RolloutStore(self._require().store())
 
     def set_policy(self, policy: Policy) -> None:
         """Changes the approval policy; grants made under the old one lapse."""

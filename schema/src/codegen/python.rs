@@ -2,9 +2,10 @@
 //! (keyword-only, so schema order is kept) with a `decode_<Name>` and an `encode_<Name>` function per
 //! definition; `mypy --strict` clean.
 //!
-//! - required → `name: T`; nullable → `name: T | None`; optional → `name: T | Missing = MISSING`;
-//!   optional-nullable → `name: T | None | Missing = MISSING`. `MISSING` is the only member of the
-//!   enum `Missing`, so `None` keeps meaning JSON `null` and `isinstance(v, Missing)` narrows.
+//! - required → `name: T`; nullable → `name: T | None`; optional and optional-nullable →
+//!   `name: T | None = None`: an absent member reads as `None`, and `None` is not sent. A decoded
+//!   optional-nullable member that was an explicit `null` is remembered (`_nulls`, outside the
+//!   fields, so equality ignores it) and encoded as `null` again: a round trip keeps the JSON.
 //! - a tagged union is a `TypeAlias` of its branch classes; each branch class carries its tag as a
 //!   `Literal` field with that value as default. A display (`keep_unknown`) union adds
 //!   `UnknownCase` (the raw object), a display enum adds `UnknownValue` (the raw string); strict ones
@@ -190,7 +191,26 @@ fn fixed(f: &Field) -> Option<&Value> {
         .filter(|_| Presence::of(f) == Presence::Required)
 }
 
-fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
+/// Whether a member of type `t` can hold JSON `null` itself (free-form JSON, or an alias of it).
+fn holds_null(t: &Ty, json_aliases: &[String]) -> bool {
+    match t {
+        Ty::Json => true,
+        Ty::Named(n) => json_aliases.contains(n),
+        _ => false,
+    }
+}
+
+/// The names of the aliases of free-form JSON.
+fn json_aliases(model: &Model) -> Vec<String> {
+    model
+        .defs
+        .iter()
+        .filter(|d| matches!(d.kind, DefKind::Alias(Ty::Json)))
+        .map(|d| d.name.clone())
+        .collect()
+}
+
+fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool, json_aliases: &[String]) {
     let name = &d.name;
     let idents: Vec<String> = fields.iter().map(|f| field_ident(&f.wire)).collect();
     for (i, a) in idents.iter().enumerate() {
@@ -217,8 +237,9 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
         let line = match Presence::of(f) {
             Presence::Required => format!("{ident}: {base}"),
             Presence::Nullable => format!("{ident}: {base} | None"),
-            Presence::Optional => format!("{ident}: {base} | Missing = MISSING"),
-            Presence::OptionalNullable => format!("{ident}: {base} | None | Missing = MISSING"),
+            Presence::Optional | Presence::OptionalNullable => {
+                format!("{ident}: {base} | None = None")
+            }
         };
         let _ = writeln!(out, "    {line}");
     }
@@ -287,6 +308,14 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
             }
         }
     }
+    let nullables: Vec<&Field> = fields
+        .iter()
+        .filter(|f| match Presence::of(f) {
+            Presence::OptionalNullable => true,
+            Presence::Optional => holds_null(&f.ty, json_aliases),
+            _ => false,
+        })
+        .collect();
     let _ = writeln!(out, "    return _build({name}, {{");
     for (f, ident) in fields.iter().zip(&idents) {
         if let Some(c) = fixed(f) {
@@ -298,10 +327,8 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
         let expr = match Presence::of(f) {
             Presence::Required => value,
             Presence::Nullable => format!("None if o[{w}] is None else {value}"),
-            Presence::Optional => format!("{value} if {w} in o else MISSING"),
-            Presence::OptionalNullable => {
-                format!("MISSING if {w} not in o else None if o[{w}] is None else {value}")
-            }
+            Presence::Optional => format!("{value} if {w} in o else None"),
+            Presence::OptionalNullable => format!("None if o.get({w}) is None else {value}"),
         };
         let _ = writeln!(out, "        {}: ({expr}),", json_string(ident));
     }
@@ -311,7 +338,17 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
             "        \"extra\": ({{}} if o.keys() <= _{name}_MEMBERS else {{k: v for k, v in o.items() if k not in _{name}_MEMBERS}}),"
         );
     }
-    let _ = writeln!(out, "    }})\n");
+    if !nullables.is_empty() {
+        let names: Vec<String> = nullables.iter().map(|f| json_string(&f.wire)).collect();
+        let _ = writeln!(
+            out,
+            "    }}, _nulls(o, ({}{})))\n",
+            names.join(", "),
+            if names.len() == 1 { "," } else { "" }
+        );
+    } else {
+        let _ = writeln!(out, "    }})\n");
+    }
 
     // Encoder: the schema's order, then the members this version does not know.
     let _ = writeln!(
@@ -336,17 +373,17 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
                     enc(&f.ty, &v, 0)
                 );
             }
-            Presence::Optional => {
+            Presence::Optional if !holds_null(&f.ty, json_aliases) => {
                 let _ = writeln!(
                     out,
-                    "    if not isinstance({v}, Missing):\n        out[{w}] = {}",
+                    "    if {v} is not None:\n        out[{w}] = {}",
                     enc(&f.ty, &v, 0)
                 );
             }
-            Presence::OptionalNullable => {
+            Presence::Optional | Presence::OptionalNullable => {
                 let _ = writeln!(
                     out,
-                    "    if not isinstance({v}, Missing):\n        out[{w}] = None if {v} is None else {}",
+                    "    if {v} is not None:\n        out[{w}] = {}\n    elif {w} in value.__dict__.get(\"_nulls\", ()):\n        out[{w}] = None",
                     enc(&f.ty, &v, 0)
                 );
             }
@@ -362,7 +399,9 @@ fn struct_def(out: &mut String, d: &Def, fields: &[Field], strict: bool) {
 }
 
 /// Python's spellings of each kind of definition, called by [`walk`] in schema order.
-struct Python;
+struct Python {
+    json_aliases: Vec<String>,
+}
 
 impl Target for Python {
     fn before_def(&mut self, out: &mut String, d: &Def) {
@@ -424,7 +463,7 @@ impl Target for Python {
     }
 
     fn structure(&mut self, out: &mut String, d: &Def, fields: &[Field], strict: bool) {
-        struct_def(out, d, fields, strict);
+        struct_def(out, d, fields, strict, &self.json_aliases);
     }
 
     fn union(&mut self, out: &mut String, d: &Def, u: UnionDef<'_>) {
@@ -589,7 +628,10 @@ pub fn module(model: &Model) -> String {
         let _ = writeln!(out, "    {}: Final = {code}", screaming(&name));
     }
     out.push_str("\n\n");
-    walk(model, &mut Python, &mut out);
+    let mut target = Python {
+        json_aliases: json_aliases(model),
+    };
+    walk(model, &mut target, &mut out);
     out
 }
 
@@ -660,10 +702,13 @@ mod tests {
     }
 
     #[test]
-    fn optional_nullable_and_missing_stay_distinct() {
+    fn absent_optional_members_read_as_none() {
         let text = module(&model());
         assert!(text.contains("    title: Title | None\n"));
-        assert!(text.contains("    title: Title | Missing = MISSING\n"));
-        assert!(text.contains("    diff: Text | None | Missing = MISSING\n"));
+        assert!(text.contains("    title: Title | None = None\n"));
+        assert!(text.contains("    diff: Text | None = None\n"));
+        assert!(!text.contains("| Missing = MISSING"));
+        // An explicit null of an optional-nullable member survives a round trip.
+        assert!(text.contains("_nulls(o, (\"diff\",))"));
     }
 }

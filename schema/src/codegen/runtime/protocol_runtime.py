@@ -9,7 +9,8 @@ JsonObject: TypeAlias = "dict[str, Json]"
 
 
 class Missing(enum.Enum):
-    """The type of `MISSING`: a member that is not on the wire (`None` is JSON `null`)."""
+    """The type of `MISSING`: a union tag that is not on the wire. (An absent optional member
+    reads as `None`.)"""
 
     MISSING = "MISSING"
 
@@ -30,6 +31,12 @@ class UnknownCase:
     """A display union's case this version does not know, kept as sent."""
 
     raw: JsonObject
+
+    @property
+    def method(self) -> str | None:
+        """The `method` of an unknown notification (or request) as sent; None when absent."""
+        value = self.raw.get("method")
+        return value if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)
@@ -144,13 +151,21 @@ def _is_tag(raw: object, expected: str | int | bool) -> bool:
 _Built = TypeVar("_Built")
 
 
-def _build(cls: type[_Built], members: dict[str, Any]) -> _Built:
+def _build(cls: type[_Built], members: dict[str, Any], nulls: frozenset[str] | None = None) -> _Built:
     """A frozen dataclass from members the decoder has already checked, every field given.
     Skips the generated `__init__`, whose `object.__setattr__` per field was most of the cost of
-    a typed notification; equality, hashing, repr and `dataclasses.replace` read the same fields."""
+    a typed notification; equality, hashing, repr and `dataclasses.replace` read the same fields.
+    `nulls`: the optional members that were an explicit `null` (so the encoder writes them again)."""
     obj = cls.__new__(cls)
     obj.__dict__.update(members)
+    if nulls:
+        obj.__dict__["_nulls"] = nulls
     return obj
+
+
+def _nulls(o: JsonObject, names: tuple[str, ...]) -> frozenset[str] | None:
+    found = [name for name in names if name in o and o[name] is None]
+    return frozenset(found) if found else None
 
 
 def _const(raw: Json, path: str, expected: str | int | bool) -> None:

@@ -1,0 +1,178 @@
+"""`client.turn(thread_id, text)`: one turn's notifications, subscribed before `turn/start`, ending
+with its `turn/completed`; `text()` and `completion()`. With the scripted kernel. Also the typed
+notifications' lazy `item/delta` and the Python rough edges of issue 25 item 11."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import pathlib
+
+import pytest
+
+import cc_app_server as cc
+from cc_app_server import protocol as p
+from conftest import TOOL_SCRIPT
+
+
+def script(*texts: str, chunks: int = 3) -> p.AgentOptions:
+    return p.AgentOptions(script={"steps": [{"type": "message", "text": t, "chunks": chunks} for t in texts]})
+
+
+def test_a_turn_with_deltas_yields_only_its_events_and_its_text(server: cc.AppServer) -> None:
+    async def main() -> None:
+        async with server.client() as client:
+            await client.thread_start(thread_id="d", agent_options=script("hello world", "second"))
+            stream = await client.turn("d", "go", timeout=20)
+            assert stream.turn.thread_id == "d" and stream.turn.status in ("running", "queued")
+            notes = [note async for note in stream]
+            assert isinstance(notes[0], p.TurnStartedNotification)
+            assert isinstance(notes[-1], p.TurnCompletedNotification)
+            assert notes[-1].params.turn.id == stream.turn.id
+            deltas = [n for n in notes if isinstance(n, p.ItemDeltaNotification)]
+            assert len(deltas) == 6
+            text = "".join(d.params.delta.text for d in deltas if isinstance(d.params.delta, p.TextDelta))
+            assert text == "hello worldsecond"
+            for n in notes:
+                assert getattr(n, "params").thread_id == "d"
+            # The stream is over; text() and completion() read what it saw.
+            assert await stream.text() == "hello world\nsecond"
+            assert (await stream.completion()).turn.status == "completed"
+            # The next turn is a new stream, and nothing of this one leaks into notifications().
+            assert await (await client.turn("d", "again", timeout=20)).text() == "hello world\nsecond"
+            with pytest.raises(cc.Timeout):
+                async for _ in client.notifications(timeout=0.2):
+                    pass
+
+    asyncio.run(main())
+
+
+def test_an_approval_is_answered_by_the_handler_during_the_turn(server: cc.AppServer) -> None:
+    asked: list[p.ApprovalRequest] = []
+
+    def approve(request: p.ApprovalRequest) -> cc.DecisionName:
+        asked.append(request)
+        return "acceptOnce"
+
+    async def main() -> None:
+        async with server.client(approvals=approve) as client:
+            await client.thread_start(thread_id="a", agent_options=p.AgentOptions(script=TOOL_SCRIPT))
+            stream = await client.turn("a", "write it", timeout=20)
+            assert await stream.text() == "done"
+            done = await stream.completion()
+            assert done.turn.status == "completed" and done.error is None
+    asyncio.run(main())
+    assert len(asked) == 1
+
+
+def test_a_failing_kernel_raises_kernel_failed_async(server: cc.AppServer) -> None:
+    async def main() -> None:
+        async with server.client() as client:
+            await client.thread_start(thread_id="f", agent_options=p.AgentOptions(
+                script={"steps": [{"type": "fail", "message": "the model is down"}]}))
+            stream = await client.turn("f", "go", timeout=20)
+            with pytest.raises(cc.KernelFailed) as e:
+                await stream.text()
+            assert e.value.reason == "kernelFailed" and e.value.turn_id == stream.turn.id
+            assert "the model is down" in e.value.message
+            completed = await stream.completion()
+            assert completed.turn.status == "failed" and completed.error is not None
+
+    asyncio.run(main())
+
+
+def test_an_interrupted_turn_raises_turn_interrupted_async(server: cc.AppServer) -> None:
+    async def main() -> None:
+        async with server.client() as client:
+            await client.thread_start(thread_id="i", agent_options=p.AgentOptions(
+                script={"steps": [{"type": "message", "text": "in"}, {"type": "sleep", "ms": 20_000}]}))
+            stream = await client.turn("i", "go", timeout=20)
+            async for note in stream:
+                if isinstance(note, p.ItemCompletedNotification):
+                    break
+            await client.turn_interrupt("i", stream.turn.id)
+            with pytest.raises(cc.TurnInterrupted) as e:
+                await stream.text()
+            assert e.value.turn_id == stream.turn.id
+
+    asyncio.run(main())
+
+
+def test_two_concurrent_turns_on_two_threads_each_see_only_their_own(server: cc.AppServer) -> None:
+    async def one(client: cc.AsyncClient, thread_id: str) -> tuple[str, set[str], set[str]]:
+        stream = await client.turn(thread_id, "go", timeout=20)
+        threads: set[str] = set()
+        turns: set[str] = set()
+        async for note in stream:
+            params = getattr(note, "params")
+            threads.add(params.thread_id)
+            turns.add(getattr(params, "turn_id", None) or params.turn.id)
+        return await stream.text(), threads, turns
+
+    async def main() -> None:
+        async with server.client() as client:
+            steps: list[p.Json] = [{"type": "message", "text": f"part {i}", "chunks": 2} for i in range(20)]
+            await client.thread_start(thread_id="x", agent_options=p.AgentOptions(script={"steps": steps}))
+            await client.thread_start(thread_id="y", agent_options=script("only y"))
+            (x_text, x_threads, x_turns), (y_text, y_threads, y_turns) = await asyncio.gather(
+                one(client, "x"), one(client, "y"))
+            assert x_text == "\n".join(f"part {i}" for i in range(20)) and x_threads == {"x"} and len(x_turns) == 1
+            assert y_text == "only y" and y_threads == {"y"} and len(y_turns) == 1
+            assert x_turns != y_turns
+
+    asyncio.run(main())
+
+
+def test_the_blocking_turn_stream(server: cc.AppServer) -> None:
+    with server.blocking_client() as client:
+        client.thread_start(thread_id="b", agent_options=script("blocking"))
+        stream = client.turn("b", "go", timeout=20)
+        kinds = [type(n).__name__ for n in stream]
+        assert kinds[0] == "TurnStartedNotification" and kinds[-1] == "TurnCompletedNotification"
+        assert stream.text() == "blocking"
+        assert stream.completion().turn.id == stream.turn.id
+        # A refused start raises and leaves no subscription behind.
+        with pytest.raises(cc.NotFound):
+            client.turn("no-such-thread", "go")
+        assert not client._inbox.subs
+
+
+def test_item_delta_is_lazy_but_the_generated_class(server: cc.AppServer) -> None:
+    with server.blocking_client() as client:
+        client.thread_start(thread_id="l", agent_options=script("abc"))
+        client.turn_start("l", "go")
+        deltas: list[p.ItemDeltaNotification] = []
+        for note in client.notifications(timeout=20):
+            if isinstance(note, p.ItemDeltaNotification):
+                deltas.append(note)
+            if isinstance(note, p.TurnCompletedNotification):
+                break
+    first = deltas[0]
+    assert isinstance(first, cc.LazyItemDeltaNotification)
+    eager = p.decode_ItemDeltaNotification(p.encode_ItemDeltaNotification(first))
+    assert type(eager) is p.ItemDeltaNotification and eager == first and first == eager
+    assert dataclasses.replace(first, params=eager.params).params == eager.params
+    match first:
+        case p.ItemDeltaNotification(params=p.ItemDeltaParams(delta=p.TextDelta(text=t))):
+            assert t == "a"
+        case _:
+            raise AssertionError(first)
+    # Validated where it is read: a delta that does not decode raises on `params`.
+    from cc_app_server._client import _decode_notification
+    bad = _decode_notification('{"jsonrpc":"2.0","method":"item/delta","params":{"threadId":"t"}}')
+    assert isinstance(bad, p.ItemDeltaNotification)
+    with pytest.raises(p.DecodeError):
+        bad.params
+
+
+def test_unknown_notifications_have_a_method_and_absent_members_are_none(tmp_path: pathlib.Path) -> None:
+    from cc_app_server._client import _decode_notification
+    unknown = _decode_notification('{"jsonrpc":"2.0","method":"future/thing","params":{}}')
+    assert isinstance(unknown, p.UnknownCase) and unknown.method == "future/thing"
+    # `state_dir` takes a path object.
+    with cc.AppServer.open(tmp_path / "state") as server, server.blocking_client() as client:
+        started = client.thread_start(thread_id="n")
+        # Optional members the server left out read as None, not as a marker.
+        assert started.thread.title is None
+        page = client.thread_list()
+        assert page.unreadable is None
