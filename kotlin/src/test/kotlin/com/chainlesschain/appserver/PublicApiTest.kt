@@ -6,8 +6,6 @@
 // (scripts/test-jvm.sh: `-Dcc.api.classes=<jar>`).
 package com.chainlesschain.appserver
 
-import org.junit.jupiter.api.Assertions.assertEquals
-import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.Test
 import java.io.File
 import java.lang.reflect.Modifier
@@ -54,7 +52,7 @@ private fun kotlinPublic(c: Class<*>): Boolean {
 
 /** Every public signature of the SDK package that names the glue, as `class: javap line`. */
 fun glueInPublicSignatures(root: File = classesRoot()): List<String> {
-    val loader = java.net.URLClassLoader(arrayOf(root.toURI().toURL()), PublicApiTest::class.java.classLoader)
+    val loader = java.net.URLClassLoader(arrayOf(root.toURI().toURL()), AppServer::class.java.classLoader)
     val classes = classesIn(root, SDK).map { Class.forName(it, false, loader) }.filter { kotlinPublic(it) && !it.isSynthetic }
     val javap = ProcessBuilder(listOf(File(System.getProperty("java.home"), "bin/javap").path, "-public", "-cp", root.path) + classes.map { it.name })
         .redirectErrorStream(true).start()
@@ -143,7 +141,7 @@ fun defaultImportedNames(): Set<String> {
 
 /** Every top-level public name of the generated protocol package: classes and typealiases. */
 fun protocolNames(root: File = classesRoot()): Set<String> {
-    val loader = java.net.URLClassLoader(arrayOf(root.toURI().toURL()), PublicApiTest::class.java.classLoader)
+    val loader = java.net.URLClassLoader(arrayOf(root.toURI().toURL()), AppServer::class.java.classLoader)
     val names = sortedSetOf<String>()
     for (name in classesIn(root, PROTOCOL)) {
         val simple = name.substringAfterLast('.')
@@ -161,33 +159,38 @@ fun protocolNames(root: File = classesRoot()): Set<String> {
     return names
 }
 
+/** The glue check, without JUnit (the plain-classpath run has none): throws on a leak. */
+fun checkNoGlue() {
+    val leaks = glueInPublicSignatures()
+    check(leaks.isEmpty()) { "public signatures naming the glue:\n" + leaks.joinToString("\n") }
+}
+
+/** The platform-name check, without JUnit: throws on a clash (or on lists that cannot be right). */
+fun checkNoShadowing() {
+    val platform = defaultImportedNames()
+    // The lists are real: they hold the names that once clashed, and a built-in type.
+    check("Thread" in platform && "Metadata" in platform && "InternalError" in platform && "Int" in platform) { "$platform" }
+    val ours = protocolNames()
+    check("AgentThread" in ours && "ThreadMetadata" in ours && "ServerNotification" in ours) { "$ours" }
+    val clashes = ours.intersect(platform)
+    check(clashes.isEmpty()) { "generated names that shadow a default import: $clashes" }
+}
+
 class PublicApiTest {
     @Test
-    fun `no public signature of the SDK names the uniffi glue`() {
-        val leaks = glueInPublicSignatures()
-        assertEquals(emptyList<String>(), leaks, leaks.joinToString("\n"))
-    }
+    fun `no public signature of the SDK names the uniffi glue`() = checkNoGlue()
 
     @Test
-    fun `no generated protocol type shadows a default-imported name`() {
-        val platform = defaultImportedNames()
-        // The lists are real: they hold the names that once clashed.
-        assertTrue("Thread" in platform && "Metadata" in platform && "InternalError" in platform && "Int" in platform, "$platform")
-        val ours = protocolNames()
-        assertTrue("AgentThread" in ours && "ThreadMetadata" in ours && "ServerNotification" in ours, "$ours")
-        val clashes = ours.intersect(platform)
-        assertEquals(emptySet<String>(), clashes)
-    }
+    fun `no generated protocol type shadows a default-imported name`() = checkNoShadowing()
 }
 
 /** For the run from the built jar: both checks, `public-api: N passed, M failed`. */
 fun main() {
-    val t = PublicApiTest()
     var passed = 0
     var failed = 0
     for ((name, check) in listOf<Pair<String, () -> Unit>>(
-        "glue" to t::`no public signature of the SDK names the uniffi glue`,
-        "platform names" to t::`no generated protocol type shadows a default-imported name`,
+        "glue" to ::checkNoGlue,
+        "platform names" to ::checkNoShadowing,
     )) {
         try {
             check()
