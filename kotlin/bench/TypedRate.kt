@@ -26,7 +26,7 @@ import com.chainlesschain.appserver.ffi.Durability as NativeDurability
 import com.chainlesschain.appserver.ffi.NotificationListener
 import com.chainlesschain.appserver.ffi.ServerOptions as NativeOptions
 
-private fun script(deltas: Int) =
+private fun longTurnOptions(deltas: Int) =
     """{"script":{"steps":[{"type":"message","text":"${"x".repeat(deltas)}","chunks":$deltas}]}}"""
 
 private object Decline : ApprovalHandler {
@@ -37,7 +37,7 @@ private fun raw(server: NativeServer, deltas: Int, round: Int): Double {
     val client = NativeClient.connect(server, Decline, NativeClientOptions(null, null, null, 65_536))
     try {
         val tid = "raw$round"
-        client.requestBlocking("thread/start", """{"threadId":"$tid","agentOptions":${script(deltas)}}""")
+        client.requestBlocking("thread/start", """{"threadId":"$tid","agentOptions":${longTurnOptions(deltas)}}""")
         val count = AtomicInteger()
         val done = CountDownLatch(1)
         val task = client.listen(object : NotificationListener {
@@ -65,7 +65,7 @@ private fun raw(server: NativeServer, deltas: Int, round: Int): Double {
 private fun typed(server: AppServer, deltas: Int, round: Int, perTurn: Boolean): Double = runBlocking {
     server.client().use { client ->
         val tid = (if (perTurn) "turn" else "typed") + round
-        client.request("thread/start", """{"threadId":"$tid","agentOptions":${script(deltas)}}""")
+        client.request("thread/start", """{"threadId":"$tid","agentOptions":${longTurnOptions(deltas)}}""")
         var count = 0
         val t0 = System.nanoTime()
         if (perTurn) {
