@@ -11,11 +11,11 @@ cd "$(dirname "$0")/.."
 check=0
 [ "${1:-}" = "--check" ] && check=1
 ext=so; [ "$(uname -s)" = Darwin ] && ext=dylib
-lib=${CC_FFI_LIB:-target/debug/libcc_app_server_ffi.$ext}
-bindgen=target/debug/uniffi-bindgen
-if [ ! -f "$lib" ] || [ ! -x "$bindgen" ]; then
-    cargo build -q -p cc-app-server-ffi --features uniffi-cli --bins --lib
-fi
+target=${CARGO_TARGET_DIR:-target}
+lib=${CC_FFI_LIB:-$target/debug/libcc_app_server_ffi.$ext}
+bindgen=$target/debug/uniffi-bindgen
+# Always (a no-op when fresh): glue generated from a stale library would pass `--check` wrongly.
+cargo build -q -p cc-app-server-ffi --features uniffi-cli --bins --lib
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$bindgen" generate --no-format --library "$lib" --language swift --out-dir "$tmp/raw" >/dev/null

@@ -270,6 +270,28 @@ public struct TurnEvents: AsyncSequence, Sendable {
         }
         throw AppServerError.closed(message: "the client closed before turn \(turn.id) completed")
     }
+
+    /// Reads the whole turn and returns the assistant's text: the `text` of the turn's completed
+    /// `agentMessage` items, in order, joined with "\n". A turn that ended `failed` throws
+    /// `.kernelFailed` (with the turn error's code as `reason`), one that was interrupted
+    /// `.turnInterrupted`.
+    public func text() async throws -> String {
+        let (completed, events) = try await completion()
+        switch completed.turn.status {
+        case .failed:
+            throw AppServerError.kernelFailed(
+                reason: completed.error?.code ?? "failed", message: completed.error?.message ?? "the turn failed",
+                turnId: turn.id)
+        case .interrupted:
+            throw AppServerError.turnInterrupted(turnId: turn.id)
+        default:
+            var parts: [String] = []
+            for case .itemCompleted(let n) in events {
+                if case .agentMessage(let message) = n.params.item.content { parts.append(message.text) }
+            }
+            return parts.joined(separator: "\n")
+        }
+    }
 }
 
 final class Flag: @unchecked Sendable {

@@ -21,8 +21,22 @@ public enum AppServerError: Error, Hashable, Sendable, CustomStringConvertible {
     case timeout
     /// The client or the server is closed; open a new one to go on.
     case closed(message: String)
-    /// The rollout store could not be opened or written (permissions, lock, corruption).
+    /// The rollout store could not be opened or written (I/O, SQLite) for a reason other than
+    /// the three below. `isStoreError` is true for all four.
     case store(message: String)
+    /// Another server, in this process or another, holds the state directory: close it first.
+    case storeLocked(message: String)
+    /// The state directory is not a private directory (a regular file, a symlink, group or world
+    /// access): the message says how to fix it.
+    case storeUnsafe(message: String)
+    /// A rollout log is corrupt or does not match its head anchor: restore it from a backup (the
+    /// log was not modified).
+    case storeDamaged(message: String)
+    /// A turn ended `failed` (from `TurnEvents.text()`): `reason` is the turn error's code
+    /// (`kernelFailed`, `kernelPanicked`, `recordingFailed`, `outputLimit`, …).
+    case kernelFailed(reason: String, message: String, turnId: String)
+    /// A turn ended `interrupted` (from `TurnEvents.text()`).
+    case turnInterrupted(turnId: String)
     /// The request is larger than the server's line limit; nothing was sent (`-32600`).
     case lineTooLarge(size: Int, max: Int)
     /// A result or notification the generated types refused: the server broke the protocol
@@ -39,7 +53,8 @@ public enum AppServerError: Error, Hashable, Sendable, CustomStringConvertible {
         case .invalidParams: return ErrorCode.invalidParams
         case .overloaded: return ErrorCode.overloaded
         case .timeout: return ErrorCode.interrupted
-        case .closed, .store: return ErrorCode.internal
+        case .closed, .store, .storeLocked, .storeUnsafe, .storeDamaged, .kernelFailed: return ErrorCode.internal
+        case .turnInterrupted: return ErrorCode.interrupted
         case .lineTooLarge: return ErrorCode.invalidRequest
         case .invalidJSON: return ErrorCode.parse
         case .server(let code, _, _): return code
@@ -50,8 +65,11 @@ public enum AppServerError: Error, Hashable, Sendable, CustomStringConvertible {
     public var message: String {
         switch self {
         case .notFound(let m), .conflict(let m), .invalidParams(let m), .closed(let m),
-             .store(let m), .invalidJSON(let m):
+             .store(let m), .storeLocked(let m), .storeUnsafe(let m), .storeDamaged(let m),
+             .invalidJSON(let m):
             return m
+        case .kernelFailed(let reason, let m, let turn): return "turn \(turn) failed (\(reason)): \(m)"
+        case .turnInterrupted(let turn): return "turn \(turn) was interrupted"
         case .overloaded(let s): return "overloaded; retry after \(s) s"
         case .timeout: return "no answer within the request timeout"
         case .lineTooLarge(let size, let max): return "request of \(size) bytes exceeds the \(max)-byte limit"
@@ -60,6 +78,15 @@ public enum AppServerError: Error, Hashable, Sendable, CustomStringConvertible {
     }
 
     public var description: String { "AppServerError(\(code)): \(message)" }
+
+    /// True for every failure of the rollout store: `.store`, `.storeLocked`, `.storeUnsafe`,
+    /// `.storeDamaged`.
+    public var isStoreError: Bool {
+        switch self {
+        case .store, .storeLocked, .storeUnsafe, .storeDamaged: return true
+        default: return false
+        }
+    }
 }
 
 // The wire's error codes are the generated `ErrorCode` (CcAppServerProtocol, re-exported):
@@ -103,7 +130,13 @@ extension AppServerError {
         case let e as ServerError:
             switch e {
             case .InvalidConfig(let reason): return AppServerError.invalidParams(message: reason)
-            case .Store(let reason): return AppServerError.store(message: reason)
+            case .Store(let kind, let reason):
+                switch kind {
+                case .locked: return AppServerError.storeLocked(message: reason)
+                case .unsafe: return AppServerError.storeUnsafe(message: reason)
+                case .damaged: return AppServerError.storeDamaged(message: reason)
+                case .io: return AppServerError.store(message: reason)
+                }
             case .ShutDown: return AppServerError.closed(message: "the server is shut down; open a new one")
             }
         case let e as ProtocolDecodeError:

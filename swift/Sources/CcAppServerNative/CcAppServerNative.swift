@@ -6057,7 +6057,11 @@ enum ServerError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError {
     
     case InvalidConfig(reason: String
     )
-    case Store(reason: String
+    /**
+     * `kind` says which of the store's failures it was, so a host can offer the right fix
+     * (wait for the other owner, fix the directory, restore from a backup) without reading text.
+     */
+    case Store(kind: StoreFailure, reason: String
     )
     case ShutDown
 
@@ -6093,6 +6097,7 @@ public struct FfiConverterTypeServerError: FfiConverterRustBuffer {
             reason: try FfiConverterString.read(from: &buf)
             )
         case 2: return .Store(
+            kind: try FfiConverterTypeStoreFailure.read(from: &buf), 
             reason: try FfiConverterString.read(from: &buf)
             )
         case 3: return .ShutDown
@@ -6113,8 +6118,9 @@ public struct FfiConverterTypeServerError: FfiConverterRustBuffer {
             FfiConverterString.write(reason, into: &buf)
             
         
-        case let .Store(reason):
+        case let .Store(kind,reason):
             writeInt(&buf, Int32(2))
+            FfiConverterTypeStoreFailure.write(kind, into: &buf)
             FfiConverterString.write(reason, into: &buf)
             
         
@@ -6305,6 +6311,101 @@ public func FfiConverterTypeStoreError_lift(_ buf: RustBuffer) throws -> StoreEr
 public func FfiConverterTypeStoreError_lower(_ value: StoreError) -> RustBuffer {
     return FfiConverterTypeStoreError.lower(value)
 }
+
+
+/**
+ * Which failure of the rollout store stopped an open.
+ */
+
+public enum StoreFailure: Equatable, Hashable {
+    
+    /**
+     * Another store, in this process or another, holds the state directory.
+     */
+    case locked
+    /**
+     * The state directory is not a private directory (a file, a symlink, group/world access).
+     */
+    case unsafe
+    /**
+     * A log is corrupt or does not match its head anchor: restore it from a backup.
+     */
+    case damaged
+    /**
+     * Anything else: I/O, SQLite, an invalid argument.
+     */
+    case io
+
+
+
+
+
+}
+
+#if compiler(>=6)
+extension StoreFailure: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeStoreFailure: FfiConverterRustBuffer {
+    typealias SwiftType = StoreFailure
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> StoreFailure {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .locked
+        
+        case 2: return .unsafe
+        
+        case 3: return .damaged
+        
+        case 4: return .io
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: StoreFailure, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .locked:
+            writeInt(&buf, Int32(1))
+        
+        
+        case .unsafe:
+            writeInt(&buf, Int32(2))
+        
+        
+        case .damaged:
+            writeInt(&buf, Int32(3))
+        
+        
+        case .io:
+            writeInt(&buf, Int32(4))
+        
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeStoreFailure_lift(_ buf: RustBuffer) throws -> StoreFailure {
+    return try FfiConverterTypeStoreFailure.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeStoreFailure_lower(_ value: StoreFailure) -> RustBuffer {
+    return FfiConverterTypeStoreFailure.lower(value)
+}
+
 
 
 /**

@@ -267,7 +267,7 @@ final class LifecycleTests: XCTestCase {
         let file = tempStateDirectory() + "/plain-file"
         XCTAssertTrue(FileManager.default.createFile(atPath: file, contents: Data("x".utf8)))
         let error = await assertAppServerError { try AppServer.open(stateDirectory: file) }
-        guard case .store? = error else { return XCTFail("got \(String(describing: error))") }
+        guard case .storeUnsafe? = error else { return XCTFail("got \(String(describing: error))") }
         let empty = await assertAppServerError { try AppServer.open(stateDirectory: "") }
         guard case .invalidParams? = empty else { return XCTFail("got \(String(describing: empty))") }
     }
@@ -277,7 +277,7 @@ final class LifecycleTests: XCTestCase {
         let first = try openServer(directory: dir)
         defer { first.close() }
         let error = await assertAppServerError { try openServer(directory: dir) }
-        guard case .store? = error else { return XCTFail("got \(String(describing: error))") }
+        guard case .storeLocked? = error else { return XCTFail("got \(String(describing: error))") }
     }
 
     func testAClosedClientRefusesRequests() async throws {
