@@ -3,7 +3,8 @@
 # .java block with javac -Xlint:all -Werror against the built jar and its runtime deps on a plain
 # class path (no -Djna.library.path), and runs each block that has a main. Blocks are extracted to
 # DIR by scripts/doctest.py (`<4-digit fence line>.kt`, or the name a `doctest: file` directive
-# gives, e.g. Main.java). Builds the jar (tests skipped) if target/jvm has none.
+# gives, e.g. Main.java). Builds the jar (tests skipped) if target/jvm has none, and installs
+# kotlinc under .tools/ (CC_TOOLS_DIR) if missing, as scripts/test-jvm.sh does.
 # Usage: bash scripts/doctest-jvm.sh DIR   → `doctest jvm: N passed, M failed`
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,8 +30,14 @@ verdict() {  # name status
 shopt -s nullglob
 kts=("$dir"/*.kt)
 if [ ${#kts[@]} -gt 0 ] && [ ! -x "$kotlin_home/bin/kotlinc" ]; then
-  echo "no kotlinc at $kotlin_home: run scripts/test-jvm.sh once (it installs it)" >&2
-  exit 1
+  # The same kotlinc scripts/test-jvm.sh and test-kotlin.sh install (npm package kotlin-compiler).
+  echo "installing kotlinc 2.2.0 into $kotlin_home (npm registry)"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "kotlin-compiler@2.2.0" >/dev/null)
+  mkdir -p "$tmp/x" && tar xzf "$tmp"/kotlin-compiler-*.tgz -C "$tmp/x"
+  chmod +x "$tmp/x/package/bin/"*
+  mkdir -p "$(dirname "$kotlin_home")" && rm -rf "$kotlin_home" && mv "$tmp/x/package" "$kotlin_home"
+  rm -rf "$tmp"
 fi
 for f in "${kts[@]}"; do
   name=$(basename "$f" .kt)
