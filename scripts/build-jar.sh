@@ -55,4 +55,9 @@ echo "mvn $goal (kotlinc allWarningsAsErrors, JUnit 5)"
 mvn "${mvn_args[@]}" "$goal"
 mvn "${mvn_args[@]}" dependency:copy-dependencies -DincludeScope=runtime \
   -DoutputDirectory="$PWD/$out/deps" >/dev/null
-echo "built $out/maven/cc-app-server-$version.jar"
+# The sources jar an IDE attaches (SDK, generated protocol types, generated glue): built with the
+# JDK's `jar` from the same three source roots kotlinc compiled.
+sources_jar="$out/maven/cc-app-server-$version-sources.jar"
+rm -f "$sources_jar"
+jar cf "$sources_jar" -C kotlin/src/main/kotlin . -C bindings/kotlin/src/main/kotlin . -C "$out/uniffi-kotlin" .
+echo "built $out/maven/cc-app-server-$version.jar and $sources_jar"

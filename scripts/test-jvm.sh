@@ -3,7 +3,8 @@
 # inside, uniffi glue generated, kotlinc allWarningsAsErrors, JUnit 5 against the real library),
 # then — from the built jar on a plain `java -cp jar:deps` classpath, with no -Djna.library.path —
 # runs the Kotlin example (examples/kotlin), the JetBrains example (examples/jetbrains), both
-# compiled with kotlinc -Werror, and the Java-facade test. Prints `jvm: N passed, N failed`
+# compiled with kotlinc -Werror, the Java-facade test, the error-class test and the public-API
+# check (javap). Prints `jvm: N passed, N failed`
 # (the JUnit tests plus the three plain-classpath runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,6 +85,22 @@ cat "$out/jetbrains.log"
 
 echo "java facade: JavaFacadeTest.main from the jar (no JUnit, no jna.library.path)"
 if java -cp "$cp:$out/maven/test-classes" com.chainlesschain.appserver.JavaFacadeTest; then
+  plain_passed=$((plain_passed + 1))
+else
+  plain_failed=$((plain_failed + 1))
+fi
+
+echo "error classes: ErrorClassesTest.main from the jar (each class made to happen, caught from Java)"
+if java -cp "$cp:$out/maven/test-classes" com.chainlesschain.appserver.ErrorClassesTest; then
+  plain_passed=$((plain_passed + 1))
+else
+  plain_failed=$((plain_failed + 1))
+fi
+
+echo "public API: javap -public over the jar's SDK classes (no glue type), protocol names vs default imports"
+m2="${CC_MAVEN_REPO:-$HOME/.m2/repository}"
+reflect="$m2/org/jetbrains/kotlin/kotlin-reflect/$KOTLIN_VERSION/kotlin-reflect-$KOTLIN_VERSION.jar"
+if java -Dcc.api.classes="$jar" -cp "$cp:$reflect:$out/maven/test-classes" com.chainlesschain.appserver.PublicApiTestKt; then
   plain_passed=$((plain_passed + 1))
 else
   plain_failed=$((plain_failed + 1))

@@ -9,7 +9,8 @@ package com.chainlesschain.appserver.bench
 import com.chainlesschain.appserver.AppServer
 import com.chainlesschain.appserver.ClientOptions
 import com.chainlesschain.appserver.ServerOptions
-import com.chainlesschain.appserver.ffi.Durability
+import com.chainlesschain.appserver.Durability
+import com.chainlesschain.appserver.ffi.Durability as NativeDurability
 import com.chainlesschain.appserver.ffi.MessageListener
 import com.chainlesschain.appserver.ffi.NotificationListener
 import com.chainlesschain.appserver.ffi.ServerOptions as NativeOptions
@@ -139,7 +140,7 @@ fun main(args: Array<String>) {
     // The rollouts of a run take hundreds of MB: never leave them behind.
     Runtime.getRuntime().addShutdownHook(Thread { tmp.toFile().deleteRecursively() })
 
-    val uServer = NativeServer.open(NativeOptions(stateDir = tmp.resolve("uniffi").toString(), durability = Durability.EPHEMERAL, outboundMessages = outbound))
+    val uServer = NativeServer.open(NativeOptions(stateDir = tmp.resolve("uniffi").toString(), durability = NativeDurability.EPHEMERAL, outboundMessages = outbound))
     val jServer = JniBench.openServer(tmp.resolve("jni").toString(), outbound)
     val sdkServer = AppServer.open(tmp.resolve("sdk"), ServerOptions(durability = Durability.EPHEMERAL, outboundMessages = outbound))
     val clientOptions = NativeClientOptions(notificationCapacity = outbound)

@@ -22,7 +22,7 @@ import com.chainlesschain.appserver.protocol.ProtocolMessage
 import com.chainlesschain.appserver.protocol.SCHEMA_DIGEST
 import com.chainlesschain.appserver.protocol.ServerNotification
 import com.chainlesschain.appserver.protocol.ThreadListParams
-import com.chainlesschain.appserver.protocol.Thread
+import com.chainlesschain.appserver.protocol.AgentThread
 import com.chainlesschain.appserver.protocol.ThreadStartParams
 import com.chainlesschain.appserver.protocol.ToolCall
 import com.chainlesschain.appserver.protocol.decodeMessage
@@ -134,9 +134,9 @@ private fun unitChecks() {
     // The published Thread is closed: archived, lastEventSeq and forkedFrom are gone.
     val thread = """{"id": "th1", "status": "archived", "title": null, "parentThreadId": null,
         "createdAt": "2026-01-01T00:00:00.000Z", "updatedAt": "2026-01-01T00:00:00.000Z", "revision": 7, "metadata": {}}"""
-    check("Thread decodes", Thread.fromJson(json(thread)).revision == 7L)
+    check("Thread decodes", AgentThread.fromJson(json(thread)).revision == 7L)
     for (member in listOf("archived", "lastEventSeq", "forkedFrom")) {
-        check("Thread refuses $member", refused { Thread.fromJson((json(thread) as JSONObject).put(member, JSONObject.NULL)) }?.pointer == "/$member")
+        check("Thread refuses $member", refused { AgentThread.fromJson((json(thread) as JSONObject).put(member, JSONObject.NULL)) }?.pointer == "/$member")
     }
 
     val note = decodeMessage(json("""{"jsonrpc": "2.0", "method": "graph/updated", "params": {}}"""))

@@ -149,8 +149,34 @@ const TYPES: TypeNames = TypeNames {
     map: ["Map<String, ", ">"],
 };
 
+/// Schema definitions spelled differently in Kotlin, because the schema's name is a type every
+/// Kotlin or Java file already sees without an import (`java.lang.*`, `kotlin.*` and the other
+/// default imports): a star import of the protocol package must leave `Thread` meaning
+/// `java.lang.Thread`, and ours still nameable. Same shape (and, where both clash, the same name)
+/// as the Swift table in `swift.rs`; the wire names (tags, `DEFINITION_NAMES`, the `decode…`
+/// functions) keep the schema's spelling. Listed in docs/codegen.md; the JVM suite's
+/// `PlatformNamesTest` checks every generated name against the JDK and the Kotlin stdlib.
+pub const RENAMES: &[(&str, &str)] = &[
+    ("Thread", "AgentThread"),
+    ("InternalError", "WireInternalError"),
+    ("Metadata", "ThreadMetadata"),
+];
+
+/// The Kotlin type name of schema definition `def`.
+pub fn kotlin_name(def: &str) -> &str {
+    RENAMES
+        .iter()
+        .find(|(from, _)| *from == def)
+        .map_or(def, |(_, to)| to)
+}
+
 fn ty(t: &Ty) -> String {
-    TYPES.spell(t)
+    match t {
+        Ty::Named(n) => kotlin_name(n).to_string(),
+        Ty::Array(inner) => format!("{}{}{}", TYPES.array[0], ty(inner), TYPES.array[1]),
+        Ty::Map(inner) => format!("{}{}{}", TYPES.map[0], ty(inner), TYPES.map[1]),
+        other => TYPES.spell(other),
+    }
 }
 
 /// Kotlin's spellings of the runtime's reader calls.
@@ -207,34 +233,37 @@ impl Target for Gen {
     }
 
     fn alias(&mut self, out: &mut String, d: &Def, t: &Ty) {
-        let name = &d.name;
-        let node = schema_info::def_node(self.readers.raw, name);
+        let def = &d.name;
+        let name = kotlin_name(def);
+        let node = schema_info::def_node(self.readers.raw, def);
         let kt = ty(t);
         let _ = writeln!(out, "typealias {name} = {kt}\n");
         let dec = self.readers.dec(t, node, "j", "at", 1);
         let _ = writeln!(
             out,
-            "internal fun decode{name}(j: Any?, at: String, mode: DecodeMode): {name} = {dec}\n"
+            "internal fun decode{def}(j: Any?, at: String, mode: DecodeMode): {name} = {dec}\n"
         );
         let enc = enc(t, "v", 1);
-        let _ = writeln!(out, "internal fun encode{name}(v: {name}): Any = {enc}\n");
+        let _ = writeln!(out, "internal fun encode{def}(v: {name}): Any = {enc}\n");
     }
 
     fn union(&mut self, out: &mut String, d: &Def, u: UnionDef<'_>) {
         let (tag, branches, keep_unknown) = (u.tag, u.branches, u.keep_unknown);
-        let name = &d.name;
+        let def = &d.name;
+        let name = kotlin_name(def);
         let unknown = unknown_case(
             branches.iter().map(|b| b.variant.as_str()),
             "Unknown",
             "UnknownValue",
         );
         let _ = writeln!(out, "sealed interface {name} {{");
-        let _ = writeln!(out, "    fun toJson(): JSONObject = encode{name}(this)\n");
+        let _ = writeln!(out, "    fun toJson(): JSONObject = encode{def}(this)\n");
         for b in branches {
             let _ = writeln!(
                 out,
                 "    data class {}(val value: {PACKAGE}.{}) : {name}",
-                b.variant, b.def
+                b.variant,
+                kotlin_name(&b.def)
             );
         }
         if keep_unknown {
@@ -245,13 +274,13 @@ impl Target for Gen {
         }
         let _ = writeln!(
             out,
-            "\n    companion object {{\n        fun fromJson(json: Any?, mode: DecodeMode = DecodeMode.Receive): {name} = decode{name}(json, \"\", mode)\n    }}\n}}\n"
+            "\n    companion object {{\n        fun fromJson(json: Any?, mode: DecodeMode = DecodeMode.Receive): {name} = decode{def}(json, \"\", mode)\n    }}\n}}\n"
         );
         let _ = writeln!(
             out,
-            "internal fun decode{name}(j: Any?, at: String, mode: DecodeMode): {name} {{\n    val o = readObject(j, at){depth}\n    val t = requireMember(o, {tl}, at)\n    return when {{",
+            "internal fun decode{def}(j: Any?, at: String, mode: DecodeMode): {name} {{\n    val o = readObject(j, at){depth}\n    val t = requireMember(o, {tl}, at)\n    return when {{",
             tl = string_literal(tag),
-            depth = max_depth(self.readers.raw, name)
+            depth = max_depth(self.readers.raw, def)
                 .map(|n| format!("\n    checkDepth(o, at, {n})"))
                 .unwrap_or_default()
         );
@@ -265,7 +294,7 @@ impl Target for Gen {
             );
         }
         let refuse = format!(
-            "fail(ptr(at, {tl}), \"unknown {tg} \" + describeValue(t) + \" for {name}\")",
+            "fail(ptr(at, {tl}), \"unknown {tg} \" + describeValue(t) + \" for {def}\")",
             tl = string_literal(tag),
             tg = tag.replace(['"', '\\', '$'], "")
         );
@@ -280,7 +309,7 @@ impl Target for Gen {
         let _ = writeln!(out, "    }}\n}}\n");
         let _ = writeln!(
             out,
-            "internal fun encode{name}(v: {name}): JSONObject = when (v) {{"
+            "internal fun encode{def}(v: {name}): JSONObject = when (v) {{"
         );
         for b in branches {
             let _ = writeln!(
@@ -296,7 +325,8 @@ impl Target for Gen {
     }
 
     fn string_enum(&mut self, out: &mut String, d: &Def, values: &[String], keep_unknown: bool) {
-        let name = &d.name;
+        let def = &d.name;
+        let name = kotlin_name(def);
         let cases: Vec<String> = values.iter().map(|v| enum_case(v)).collect();
         if keep_unknown {
             let unknown = unknown_case(cases.iter().map(String::as_str), "Unknown", "UnknownValue");
@@ -310,14 +340,14 @@ impl Target for Gen {
             );
             let _ = writeln!(
                 out,
-                "internal fun decode{name}(j: Any?, at: String, mode: DecodeMode): {name} = when (val s = readString(j, at)) {{"
+                "internal fun decode{def}(j: Any?, at: String, mode: DecodeMode): {name} = when (val s = readString(j, at)) {{"
             );
             for (v, c) in values.iter().zip(&cases) {
                 let _ = writeln!(out, "    {} -> {name}.{c}", string_literal(v));
             }
             let _ = writeln!(
                 out,
-                "    else -> if (mode == DecodeMode.Receive) {name}.{unknown}(s) else fail(at, \"unknown {name} \" + describeValue(s))\n}}\n"
+                "    else -> if (mode == DecodeMode.Receive) {name}.{unknown}(s) else fail(at, \"unknown {def} \" + describeValue(s))\n}}\n"
             );
         } else {
             let _ = writeln!(out, "enum class {name}(val wire: String) {{");
@@ -327,21 +357,22 @@ impl Target for Gen {
             let _ = writeln!(out, "}}\n");
             let _ = writeln!(
                 out,
-                "internal fun decode{name}(j: Any?, at: String, mode: DecodeMode): {name} = when (val s = readString(j, at)) {{"
+                "internal fun decode{def}(j: Any?, at: String, mode: DecodeMode): {name} = when (val s = readString(j, at)) {{"
             );
             for (v, c) in values.iter().zip(&cases) {
                 let _ = writeln!(out, "    {} -> {name}.{c}", string_literal(v));
             }
             let _ = writeln!(
                 out,
-                "    else -> fail(at, \"unknown {name} \" + describeValue(s))\n}}\n"
+                "    else -> fail(at, \"unknown {def} \" + describeValue(s))\n}}\n"
             );
         }
-        let _ = writeln!(out, "internal fun encode{name}(v: {name}): Any = v.wire\n");
+        let _ = writeln!(out, "internal fun encode{def}(v: {name}): Any = v.wire\n");
     }
 
     fn structure(&mut self, out: &mut String, d: &Def, fields: &[Field], strict: bool) {
-        let name = &d.name;
+        let def = &d.name;
+        let name = kotlin_name(def);
         let idents = unique_idents(fields.iter().map(|f| f.wire.as_str()), property_ident);
         let members: Vec<(&Field, &String)> = fields
             .iter()
@@ -391,38 +422,38 @@ impl Target for Gen {
         }
         let _ = writeln!(
             out,
-            "    fun toJson(): JSONObject = encode{name}(this)\n\n    companion object {{\n        fun fromJson(json: Any?, mode: DecodeMode = DecodeMode.Receive): {name} = decode{name}(json, \"\", mode)\n    }}\n}}\n"
+            "    fun toJson(): JSONObject = encode{def}(this)\n\n    companion object {{\n        fun fromJson(json: Any?, mode: DecodeMode = DecodeMode.Receive): {name} = decode{def}(json, \"\", mode)\n    }}\n}}\n"
         );
 
         // Decoder.
         let known: Vec<String> = fields.iter().map(|f| string_literal(&f.wire)).collect();
         let _ = writeln!(
             out,
-            "private val MEMBERS_{name}: Set<String> = setOf({})\n",
+            "private val MEMBERS_{def}: Set<String> = setOf({})\n",
             known.join(", ")
         );
         let _ = writeln!(
             out,
-            "internal fun decode{name}(j: Any?, at: String, mode: DecodeMode): {name} {{\n    val o = readObject(j, at)"
+            "internal fun decode{def}(j: Any?, at: String, mode: DecodeMode): {name} {{\n    val o = readObject(j, at)"
         );
         if strict {
-            let _ = writeln!(out, "    refuseUnknownMembers(o, at, MEMBERS_{name})");
+            let _ = writeln!(out, "    refuseUnknownMembers(o, at, MEMBERS_{def})");
         }
-        self.readers.object_checks(out, name, fields);
+        self.readers.object_checks(out, def, fields);
         let _ = writeln!(out, "    return {name}(");
         for (f, id) in &members {
-            let line = self.readers.member(name, f);
+            let line = self.readers.member(def, f);
             let _ = writeln!(out, "        {id} = {line},");
         }
         if !strict {
-            let _ = writeln!(out, "        extra = extraMembers(o, MEMBERS_{name}),");
+            let _ = writeln!(out, "        extra = extraMembers(o, MEMBERS_{def}),");
         }
         let _ = writeln!(out, "    )\n}}\n");
 
         // Encoder: unknown members first, so a known member always wins.
         let _ = writeln!(
             out,
-            "internal fun encode{name}(v: {name}): JSONObject {{\n    val o = JSONObject()"
+            "internal fun encode{def}(v: {name}): JSONObject {{\n    val o = JSONObject()"
         );
         if !strict {
             let _ = writeln!(out, "    for ((k, x) in v.extra) o.put(k, x)");
@@ -714,6 +745,28 @@ mod tests {
         assert!(types.contains("class UnknownValue(raw: String) : Pick(raw)"));
         assert!(types.contains("\"a\\$b\" -> Pick.AB"));
         assert!(!types.contains("has */ inside"));
+    }
+
+    #[test]
+    fn renamed_definitions_keep_their_wire_names() {
+        let files = generate(&crate::codegen::model::build(crate::schema()));
+        let types = &files[1].contents;
+        for (from, to) in RENAMES {
+            // Top level only: a union's nested variant may keep the schema's name (`ErrorObject.InternalError`).
+            let declared = |n: &str| {
+                types.contains(&format!("\ndata class {n}("))
+                    || types.contains(&format!("\ntypealias {n} ="))
+            };
+            assert!(declared(to), "{to}");
+            assert!(!declared(from), "{from}");
+            // The decoder keeps the schema's name, so by-name dispatch and messages are unchanged.
+            assert!(types.contains(&format!(
+                "internal fun decode{from}(j: Any?, at: String, mode: DecodeMode): {to}"
+            )));
+            assert!(types.contains(&format!("    \"{from}\" -> decode{from}(json, \"\", mode)")));
+        }
+        assert!(types.contains("    val thread: AgentThread,"));
+        assert!(types.contains("data class InternalError(val value: com.chainlesschain.appserver.protocol.WireInternalError) : ErrorObject"));
     }
 
     #[test]

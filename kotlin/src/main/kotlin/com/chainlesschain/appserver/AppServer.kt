@@ -3,73 +3,10 @@
 // defaults, typed exceptions, a Kotlin kernel/tool executor and the JUL log bridge.
 package com.chainlesschain.appserver
 
-import com.chainlesschain.appserver.ffi.ServerStats
 import java.nio.file.Path
 import com.chainlesschain.appserver.ffi.AppServer as NativeServer
 import com.chainlesschain.appserver.ffi.ClientOptions as NativeClientOptions
 import com.chainlesschain.appserver.ffi.Client as NativeClient
-import com.chainlesschain.appserver.ffi.RolloutStore as NativeStore
-import com.chainlesschain.appserver.ffi.ServerOptions as NativeServerOptions
-
-typealias ApprovalPolicy = com.chainlesschain.appserver.ffi.ApprovalPolicy
-typealias StoreKind = com.chainlesschain.appserver.ffi.StoreKind
-typealias Durability = com.chainlesschain.appserver.ffi.Durability
-/** The OpenAI-compatible kernel's settings: `OpenAiOptions(baseUrl, model, apiKey = …)`. */
-typealias OpenAiOptions = com.chainlesschain.appserver.ffi.OpenAiOptions
-
-/**
- * How a server is opened. Every field is optional; `null` keeps the engine's default (JSONL store,
- * sync durability, ask for every tool, 1 MiB lines, 512 outbound messages, …). Java callers use the
- * `with…` methods: `new ServerOptions().withPolicy(ApprovalPolicy.AUTO_APPROVE)`.
- */
-data class ServerOptions @JvmOverloads constructor(
-    val store: StoreKind? = null,
-    val durability: Durability? = null,
-    val policy: ApprovalPolicy? = null,
-    /** What approvals are bound to (the workspace digest), e.g. the project root. */
-    val workspace: String? = null,
-    /** JSON script for the built-in scripted kernel (used when no [AgentKernel] is given). */
-    val scriptJson: String? = null,
-    /** How long the engine waits for an approval before failing closed. */
-    val approvalTimeoutMs: Long? = null,
-    /** How long an interrupt waits for a kernel to physically stop. */
-    val settleDeadlineMs: Long? = null,
-    val maxLineBytes: Long? = null,
-    val inboundMessages: Int? = null,
-    val outboundMessages: Int? = null,
-    /** How long a client that reads nothing while its queue is full keeps its connection (30 s). */
-    val outboundStallMs: Long? = null,
-    /** Run turns on an OpenAI-compatible model instead of the scripted kernel (docs/kernels.md). */
-    val openai: OpenAiOptions? = null,
-    /** Run approved tools with the workspace tool set confined to this existing directory. */
-    val workspaceToolsDir: String? = null,
-    /** Keyed tamper evidence: exactly 32 bytes from the host's key store; never written anywhere. */
-    val rolloutKey: ByteArray? = null,
-    /** Open threads whose head anchor is missing or damaged instead of refusing them. */
-    val acceptUnanchored: Boolean? = null,
-) {
-    fun withStore(v: StoreKind?) = copy(store = v)
-    fun withDurability(v: Durability?) = copy(durability = v)
-    fun withPolicy(v: ApprovalPolicy?) = copy(policy = v)
-    fun withWorkspace(v: String?) = copy(workspace = v)
-    fun withScriptJson(v: String?) = copy(scriptJson = v)
-    fun withApprovalTimeoutMs(v: Long?) = copy(approvalTimeoutMs = v)
-    fun withInboundMessages(v: Int?) = copy(inboundMessages = v)
-    fun withOutboundStallMs(v: Long?) = copy(outboundStallMs = v)
-    fun withOpenai(v: OpenAiOptions?) = copy(openai = v)
-    fun withWorkspaceToolsDir(v: String?) = copy(workspaceToolsDir = v)
-    fun withRolloutKey(v: ByteArray?) = copy(rolloutKey = v)
-    fun withAcceptUnanchored(v: Boolean?) = copy(acceptUnanchored = v)
-
-    internal fun toNative(stateDir: String) = NativeServerOptions(
-        stateDir = stateDir, store = store, durability = durability, policy = policy,
-        workspace = workspace, scriptJson = scriptJson, approvalTimeoutMs = approvalTimeoutMs,
-        settleDeadlineMs = settleDeadlineMs, maxLineBytes = maxLineBytes,
-        inboundMessages = inboundMessages, outboundMessages = outboundMessages,
-        outboundStallMs = outboundStallMs, openai = openai, workspaceToolsDir = workspaceToolsDir,
-        rolloutKey = rolloutKey, acceptUnanchored = acceptUnanchored,
-    )
-}
 
 /** Client-side bounds; `null` keeps the default (docs/engine.md, "Default bounds"). */
 data class ClientOptions @JvmOverloads constructor(
@@ -122,6 +59,7 @@ class AppServer private constructor(internal val native: NativeServer) : AutoClo
          */
         @JvmStatic
         @JvmOverloads
+        @Throws(AppServerException::class)
         fun open(
             stateDir: String,
             options: ServerOptions = ServerOptions(),
@@ -151,6 +89,27 @@ class AppServer private constructor(internal val native: NativeServer) : AutoClo
             kernel: AgentKernel? = null,
             tools: ToolExecutor? = null,
         ): AppServer = open(stateDir.toString(), options, kernel, tools)
+
+        /**
+         * [open] with the options built in place:
+         * `AppServer.open(dir) { durability = Durability.BUFFERED; policy = ApprovalPolicy.AUTO_APPROVE }`.
+         * (Java: `AppServer.open(dir, ServerOptions.builder()….build())`.)
+         */
+        @JvmSynthetic
+        fun open(
+            stateDir: String,
+            kernel: AgentKernel? = null,
+            tools: ToolExecutor? = null,
+            configure: ServerOptions.Builder.() -> Unit,
+        ): AppServer = open(stateDir, ServerOptions.Builder().apply(configure).build(), kernel, tools)
+
+        @JvmSynthetic
+        fun open(
+            stateDir: Path,
+            kernel: AgentKernel? = null,
+            tools: ToolExecutor? = null,
+            configure: ServerOptions.Builder.() -> Unit,
+        ): AppServer = open(stateDir.toString(), kernel, tools, configure)
     }
 
     /**
@@ -174,16 +133,20 @@ class AppServer private constructor(internal val native: NativeServer) : AutoClo
     }
 
     /** The engine's counters (tools executed, listener errors, dropped log records, …). */
-    fun stats(): ServerStats = native.stats()
+    fun stats(): ServerStats = ServerStats.of(native { native.stats() })
 
-    /** The rollout store this server writes, to list, read and verify threads. */
-    fun store(): NativeStore = native.store()
+    /** The rollout store this server writes, to list, read and verify threads (closing it is a no-op). */
+    fun store(): RolloutStore = RolloutStore(native { native.store() }, owned = false)
 
     /** Changes the approval policy; grants made under the old one lapse. */
-    fun setPolicy(policy: ApprovalPolicy) = native.setPolicy(policy)
+    fun setPolicy(policy: ApprovalPolicy) {
+        native { native.setPolicy(policy.toNative()) }
+    }
 
     /** Changes the workspace approvals are bound to; grants for the old one lapse. */
-    fun setWorkspace(workspace: String) = native.setWorkspace(workspace)
+    fun setWorkspace(workspace: String) {
+        native { native.setWorkspace(workspace) }
+    }
 
     val isClosed: Boolean get() = closed
 

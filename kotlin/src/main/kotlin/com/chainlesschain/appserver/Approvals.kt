@@ -3,10 +3,9 @@
 // (declines, with a logged diagnostic) when the handler throws, is slow, or is absent.
 package com.chainlesschain.appserver
 
-import com.chainlesschain.appserver.ffi.ApprovalBinding
-import com.chainlesschain.appserver.ffi.ApprovalPolicy
 import com.chainlesschain.appserver.ffi.BindingException
 import com.chainlesschain.appserver.ffi.verifyApprovalBinding
+import com.chainlesschain.appserver.protocol.ApprovalBinding
 import com.chainlesschain.appserver.protocol.ApprovalRisk
 import com.chainlesschain.appserver.protocol.ProtocolJson
 import kotlinx.coroutines.CoroutineDispatcher
@@ -88,7 +87,8 @@ class ApprovalRequest internal constructor(internal val native: NativeRequest) {
 
     /** Why the kernel wants it (the server always says; `"<tool> wants to run"` when the kernel did not). */
     val reason: String? get() = native.reason
-    val binding: ApprovalBinding get() = native.binding
+    /** What the decision is bound to (thread, turn, item, digests, nonce, expiry): the published `ApprovalBinding`. */
+    val binding: ApprovalBinding get() = published.binding
 
     /** The whole request params as JSON text (what the binding was computed over). */
     val paramsJson: String get() = native.paramsJson
@@ -99,7 +99,7 @@ class ApprovalRequest internal constructor(internal val native: NativeRequest) {
      * and declines on `false`.
      */
     fun bindingMatches(policy: ApprovalPolicy, workspace: String): Boolean = try {
-        verifyApprovalBinding(native, policy, workspace)
+        verifyApprovalBinding(native, policy.toNative(), workspace)
         true
     } catch (_: BindingException) {
         false

@@ -350,7 +350,7 @@ class Client internal constructor(
          */
         private val lifecycle = Any()
         private val lock = Any()
-        private val subscribers = ArrayList<SendChannel<ServerNotification>>()
+        private val subscribers = ArrayList<Sink>()
         @Volatile private var handle: Delivery? = null
 
         /** Delivered while nobody collected (the window while the last delivery stopped). */
@@ -359,19 +359,21 @@ class Client internal constructor(
 
         fun hasListener(): Boolean = handle?.isFinished() == false
 
-        fun subscribe(channel: SendChannel<ServerNotification>): SendChannel<ServerNotification> {
+        fun subscribe(channel: SendChannel<ServerNotification>): Sink = subscribe(ChannelSink(channel))
+
+        fun subscribe(sink: Sink): Sink {
             synchronized(lifecycle) {
                 synchronized(lock) {
                     // No delivery runs while the backlog is non-empty, so these go first, in order.
                     while (backlog.isNotEmpty()) {
-                        if (channel.trySend(backlog.first()).isFailure) break
+                        if (!sink.offerNow(backlog.first())) break
                         backlog.removeFirst()
                     }
                     if (closed) {
-                        channel.close()
-                        return channel
+                        sink.close()
+                        return sink
                     }
-                    subscribers.add(channel)
+                    subscribers.add(sink)
                 }
                 if (handle == null) {
                     handle = try {
@@ -384,13 +386,14 @@ class Client internal constructor(
                     }
                 }
             }
-            return channel
+            return sink
         }
 
-        fun unsubscribe(channel: SendChannel<ServerNotification>) {
+        fun unsubscribe(sink: Sink) {
             synchronized(lifecycle) {
                 val stopping = synchronized(lock) {
-                    subscribers.remove(channel)
+                    subscribers.remove(sink)
+                    sink.close()
                     if (subscribers.isNotEmpty()) return
                     handle.also { handle = null }
                 }
@@ -416,13 +419,17 @@ class Client internal constructor(
                 }
                 subscribers.toList()
             }
+            var finished: MutableList<Sink>? = null
             for (n in decoded) {
                 for (s in targets) {
                     // Blocks this (delivery) thread while a collector is [collectorBuffer] behind:
                     // backpressure, not loss. A collector that has stopped fails fast and is skipped.
-                    s.trySendBlocking(n)
+                    if (!s.deliver(n)) (finished ?: mutableListOf<Sink>().also { finished = it }).add(s)
                 }
             }
+            // A per-turn sink that has seen its turn/completed leaves; unsubscribing may stop this
+            // very delivery thread, so it runs on another one.
+            finished?.let { done -> requestPool.execute { done.forEach { unsubscribe(it) } } }
         }
 
         override fun onClosed() {
@@ -431,6 +438,78 @@ class Client internal constructor(
                 for (s in subscribers) s.close()
                 subscribers.clear()
             }
+        }
+    }
+
+    /** Where the hub delivers: a [notifications] collector or one [turn]'s events. */
+    internal interface Sink {
+        /** Hands [n] over (may block: backpressure); false once this sink wants no more. */
+        fun deliver(n: ServerNotification): Boolean
+
+        /** Hands [n] over without blocking (the backlog); false when it does not fit now. */
+        fun offerNow(n: ServerNotification): Boolean
+
+        fun close()
+    }
+
+    private class ChannelSink(private val channel: SendChannel<ServerNotification>) : Sink {
+        override fun deliver(n: ServerNotification): Boolean {
+            channel.trySendBlocking(n)
+            return true
+        }
+
+        override fun offerNow(n: ServerNotification): Boolean = channel.trySend(n).isSuccess
+
+        override fun close() {
+            channel.close()
+        }
+    }
+
+    /**
+     * Starts a turn and returns its events ([TurnHandle]): subscribes BEFORE it sends `turn/start`,
+     * so nothing of the turn is missed, then keeps only notifications of [threadId] and the started
+     * turn (thread-level ones without a turn id are skipped), ending after its `turn/completed`.
+     * Approvals still go to the client's approval handler. The turn's events are buffered for the
+     * handle (unbounded, one turn's worth: the engine bounds a turn's output) so an unread handle
+     * never stalls other collectors; close the handle to drop them early.
+     */
+    suspend fun turn(threadId: String, text: String, idempotencyKey: String? = null): TurnHandle =
+        turn(TurnStartParams(threadId, listOf(UserInput.Text(TextInput(text))), idempotencyKey))
+
+    /** [turn] with full `turn/start` params (several inputs, an idempotency key). */
+    suspend fun turn(params: TurnStartParams): TurnHandle {
+        val sink = TurnSink(params.threadId)
+        hub.subscribe(sink)
+        val started = try {
+            turnStart(params)
+        } catch (e: Throwable) {
+            hub.unsubscribe(sink)
+            throw e
+        }
+        sink.turnId = started.turn.id
+        return TurnHandle(started.turn, sink.channel) { hub.unsubscribe(sink) }
+    }
+
+    /** One turn's events: every notification of its thread (the handle filters by turn id). */
+    private class TurnSink(private val threadId: String) : Sink {
+        val channel = kotlinx.coroutines.channels.Channel<ServerNotification>(kotlinx.coroutines.channels.Channel.UNLIMITED)
+        @Volatile var turnId: String? = null
+
+        override fun deliver(n: ServerNotification): Boolean {
+            val (thread, turn) = notificationScope(n)
+            if (thread != threadId || turn == null) return true
+            channel.trySend(n)
+            // Done once its own turn/completed is in; before turn/start answers, turnId is unknown.
+            return !(n is ServerNotification.TurnCompleted && turn == turnId)
+        }
+
+        override fun offerNow(n: ServerNotification): Boolean {
+            deliver(n)
+            return true
+        }
+
+        override fun close() {
+            channel.close()
         }
     }
 

@@ -7,6 +7,7 @@ import com.chainlesschain.appserver.ffi.HandlerException
 import com.chainlesschain.appserver.ffi.KernelException
 import com.chainlesschain.appserver.ffi.ServerException
 import com.chainlesschain.appserver.ffi.StoreException
+import com.chainlesschain.appserver.ffi.StoreFailure
 import com.chainlesschain.appserver.protocol.ErrorCode
 import com.chainlesschain.appserver.protocol.ProtocolDecodeException
 
@@ -38,37 +39,88 @@ sealed class AppServerException(message: String, val code: Int, cause: Throwable
     /** An argument was out of range (a negative timeout, a zero count, an empty state dir…). */
     class InvalidArgument(reason: String) : AppServerException("invalid argument: $reason", ErrorCode.INVALID_PARAMS)
 
-    /** The server could not open its rollout store (permissions, lock, corruption): see the message. */
-    class Store(reason: String) : AppServerException(reason, ErrorCode.INTERNAL)
+    /**
+     * The rollout store failed (I/O, SQLite, …): see the message. The subclasses say which failure
+     * it was, so a host can offer the right fix: [StoreLocked], [StoreUnsafe], [StoreDamaged].
+     */
+    open class Store(reason: String) : AppServerException(reason, ErrorCode.INTERNAL)
+
+    /** Another store holds the state directory (a second open in this process, or another process). */
+    class StoreLocked(reason: String) : Store(reason)
+
+    /** The state directory is not a private directory (a regular file, a symlink, group/world access). */
+    class StoreUnsafe(reason: String) : Store(reason)
+
+    /** A log is corrupt or does not match its head anchor: restore it from a backup. */
+    class StoreDamaged(reason: String) : Store(reason)
+
+    /** The thread, turn, run or item does not exist (server -32004, or the store's NotFound). */
+    class NotFound(message: String, dataJson: String? = null) : ProtocolException(ErrorCode.NOT_FOUND, message, dataJson)
+
+    /** The request conflicts with the current state: a busy thread, a reused idempotency key (-32009). */
+    class Conflict(message: String, dataJson: String? = null) : ProtocolException(ErrorCode.CONFLICT, message, dataJson)
+
+    /** The server refused the request's parameters (-32602). */
+    class InvalidParams(message: String, dataJson: String? = null) : ProtocolException(ErrorCode.INVALID_PARAMS, message, dataJson)
+
+    /**
+     * A turn ended `failed` ([TurnHandle.text] / [TurnHandle.completion]): [reason] is the turn
+     * error's code (`kernelFailed`, `kernelPanicked`, `recordingFailed`, `outputLimit`, …), the
+     * message its message.
+     */
+    class KernelFailed(val reason: String, message: String, val turnId: String, val threadId: String) :
+        AppServerException(message, ErrorCode.INTERNAL)
+
+    /** A turn ended `interrupted` (only from [TurnHandle.text]). */
+    class TurnInterrupted(val turnId: String, val threadId: String, message: String = "turn $turnId was interrupted") :
+        AppServerException(message, ErrorCode.INTERRUPTED)
 }
 
 /**
  * The server answered with a JSON-RPC error: [code] (e.g. `-32004` not found, `-32009` conflict,
  * `-32602` invalid params) and its message; [dataJson] is the error's `data` as JSON text, if any.
+ * The common codes arrive as the subclasses [AppServerException.NotFound],
+ * [AppServerException.Conflict] and [AppServerException.InvalidParams].
  */
-class ProtocolException(code: Int, message: String, val dataJson: String?) :
+open class ProtocolException(code: Int, message: String, val dataJson: String?) :
     AppServerException(message, code)
+
+/** The class of a server's JSON-RPC error. */
+internal fun protocolException(code: Int, message: String, dataJson: String?): ProtocolException = when (code) {
+    ErrorCode.NOT_FOUND -> AppServerException.NotFound(message, dataJson)
+    ErrorCode.CONFLICT -> AppServerException.Conflict(message, dataJson)
+    ErrorCode.INVALID_PARAMS -> AppServerException.InvalidParams(message, dataJson)
+    else -> ProtocolException(code, message, dataJson)
+}
 
 internal fun ClientException.toSdk(): AppServerException = when (this) {
     is ClientException.Overloaded -> AppServerException.Overloaded(retryAfterMs)
     is ClientException.Timeout -> AppServerException.Timeout()
     is ClientException.Closed -> AppServerException.Closed()
     is ClientException.LineTooLarge -> AppServerException.LineTooLarge(size, max)
-    is ClientException.Protocol -> ProtocolException(code.toInt(), reason, data)
+    is ClientException.Protocol -> protocolException(code.toInt(), reason, data)
     is ClientException.InvalidJson -> AppServerException.InvalidJson(reason, this)
     is ClientException.InvalidArgument -> AppServerException.InvalidArgument(reason)
 }
 
 internal fun ServerException.toSdk(): AppServerException = when (this) {
     is ServerException.InvalidConfig -> AppServerException.InvalidArgument(reason)
-    is ServerException.Store -> AppServerException.Store(reason)
+    is ServerException.Store -> when (kind) {
+        StoreFailure.LOCKED -> AppServerException.StoreLocked(reason)
+        StoreFailure.UNSAFE -> AppServerException.StoreUnsafe(reason)
+        StoreFailure.DAMAGED -> AppServerException.StoreDamaged(reason)
+        StoreFailure.IO -> AppServerException.Store(reason)
+    }
     is ServerException.ShutDown -> AppServerException.Closed("the server is shut down; open a new one")
 }
 
 internal fun StoreException.toSdk(): AppServerException = when (this) {
     is StoreException.Closed -> AppServerException.Closed("the rollout store is closed; open it again")
     is StoreException.InvalidArgument -> AppServerException.InvalidArgument(reason)
-    is StoreException.NotFound -> ProtocolException(ErrorCode.NOT_FOUND, reason, null)
+    is StoreException.NotFound -> AppServerException.NotFound(reason)
+    is StoreException.Locked -> AppServerException.StoreLocked(reason)
+    is StoreException.UnsafeStateDir -> AppServerException.StoreUnsafe(reason)
+    is StoreException.Corrupt, is StoreException.AnchorMismatch -> AppServerException.StoreDamaged(message ?: toString())
     else -> AppServerException.Store(message ?: toString())
 }
 

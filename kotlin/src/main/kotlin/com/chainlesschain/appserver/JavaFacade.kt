@@ -3,13 +3,15 @@
 // Flow or Kotlin function type in any signature.
 package com.chainlesschain.appserver
 
-import com.chainlesschain.appserver.ffi.ServerStats
+import com.chainlesschain.appserver.protocol.AgentOptions
 import com.chainlesschain.appserver.protocol.GraphRunCancelResult
 import com.chainlesschain.appserver.protocol.GraphRunReadResult
 import com.chainlesschain.appserver.protocol.GraphRunStartResult
 import com.chainlesschain.appserver.protocol.GraphValidateResult
 import com.chainlesschain.appserver.protocol.ServerNotification
+import com.chainlesschain.appserver.protocol.ThreadArchiveResult
 import com.chainlesschain.appserver.protocol.ThreadCompactResult
+import com.chainlesschain.appserver.protocol.ThreadForkResult
 import com.chainlesschain.appserver.protocol.ThreadListResult
 import com.chainlesschain.appserver.protocol.ThreadReadResult
 import com.chainlesschain.appserver.protocol.ThreadResumeResult
@@ -40,6 +42,12 @@ class JavaAppServer private constructor(private val server: AppServer) : AutoClo
         @Throws(AppServerException::class)
         fun open(stateDir: String, options: ServerOptions = ServerOptions()): JavaAppServer =
             JavaAppServer(AppServer.open(stateDir, options))
+
+        @JvmStatic
+        @JvmOverloads
+        @Throws(AppServerException::class)
+        fun open(stateDir: java.nio.file.Path, options: ServerOptions = ServerOptions()): JavaAppServer =
+            JavaAppServer(AppServer.open(stateDir, options))
     }
 
     /** A client that declines every approval. */
@@ -63,6 +71,15 @@ class JavaAppServer private constructor(private val server: AppServer) : AutoClo
     }
 
     fun stats(): ServerStats = server.stats()
+
+    /** The rollout store this server writes (list, read, verify threads). */
+    fun store(): RolloutStore = server.store()
+
+    /** Changes the approval policy; grants made under the old one lapse. */
+    fun setPolicy(policy: ApprovalPolicy) = server.setPolicy(policy)
+
+    /** Changes the workspace approvals are bound to; grants for the old one lapse. */
+    fun setWorkspace(workspace: String) = server.setWorkspace(workspace)
 
     /** The Kotlin server underneath, for code that mixes both. */
     fun kotlin(): AppServer = server
@@ -93,33 +110,96 @@ class JavaClient internal constructor(private val client: Client) : AutoCloseabl
     fun threadStart(title: String?): ThreadStartResult = blocking { threadStart(title = title) }
     @Throws(AppServerException::class)
     fun threadStart(title: String?, threadId: String?): ThreadStartResult = blocking { threadStart(title = title, threadId = threadId) }
+    /**
+     * Starts a thread with [agentOptions] (`new AgentOptions(model, instructions, script)`, e.g. a
+     * script for the scripted kernel) and an optional idempotency key.
+     */
+    @Throws(AppServerException::class)
+    fun threadStart(title: String?, threadId: String?, agentOptions: AgentOptions?, idempotencyKey: String?): ThreadStartResult =
+        blocking { threadStart(title = title, threadId = threadId, agentOptions = agentOptions, idempotencyKey = idempotencyKey) }
     fun threadStartAsync(title: String?): CompletableFuture<ThreadStartResult> = async { threadStart(title = title) }
+    fun threadStartAsync(title: String?, threadId: String?): CompletableFuture<ThreadStartResult> =
+        async { threadStart(title = title, threadId = threadId) }
+    fun threadStartAsync(title: String?, threadId: String?, agentOptions: AgentOptions?, idempotencyKey: String?): CompletableFuture<ThreadStartResult> =
+        async { threadStart(title = title, threadId = threadId, agentOptions = agentOptions, idempotencyKey = idempotencyKey) }
 
     @Throws(AppServerException::class)
     fun threadRead(threadId: String): ThreadReadResult = blocking { threadRead(threadId) }
+    /** One page of the thread's events after [afterEventSeq] (`null`: from the start), at most [limit] (`null`: the server's). */
+    @Throws(AppServerException::class)
+    fun threadRead(threadId: String, afterEventSeq: Long?, limit: Long?): ThreadReadResult = blocking { threadRead(threadId, afterEventSeq, limit) }
+    fun threadReadAsync(threadId: String): CompletableFuture<ThreadReadResult> = async { threadRead(threadId) }
+    fun threadReadAsync(threadId: String, afterEventSeq: Long?, limit: Long?): CompletableFuture<ThreadReadResult> =
+        async { threadRead(threadId, afterEventSeq, limit) }
+
     @Throws(AppServerException::class)
     fun threadResume(threadId: String): ThreadResumeResult = blocking { threadResume(threadId) }
     @Throws(AppServerException::class)
+    fun threadResume(threadId: String, afterEventSeq: Long?, limit: Long?): ThreadResumeResult = blocking { threadResume(threadId, afterEventSeq, limit) }
+    fun threadResumeAsync(threadId: String): CompletableFuture<ThreadResumeResult> = async { threadResume(threadId) }
+
+    @Throws(AppServerException::class)
+    fun threadFork(threadId: String, newThreadId: String?, atEventSeq: Long?, title: String?): ThreadForkResult =
+        blocking { threadFork(threadId, newThreadId, atEventSeq, title) }
+    fun threadForkAsync(threadId: String, newThreadId: String?, atEventSeq: Long?, title: String?): CompletableFuture<ThreadForkResult> =
+        async { threadFork(threadId, newThreadId, atEventSeq, title) }
+
+    @Throws(AppServerException::class)
+    fun threadArchive(threadId: String): ThreadArchiveResult = blocking { threadArchive(threadId) }
+    fun threadArchiveAsync(threadId: String): CompletableFuture<ThreadArchiveResult> = async { threadArchive(threadId) }
+
+    @Throws(AppServerException::class)
     fun threadList(): ThreadListResult = blocking { threadList() }
+    /**
+     * One page of threads: pass the previous page's `getNextCursor()` as [cursor] (`null` for the
+     * first page) until it is `null`; [limit] `null` keeps the server's page size.
+     */
+    @Throws(AppServerException::class)
+    fun threadList(includeArchived: Boolean, cursor: String?, limit: Long?): ThreadListResult =
+        blocking { threadList(includeArchived, cursor, limit) }
+    fun threadListAsync(): CompletableFuture<ThreadListResult> = async { threadList() }
+    fun threadListAsync(includeArchived: Boolean, cursor: String?, limit: Long?): CompletableFuture<ThreadListResult> =
+        async { threadList(includeArchived, cursor, limit) }
 
     @Throws(AppServerException::class)
     fun graphValidate(definitionJson: String, capabilities: List<String>): GraphValidateResult =
         blocking { graphValidate(definitionJson, capabilities) }
+    fun graphValidateAsync(definitionJson: String, capabilities: List<String>): CompletableFuture<GraphValidateResult> =
+        async { graphValidate(definitionJson, capabilities) }
     @Throws(AppServerException::class)
     fun graphRunStart(definitionJson: String, runId: String?, capabilities: List<String>): GraphRunStartResult =
         blocking { graphRunStart(definitionJson, runId, capabilities) }
+    fun graphRunStartAsync(definitionJson: String, runId: String?, capabilities: List<String>): CompletableFuture<GraphRunStartResult> =
+        async { graphRunStart(definitionJson, runId, capabilities) }
     @Throws(AppServerException::class)
     fun graphRunRead(runId: String, includeContent: Boolean): GraphRunReadResult =
         blocking { graphRunRead(runId, includeContent) }
+    fun graphRunReadAsync(runId: String, includeContent: Boolean): CompletableFuture<GraphRunReadResult> =
+        async { graphRunRead(runId, includeContent) }
     @Throws(AppServerException::class)
     fun graphRunCancel(runId: String, reason: String?): GraphRunCancelResult = blocking { graphRunCancel(runId, reason) }
+    fun graphRunCancelAsync(runId: String, reason: String?): CompletableFuture<GraphRunCancelResult> =
+        async { graphRunCancel(runId, reason) }
 
     @Throws(AppServerException::class)
     fun threadCompact(threadId: String, summary: String?): ThreadCompactResult = blocking { threadCompact(threadId, summary) }
+    fun threadCompactAsync(threadId: String, summary: String?): CompletableFuture<ThreadCompactResult> =
+        async { threadCompact(threadId, summary) }
 
     @Throws(AppServerException::class)
     fun turnStart(threadId: String, text: String): TurnStartResult = blocking { turnStart(threadId, text) }
+    @Throws(AppServerException::class)
+    fun turnStart(threadId: String, text: String, idempotencyKey: String?): TurnStartResult =
+        blocking { turnStart(threadId, text, idempotencyKey) }
     fun turnStartAsync(threadId: String, text: String): CompletableFuture<TurnStartResult> = async { turnStart(threadId, text) }
+
+    /**
+     * Starts a turn and returns its events (see [Client.turn]): iterate the handle, or call
+     * `text()` (throws KernelFailed / TurnInterrupted) or `completion()`.
+     */
+    @Throws(AppServerException::class)
+    fun turn(threadId: String, text: String): JavaTurnHandle = blocking { turn(threadId, text) }.java()
+    fun turnAsync(threadId: String, text: String): CompletableFuture<JavaTurnHandle> = async { turn(threadId, text).java() }
 
     @Throws(AppServerException::class)
     fun turnInterrupt(threadId: String, turnId: String): TurnInterruptResult = blocking { turnInterrupt(threadId, turnId) }
@@ -136,7 +216,7 @@ class JavaClient internal constructor(private val client: Client) : AutoCloseabl
      * the callback is logged and delivery goes on. Do not mix with [nextNotification].
      */
     @JvmOverloads
-    fun subscribe(onNotification: Consumer<ServerNotification>, onClosed: Runnable? = null): AutoCloseable {
+    fun subscribe(onNotification: Consumer<ServerNotification>, onClosed: Runnable? = null): Subscription {
         val job = scope.launch {
             client.notifications().collect { n ->
                 try {
@@ -147,7 +227,7 @@ class JavaClient internal constructor(private val client: Client) : AutoCloseabl
             }
             onClosed?.run()
         }
-        return AutoCloseable { runBlocking { job.cancelAndJoinQuietly() } }
+        return Subscription { runBlocking { job.cancelAndJoinQuietly() } }
     }
 
     val pendingRequests: Long get() = client.pendingRequests
@@ -159,6 +239,19 @@ class JavaClient internal constructor(private val client: Client) : AutoCloseabl
     override fun close() {
         client.close()
         scope.cancel()
+    }
+}
+
+/**
+ * A running [JavaClient.subscribe]: `close()` stops delivery (waiting for a callback in progress)
+ * and throws nothing, so `try (Subscription s = client.subscribe(…)) { … }` needs no catch.
+ */
+class Subscription internal constructor(private val stop: () -> Unit) : AutoCloseable {
+    private val closed = java.util.concurrent.atomic.AtomicBoolean()
+
+    /** Stops delivery. Idempotent; never throws. */
+    override fun close() {
+        if (closed.compareAndSet(false, true)) stop()
     }
 }
 

@@ -72,7 +72,7 @@ internal object JniTransport {
             "timeout" -> AppServerException.Timeout()
             "closed" -> AppServerException.Closed()
             "lineTooLarge" -> AppServerException.LineTooLarge(e.getLong("size"), e.getLong("max"))
-            "protocol" -> ProtocolException(e.getInt("code"), reason, if (e.isNull("data")) null else e.getString("data"))
+            "protocol" -> protocolException(e.getInt("code"), reason, if (e.isNull("data")) null else e.getString("data"))
             "invalidJson" -> AppServerException.InvalidJson(reason)
             else -> AppServerException.InvalidArgument(reason)
         }

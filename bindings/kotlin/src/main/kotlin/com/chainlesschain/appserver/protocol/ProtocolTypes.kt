@@ -184,11 +184,11 @@ internal fun encodeTitle(v: Title): Any = v
 /**
  * Host-owned key/value metadata, at most 64 keys.
  */
-typealias Metadata = Map<String, JsonValue>
+typealias ThreadMetadata = Map<String, JsonValue>
 
-internal fun decodeMetadata(j: Any?, at: String, mode: DecodeMode): Metadata = readMap(j, at, maxProperties = 64, keyMinLength = 1, keyMaxLength = 128) { j1, at1 -> decodeJsonValue(j1, at1, mode) }
+internal fun decodeMetadata(j: Any?, at: String, mode: DecodeMode): ThreadMetadata = readMap(j, at, maxProperties = 64, keyMinLength = 1, keyMaxLength = 128) { j1, at1 -> decodeJsonValue(j1, at1, mode) }
 
-internal fun encodeMetadata(v: Metadata): Any = encodeMap(v) { x1 -> encodeJsonValue(x1) }
+internal fun encodeMetadata(v: ThreadMetadata): Any = encodeMap(v) { x1 -> encodeJsonValue(x1) }
 
 /**
  * Who the client is.
@@ -430,7 +430,7 @@ internal fun encodeForkOrigin(v: ForkOrigin): JSONObject {
 /**
  * A conversation and its durable rollout (the published v1 Thread). revision is the seq of the thread's last durable rollout event; parentThreadId the thread it was forked from.
  */
-data class Thread(
+data class AgentThread(
     val id: Identifier,
     val status: ThreadStatus,
     val title: Title?,
@@ -438,21 +438,21 @@ data class Thread(
     val createdAt: Timestamp,
     val updatedAt: Timestamp,
     val revision: Long,
-    val metadata: Metadata,
+    val metadata: ThreadMetadata,
 ) {
     fun toJson(): JSONObject = encodeThread(this)
 
     companion object {
-        fun fromJson(json: Any?, mode: DecodeMode = DecodeMode.Receive): Thread = decodeThread(json, "", mode)
+        fun fromJson(json: Any?, mode: DecodeMode = DecodeMode.Receive): AgentThread = decodeThread(json, "", mode)
     }
 }
 
 private val MEMBERS_Thread: Set<String> = setOf("id", "status", "title", "parentThreadId", "createdAt", "updatedAt", "revision", "metadata")
 
-internal fun decodeThread(j: Any?, at: String, mode: DecodeMode): Thread {
+internal fun decodeThread(j: Any?, at: String, mode: DecodeMode): AgentThread {
     val o = readObject(j, at)
     refuseUnknownMembers(o, at, MEMBERS_Thread)
-    return Thread(
+    return AgentThread(
         id = decodeIdentifier(requireMember(o, "id", at), ptr(at, "id"), mode),
         status = decodeThreadStatus(requireMember(o, "status", at), ptr(at, "status"), mode),
         title = nullOr(requireMember(o, "title", at)) { m -> decodeTitle(m, ptr(at, "title"), mode) },
@@ -464,7 +464,7 @@ internal fun decodeThread(j: Any?, at: String, mode: DecodeMode): Thread {
     )
 }
 
-internal fun encodeThread(v: Thread): JSONObject {
+internal fun encodeThread(v: AgentThread): JSONObject {
     val o = JSONObject()
     o.put("id", encodeIdentifier(v.id))
     o.put("status", encodeThreadStatus(v.status))
@@ -1989,7 +1989,7 @@ internal fun encodeApprovalFailure(v: ApprovalFailure): Any = v.wire
 data class ThreadStartParams(
     val threadId: FileSafeIdentifier? = null,
     val title: Title? = null,
-    val metadata: Metadata? = null,
+    val metadata: ThreadMetadata? = null,
     val agentOptions: AgentOptions? = null,
     val idempotencyKey: Identifier? = null,
     /** Members this version does not know, kept so they survive a round trip. */
@@ -2028,7 +2028,7 @@ internal fun encodeThreadStartParams(v: ThreadStartParams): JSONObject {
 }
 
 data class ThreadStartResult(
-    val thread: Thread,
+    val thread: AgentThread,
     /** Members this version does not know, kept so they survive a round trip. */
     val extra: Map<String, Any> = emptyMap(),
 ) {
@@ -2130,7 +2130,7 @@ internal fun encodeThreadReadParams(v: ThreadReadParams): JSONObject {
 }
 
 data class ThreadReadResult(
-    val thread: Thread,
+    val thread: AgentThread,
     val events: List<RolloutEvent>,
     val hasMore: Boolean,
     val forkedFrom: ForkOrigin?,
@@ -2203,7 +2203,7 @@ internal fun encodeThreadResumeParams(v: ThreadResumeParams): JSONObject {
 }
 
 data class ThreadResumeResult(
-    val thread: Thread,
+    val thread: AgentThread,
     val events: List<RolloutEvent>,
     val hasMore: Boolean,
     val activeTurn: Turn?,
@@ -2285,7 +2285,7 @@ internal fun encodeThreadForkParams(v: ThreadForkParams): JSONObject {
 }
 
 data class ThreadForkResult(
-    val thread: Thread,
+    val thread: AgentThread,
     val forkedFrom: ForkOrigin,
     /** Members this version does not know, kept so they survive a round trip. */
     val extra: Map<String, Any> = emptyMap(),
@@ -2394,7 +2394,7 @@ internal fun encodeUnreadableThread(v: UnreadableThread): JSONObject {
 }
 
 data class ThreadListResult(
-    val threads: List<Thread>,
+    val threads: List<AgentThread>,
     val nextCursor: String?,
     /**
      * Threads met on this page that exist on disk but cannot be read (absent when there are none). They count towards the page's limit together with threads.
@@ -2461,7 +2461,7 @@ internal fun encodeThreadArchiveParams(v: ThreadArchiveParams): JSONObject {
 }
 
 data class ThreadArchiveResult(
-    val thread: Thread,
+    val thread: AgentThread,
     /** Members this version does not know, kept so they survive a round trip. */
     val extra: Map<String, Any> = emptyMap(),
 ) {
@@ -2525,7 +2525,7 @@ internal fun encodeThreadCompactParams(v: ThreadCompactParams): JSONObject {
 }
 
 data class ThreadCompactResult(
-    val thread: Thread,
+    val thread: AgentThread,
     /**
      * Seq of the compacted event.
      */
@@ -2756,7 +2756,7 @@ data class ThreadStartedEvent(
     val formatVersion: Long,
     val threadId: Identifier,
     val title: Title?,
-    val metadata: Metadata,
+    val metadata: ThreadMetadata,
     /**
      * The agentOptions the thread was started with (absent when none were given); a fork carries its source's.
      */
@@ -3736,7 +3736,7 @@ internal fun encodeAgentStreamEvent(v: AgentStreamEvent): JSONObject = when (v) 
 data class ThreadUpdatedParams(
     val threadId: Identifier,
     val eventSeq: Long,
-    val thread: Thread,
+    val thread: AgentThread,
     /** Members this version does not know, kept so they survive a round trip. */
     val extra: Map<String, Any> = emptyMap(),
 ) {
@@ -4352,30 +4352,30 @@ internal fun encodeInvalidParamsError(v: InvalidParamsError): JSONObject {
     return o
 }
 
-data class InternalError(
+data class WireInternalError(
     val message: String,
     val data: ErrorDetail? = null,
 ) {
     fun toJson(): JSONObject = encodeInternalError(this)
 
     companion object {
-        fun fromJson(json: Any?, mode: DecodeMode = DecodeMode.Receive): InternalError = decodeInternalError(json, "", mode)
+        fun fromJson(json: Any?, mode: DecodeMode = DecodeMode.Receive): WireInternalError = decodeInternalError(json, "", mode)
     }
 }
 
 private val MEMBERS_InternalError: Set<String> = setOf("code", "message", "data")
 
-internal fun decodeInternalError(j: Any?, at: String, mode: DecodeMode): InternalError {
+internal fun decodeInternalError(j: Any?, at: String, mode: DecodeMode): WireInternalError {
     val o = readObject(j, at)
     refuseUnknownMembers(o, at, MEMBERS_InternalError)
     checkConst(requireMember(o, "code", at), -32603L, ptr(at, "code"))
-    return InternalError(
+    return WireInternalError(
         message = readString(requireMember(o, "message", at), ptr(at, "message"), minLength = 1, maxLength = 512),
         data = optional(o, "data") { m -> decodeErrorDetail(m, ptr(at, "data"), mode) },
     )
 }
 
-internal fun encodeInternalError(v: InternalError): JSONObject {
+internal fun encodeInternalError(v: WireInternalError): JSONObject {
     val o = JSONObject()
     o.put("code", -32603L)
     o.put("message", v.message)
@@ -4548,7 +4548,7 @@ sealed interface ErrorObject {
     data class InvalidRequestError(val value: com.chainlesschain.appserver.protocol.InvalidRequestError) : ErrorObject
     data class MethodNotFoundError(val value: com.chainlesschain.appserver.protocol.MethodNotFoundError) : ErrorObject
     data class InvalidParamsError(val value: com.chainlesschain.appserver.protocol.InvalidParamsError) : ErrorObject
-    data class InternalError(val value: com.chainlesschain.appserver.protocol.InternalError) : ErrorObject
+    data class InternalError(val value: com.chainlesschain.appserver.protocol.WireInternalError) : ErrorObject
     data class OverloadedError(val value: com.chainlesschain.appserver.protocol.OverloadedError) : ErrorObject
     data class NotInitializedError(val value: com.chainlesschain.appserver.protocol.NotInitializedError) : ErrorObject
     data class NotFoundError(val value: com.chainlesschain.appserver.protocol.NotFoundError) : ErrorObject
