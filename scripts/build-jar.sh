@@ -30,14 +30,13 @@ echo "cargo: release cdylib (with the JNI hot path) and the pinned uniffi-bindge
 # `--features jni`: the direct JNI entry points the SDK uses for requests and notifications
 # (ffi/src/jni.rs, docs/bench/jvm.md). Only the ffi crate differs from the default release build.
 cargo build -q -p cc-app-server-ffi --release --features jni
-# The bindgen is the debug one scripts/test-ffi.sh also builds (same command, so no rebuild);
-# building it in release with --features uniffi-cli would rebuild the release library.
-cargo build -q -p cc-app-server-ffi --features uniffi-cli --bins --lib
+# The pinned bindgen (ffi/bindgen, its own small package: building it never rebuilds the library).
+bindgen=$(bash scripts/bindgen.sh)
 lib=$cargo_out/release/libcc_app_server_ffi.so
 
 echo "uniffi-bindgen: Kotlin glue into $out/uniffi-kotlin"
 rm -rf "$out/uniffi-kotlin"
-"$cargo_out/debug/uniffi-bindgen" generate --no-format --library "$lib" --language kotlin \
+"$bindgen" generate --no-format --library "$lib" --language kotlin \
   --out-dir "$out/uniffi-kotlin" >/dev/null
 glue="$out/uniffi-kotlin/com/chainlesschain/appserver/ffi/cc_app_server.kt"
 [ -f "$glue" ] || { echo "uniffi-bindgen wrote no $glue" >&2; exit 1; }

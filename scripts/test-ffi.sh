@@ -19,10 +19,9 @@ out=$target/ffi-test
 mkdir -p "$out"
 
 step "build the cdylib and the pinned uniffi-bindgen"
-# One build: the bin needs the lib, so this also (re)builds $target/debug/libcc_app_server_ffi.so.
-cargo build -p cc-app-server-ffi --features uniffi-cli --bins --lib --message-format=json-render-diagnostics >"$out/build.json"
+cargo build -p cc-app-server-ffi --message-format=json-render-diagnostics >"$out/build.json"
 lib=$target/debug/libcc_app_server_ffi.so
-bindgen=$target/debug/uniffi-bindgen
+bindgen=$(bash scripts/bindgen.sh)
 header_out=$(python3 - "$out/build.json" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):

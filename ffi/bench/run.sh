@@ -10,7 +10,7 @@ mkdir -p "$out"
 cargo build -q --release -p cc-app-server-ffi --lib --example roundtrip
 # The bindings depend only on the library's metadata: the debug uniffi-bindgen reads the
 # release cdylib fine.
-[ -x target/debug/uniffi-bindgen ] || cargo build -q -p cc-app-server-ffi --features uniffi-cli --bin uniffi-bindgen
+bash scripts/bindgen.sh >/dev/null
 rm -rf "$out/py" && mkdir -p "$out/py"
 target/debug/uniffi-bindgen generate --library target/release/libcc_app_server_ffi.so --language python --out-dir "$out/py" >/dev/null
 cp target/release/libcc_app_server_ffi.so "$out/py/"

@@ -172,19 +172,25 @@ def test_fixture(file: Path, expect_valid: bool, definition: bool) -> None:
 # ---- Edge semantics ---------------------------------------------------------------------------
 
 
-def test_missing_null_and_present_stay_distinct() -> None:
+def test_absent_null_and_present() -> None:
+    # An absent optional member reads as None (no marker), and None is not sent.
     missing = p.decode_ThreadListParams({})
-    assert missing.cursor is p.MISSING
+    assert missing.cursor is None
     assert p.encode_ThreadListParams(missing) == {}
+    # An explicit null of an optional-nullable member also reads as None, and a decoded one is
+    # written back as null (a round trip keeps the JSON).
     null = p.decode_ThreadListParams({"cursor": None})
-    assert null.cursor is None
+    assert null.cursor is None and null == missing
     assert p.encode_ThreadListParams(null) == {"cursor": None}
     present = p.decode_ThreadListParams({"cursor": "c1"})
     assert present.cursor == "c1"
     assert p.encode_ThreadListParams(present) == {"cursor": "c1"}
-    # Built by hand: leaving a member out means MISSING, not None.
+    # Built by hand: leaving a member out, or passing None, does not send it.
     assert p.encode_FileChange(p.FileChange(path="a", kind="add")) == {"path": "a", "kind": "add"}
-    assert p.encode_FileChange(p.FileChange(path="a", kind="add", diff=None)) == {"path": "a", "kind": "add", "diff": None}
+    assert p.encode_FileChange(p.FileChange(path="a", kind="add", diff=None)) == {"path": "a", "kind": "add"}
+    # An unknown notification keeps its method.
+    unknown = p.decode_ServerNotification({"jsonrpc": "2.0", "method": "x/new", "params": {}})
+    assert isinstance(unknown, p.UnknownCase) and unknown.method == "x/new"
 
 
 def test_required_nullable_refuses_missing() -> None:
