@@ -215,8 +215,8 @@ public final class Client: Sendable {
             if done.isSet { return nil }
             while let text = try await sub.nextText() {
                 let n = try decodeNotification(text)
-                guard n.threadId == threadId else { continue }
-                if let id = n.turnId, id != turnId { continue }
+                // This turn's events only: thread-level ones (no turnId) belong to no turn.
+                guard n.threadId == threadId, n.turnId == turnId else { continue }
                 if case .turnCompleted = n { done.set() }
                 return n
             }
