@@ -8,6 +8,8 @@
 #   cargo run -p PKG -- SUB …                         the built binary answers `SUB --help` (exit 0)
 #   pip install target/wheels/…                       names the wheel scripts/build-wheel.sh writes
 # A command this checker does not know fails the block, so a new kind of command needs a rule here.
+# A block marked `<!-- doctest: run -->` (extracted as NNNN.run.sh) is self-contained: it is run
+# as written with `bash -euo pipefail` from the checkout, and must exit 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:?usage: scripts/doctest-sh.sh DIR}
@@ -98,7 +100,17 @@ def check_words(words: list[str]) -> str | None:
 
 
 passed = failed = 0
+for f in sorted(Path(sys.argv[1]).glob("*.run.sh")):
+    r = subprocess.run(["bash", "-euo", "pipefail", str(f)], capture_output=True, text=True, timeout=1800)
+    if r.returncode == 0:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL {f} (ran it, exit {r.returncode}):")
+        print("    " + (r.stdout + r.stderr).strip()[-2000:].replace("\n", "\n    "))
 for f in sorted(Path(sys.argv[1]).glob("*.sh")):
+    if f.name.endswith(".run.sh"):
+        continue
     src = f.read_text()
     problems = []
     r = subprocess.run(["bash", "-n", str(f)], capture_output=True, text=True)

@@ -10,6 +10,8 @@ an HTML comment on the line right before the fence changes that:
     <!-- doctest: file NAME -->       extract to OUT/<stem>/NAME (e.g. Main.java)
     <!-- doctest: append -->          append to the previous block of the same language in the doc
     <!-- doctest: skip: REASON -->    not run; the reason is printed
+    <!-- doctest: run -->             (sh only) run the block as it is, from the checkout, instead
+                                      of only checking its commands: OUT/<stem>/<line>.run.sh
 
 Blocks in a data language (text, console, xml, toml, kts, groovy) are listed, not run. A block
 in any other language, an unknown directive, an unclosed fence or a skip without a reason fails
@@ -45,6 +47,8 @@ def parse_directive(line: str, doc: str, lineno: int) -> tuple[str, str] | None:
     body = m.group(1)
     if body == "append":
         return ("append", "")
+    if body == "run":
+        return ("run", "")
     if body.startswith("file "):
         name = body[5:].strip()
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name.startswith("."):
@@ -115,7 +119,10 @@ def extract(root: Path, out: Path, docs: list[str]) -> list[dict[str, object]]:
                 entry["status"] = "appended"
                 entry["file"] = str(prev.relative_to(out))
             else:
-                name = directive[1] if directive else f"{int(str(b['line'])):04d}.{EXT[lang]}"
+                if directive and directive[0] == "run" and EXT[lang] != "sh":
+                    raise DocError(f"{doc}:{b['line']}: `doctest: run` is for sh blocks")
+                ext = "run.sh" if directive and directive[0] == "run" else EXT[lang]
+                name = directive[1] if directive and directive[0] == "file" else f"{int(str(b['line'])):04d}.{ext}"
                 file = target / name
                 if file.exists():
                     raise DocError(f"{doc}:{b['line']}: two blocks extract to {file.name}")
