@@ -187,16 +187,20 @@ def notifications(server: cc.AppServer, n: int, repeat: int) -> None:
                 done = not lines or is_done(lines[-1])
             runs.append((count, time.perf_counter() - t))
     median_rate("drain: raw Client.next_notifications_text(1024) split", runs)
-    for decode in (False, True):
-        kind = "typed" if decode else "raw str"
+
+    def blocking_runs(tag: str, decode: bool | str) -> list[tuple[int, float]]:
         runs = []
         for _ in range(repeat):
             with server.blocking_client(notification_capacity=capacity) as client:
-                fill(client, f"b{next(serial)}", n)
+                fill(client, f"{tag}{next(serial)}", n)
                 t = time.perf_counter()
                 count = drain_blocking(client, decode)
                 runs.append((count, time.perf_counter() - t))
-        median_rate(f"drain: sdk blocking notifications() {kind}", runs)
+        return runs
+
+    for decode in (False, True):
+        kind = "typed" if decode else "raw str"
+        median_rate(f"drain: sdk blocking notifications() {kind}", blocking_runs("b", decode))
 
         async def run(thread_id: str, decode: bool = decode) -> tuple[int, float]:
             async with server.client(notification_capacity=capacity) as client:
@@ -213,14 +217,7 @@ def notifications(server: cc.AppServer, n: int, repeat: int) -> None:
     for mode, label in (("eager", "old: raw_notifications() + json.loads + decode_ServerNotification (eager)"),
                         ("loads", "floor: raw_notifications() + json.loads alone"),
                         ("read", "sdk blocking notifications() typed, every delta's params.delta.text read")):
-        runs = []
-        for _ in range(repeat):
-            with server.blocking_client(notification_capacity=capacity) as client:
-                fill(client, f"{mode}{next(serial)}", n)
-                t = time.perf_counter()
-                count = drain_blocking(client, mode)
-                runs.append((count, time.perf_counter() - t))
-        median_rate(f"drain: {label}", runs)
+        median_rate(f"drain: {label}", blocking_runs(mode, mode))
     # Live: reading while the engine produces.
     runs = []
     for _ in range(repeat):

@@ -16,19 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int passed = 0, failed = 0;
-
-#define CHECK(cond, ...)                                                     \
-  do {                                                                       \
-    if (cond) {                                                              \
-      passed++;                                                              \
-    } else {                                                                 \
-      failed++;                                                              \
-      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);        \
-      fprintf(stderr, __VA_ARGS__);                                          \
-      fputc('\n', stderr);                                                   \
-    }                                                                        \
-  } while (0)
+#include "check.h"
 
 static char buf[256 * 1024];
 

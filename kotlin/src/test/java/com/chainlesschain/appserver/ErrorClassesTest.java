@@ -17,7 +17,7 @@ import org.junit.jupiter.api.Test;
 
 public class ErrorClassesTest {
     private static void check(boolean ok, String what) {
-        if (!ok) throw new AssertionError(what);
+        PlainRun.check(ok, what);
     }
 
     private static Path tempDir() throws Exception {
@@ -181,22 +181,6 @@ public class ErrorClassesTest {
 
     /** For the plain-classpath run: every test, in order. */
     public static void main(String[] args) throws Exception {
-        ErrorClassesTest t = new ErrorClassesTest();
-        String[] names = {"protocolClasses", "overloadedTimeoutAndClosed", "storeClasses", "turnClasses"};
-        int passed = 0;
-        int failed = 0;
-        for (String name : names) {
-            try {
-                ErrorClassesTest.class.getMethod(name).invoke(t);
-                passed++;
-                System.out.println("ok " + name);
-            } catch (java.lang.reflect.InvocationTargetException e) {
-                failed++;
-                System.out.println("FAILED " + name + ": " + e.getCause());
-                e.getCause().printStackTrace();
-            }
-        }
-        System.out.println("error-classes: " + passed + " passed, " + failed + " failed");
-        System.exit(failed == 0 ? 0 : 1);
+        PlainRun.run("error-classes", new ErrorClassesTest(), "protocolClasses", "overloadedTimeoutAndClosed", "storeClasses", "turnClasses");
     }
 }

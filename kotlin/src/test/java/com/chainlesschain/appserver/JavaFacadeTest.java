@@ -24,7 +24,7 @@ public class JavaFacadeTest {
             + "{\"type\":\"message\",\"text\":\"done\",\"chunks\":2}]}";
 
     private static void check(boolean ok, String what) {
-        if (!ok) throw new AssertionError(what);
+        PlainRun.check(ok, what);
     }
 
     private static String stateDir() throws Exception {
@@ -172,25 +172,9 @@ public class JavaFacadeTest {
         }
     }
 
-    /** For the plain-classpath run: every test, in order; exit 1 on the first failure. */
+    /** For the plain-classpath run: every test, in order; exit 1 if any failed. */
     public static void main(String[] args) throws Exception {
-        JavaFacadeTest t = new JavaFacadeTest();
-        String[] names = {"theJniHotPathIsOnUnlessTurnedOff", "blockingFuturesApprovalsAndSubscription", "typedExceptionsAndTimeouts", "aThrowingApprovalCallbackDeclines"};
-        int passed = 0;
-        int failed = 0;
-        for (String name : names) {
-            try {
-                JavaFacadeTest.class.getMethod(name).invoke(t);
-                passed++;
-                System.out.println("ok " + name);
-            } catch (java.lang.reflect.InvocationTargetException e) {
-                failed++;
-                System.out.println("FAILED " + name + ": " + e.getCause());
-                e.getCause().printStackTrace();
-            }
-        }
-        System.out.println("java-facade: " + passed + " passed, " + failed + " failed");
-        System.exit(failed == 0 ? 0 : 1);
+        PlainRun.run("java-facade", new JavaFacadeTest(), "theJniHotPathIsOnUnlessTurnedOff", "blockingFuturesApprovalsAndSubscription", "typedExceptionsAndTimeouts", "aThrowingApprovalCallbackDeclines");
     }
 
 }
