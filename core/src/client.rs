@@ -214,6 +214,15 @@ impl Client {
         self.notifications.recv(timeout)
     }
 
+    /// A reader of this client's notifications that does not keep the client alive: a host's
+    /// delivery thread holds it, waits with no timeout, and ends when the client closes (or when
+    /// its own stop flag is set and [`NotificationReader::wake`] called).
+    pub fn notification_reader(&self) -> NotificationReader {
+        NotificationReader {
+            inbox: Arc::clone(&self.notifications),
+        }
+    }
+
     /// True once the connection is closed (by `close`, the server, or a host that stopped reading).
     pub fn is_closed(&self) -> bool {
         !self.conn.is_open()
@@ -243,6 +252,30 @@ impl Drop for Client {
     }
 }
 
+/// See [`Client::notification_reader`]. Notifications are the server's own JSON text.
+#[derive(Clone)]
+pub struct NotificationReader {
+    inbox: Arc<Inbox>,
+}
+
+impl NotificationReader {
+    /// The next notification, waiting up to `timeout` (`Duration::ZERO`: only one ready now).
+    pub fn recv_text(&self, timeout: Duration) -> Result<String, RecvError> {
+        self.inbox.recv(timeout)
+    }
+
+    /// The next notification, waiting with no timeout until one arrives, the client closes
+    /// (`Closed`, once drained), or `stop` is set and `wake` called (`Timeout`).
+    pub fn recv_text_until(&self, stop: &AtomicBool) -> Result<String, RecvError> {
+        self.inbox.recv_inner(None, Some(stop))
+    }
+
+    /// Wakes every thread blocked on this client's notifications.
+    pub fn wake(&self) {
+        self.inbox.wake();
+    }
+}
+
 /// The most messages the pump takes off the connection per lock of the host's inbox.
 const PUMP_BATCH: usize = 256;
 
@@ -250,12 +283,12 @@ fn pump(conn: &Connection, pending: &Pending, inbox: &Inbox, mut approvals: Appr
     let mut batch: Vec<String> = Vec::with_capacity(PUMP_BATCH);
     'outer: loop {
         // Wake for the next approval deadline too, so a slow handler is declined on time.
+        // With no approval outstanding it waits with no timeout: an idle client costs no
+        // wake-up (docs/engine.md, "Idle").
         let wait = approvals
             .next_deadline()
-            .map(|d| d.saturating_duration_since(Instant::now()))
-            .unwrap_or(Duration::from_millis(200))
-            .min(Duration::from_millis(200));
-        let received = conn.recv(Some(wait));
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        let received = conn.recv(wait);
         approvals.decline_expired();
         let mut text = match received {
             Ok(t) => t,
@@ -419,7 +452,16 @@ impl Inbox {
     }
 
     fn recv(&self, timeout: Duration) -> Result<String, RecvError> {
-        let deadline = Instant::now() + timeout;
+        self.recv_inner(Some(Instant::now() + timeout), None)
+    }
+
+    /// The next notification, waiting until `deadline` (`None`: no timeout) or until `stop` is
+    /// set and [`Inbox::wake`] called; both end in `Timeout`.
+    fn recv_inner(
+        &self,
+        deadline: Option<Instant>,
+        stop: Option<&AtomicBool>,
+    ) -> Result<String, RecvError> {
         let mut s = lock(&self.state);
         loop {
             if let Some(item) = s.items.pop_front() {
@@ -431,18 +473,33 @@ impl Inbox {
             if s.closed {
                 return Err(RecvError::Closed);
             }
-            let now = Instant::now();
-            if now >= deadline {
+            // Read under the lock, which `wake` takes after the flag is set: no lost signal.
+            if stop.is_some_and(|f| f.load(Ordering::SeqCst)) {
                 return Err(RecvError::Timeout);
             }
             s.readers_waiting += 1;
-            s = self
-                .ready
-                .wait_timeout(s, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            s = match deadline {
+                None => self.ready.wait(s).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        s.readers_waiting -= 1;
+                        return Err(RecvError::Timeout);
+                    }
+                    self.ready
+                        .wait_timeout(s, d - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+            };
             s.readers_waiting -= 1;
         }
+    }
+
+    /// Wakes every blocked reader, so one whose stop flag was just set returns.
+    fn wake(&self) {
+        drop(lock(&self.state));
+        self.ready.notify_all();
     }
 
     fn close(&self) {
@@ -519,8 +576,14 @@ impl Approvals {
         }
     }
 
+    /// The deadline of the next approval still unanswered (one the handler answered is not
+    /// waited for, so an idle pump has none).
     fn next_deadline(&self) -> Option<Instant> {
-        self.outstanding.iter().map(|a| a.deadline).min()
+        self.outstanding
+            .iter()
+            .filter(|a| !a.answered.load(Ordering::SeqCst))
+            .map(|a| a.deadline)
+            .min()
     }
 
     fn decline_expired(&mut self) {

@@ -49,25 +49,25 @@ impl RunClock {
         }
     }
 
-    /// Waits on `cv` until notified or until the clock reaches `deadline_ms`. A manual clock
-    /// never times out by itself: its `advance` wakes the waiter (registered with `on_advance`).
-    /// The real-time cap keeps a lost notification from hanging anything for long.
+    /// Waits on `cv` until notified or until the clock reaches `deadline_ms`, and no longer:
+    /// with no deadline it waits with no timeout (an idle run costs no wake-up; every change a
+    /// scheduler waits for notifies `cv`). A manual clock never times out by itself: its
+    /// `advance` wakes the waiter (registered with `on_advance`).
     pub fn wait<'a, T>(
         &self,
         cv: &Condvar,
         guard: MutexGuard<'a, T>,
         deadline_ms: Option<i64>,
     ) -> MutexGuard<'a, T> {
-        let cap = Duration::from_millis(250);
-        let timeout = match (self, deadline_ms) {
+        match (self, deadline_ms) {
             (RunClock::System, Some(d)) => {
-                Duration::from_millis((d - self.now_ms()).clamp(0, 250) as u64)
+                let left = Duration::from_millis(u64::try_from(d - self.now_ms()).unwrap_or(0));
+                cv.wait_timeout(guard, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
             }
-            _ => cap,
-        };
-        cv.wait_timeout(guard, timeout)
-            .unwrap_or_else(|p| p.into_inner())
-            .0
+            _ => cv.wait(guard).unwrap_or_else(|p| p.into_inner()),
+        }
     }
 
     pub fn on_advance(&self, waker: Weak<dyn Fn() + Send + Sync>) {

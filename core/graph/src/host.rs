@@ -223,6 +223,8 @@ impl GraphHost {
             })
         {
             run.enter().broken = Some("no scheduler thread".into());
+            run.wake.notify_all();
+            run.done.notify_all();
         }
     }
 
@@ -645,9 +647,10 @@ impl GraphHandle {
             if now >= deadline {
                 break;
             }
+            // Every end (terminal, broken, scheduler gone) notifies `done`: no slices needed.
             core = run
                 .done
-                .wait_timeout(core, (deadline - now).min(Duration::from_millis(100)))
+                .wait_timeout(core, deadline - now)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }

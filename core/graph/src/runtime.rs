@@ -412,12 +412,10 @@ impl Run {
                     if core.stopping || core.state.status.is_terminal() || core.broken.is_some() {
                         break None;
                     }
+                    // No timeout: a job, a stop, the end of the run and a broken store all
+                    // notify `wake`, so an idle worker costs no wake-up.
                     core.idle += 1;
-                    core = self
-                        .wake
-                        .wait_timeout(core, std::time::Duration::from_secs(30))
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
+                    core = self.wake.wait(core).unwrap_or_else(|p| p.into_inner());
                     core.idle -= 1;
                 }
             };

@@ -623,6 +623,22 @@ impl Connection {
         self.shared.outbound.recv(timeout)
     }
 
+    /// The next message, waiting with no timeout until one arrives, the connection closes, or
+    /// `stop` is set and [`Connection::wake_receivers`] called (then `Timeout`).
+    pub fn recv_until(&self, stop: &AtomicBool) -> Result<String, RecvError> {
+        self.shared.outbound.recv_until(stop)
+    }
+
+    /// Wakes every thread blocked in `recv` / `recv_until` on this connection.
+    pub fn wake_receivers(&self) {
+        self.shared.outbound.wake_readers();
+    }
+
+    /// Blocks until the connection is closed (by `close`, shutdown, or the stall rule).
+    pub fn wait_closed(&self) {
+        self.shared.outbound.wait_closed();
+    }
+
     /// The next message if one is ready.
     pub fn try_recv(&self) -> Option<String> {
         self.shared.outbound.try_recv()

@@ -1,8 +1,9 @@
 //! The turn runners: a bounded pool of OS threads that run kernels, with a bounded queue of
 //! admitted turns in front of it. The kernel trait is synchronous (hosts implement it through
 //! uniffi), so a running turn holds one thread; bounding the threads bounds the engine, and the
-//! queue gives the `queued` state a meaning. Threads are created on demand up to the bound and
-//! retire after sitting idle, so an idle server holds none.
+//! queue gives the `queued` state a meaning. Threads are created on demand up to the bound; all
+//! but one retire after sitting idle for 30 s, and that one (the keeper) waits with no timeout,
+//! so an idle server holds at most one runner and no timer (docs/engine.md, "Idle").
 
 use super::turn::{self, Job};
 use std::collections::VecDeque;
@@ -167,14 +168,23 @@ impl TurnPool {
                         s.workers -= 1;
                         break None;
                     }
+                    // The first idle runner is the keeper: it waits with no timeout, so an idle
+                    // server has no timer at all; the surplus retire after IDLE_RETIRE.
+                    let keeper = s.idle == 0;
                     s.idle += 1;
-                    let (g, timeout) = self
-                        .work
-                        .wait_timeout(s, IDLE_RETIRE)
-                        .unwrap_or_else(|p| p.into_inner());
-                    s = g;
+                    let timed_out = if keeper {
+                        s = self.work.wait(s).unwrap_or_else(|p| p.into_inner());
+                        false
+                    } else {
+                        let (g, timeout) = self
+                            .work
+                            .wait_timeout(s, IDLE_RETIRE)
+                            .unwrap_or_else(|p| p.into_inner());
+                        s = g;
+                        timeout.timed_out()
+                    };
                     s.idle -= 1;
-                    if timeout.timed_out() && s.queue.is_empty() {
+                    if timed_out && s.queue.is_empty() {
                         // Retire in the same critical section that saw the queue empty, so a
                         // `submit` never counts on a runner that is leaving.
                         s.workers -= 1;

@@ -6,6 +6,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -48,6 +49,8 @@ pub struct BoundedQueue {
     ready: Condvar,
     /// Signalled when a message is taken or the queue closes (producers waiting for space).
     space: Condvar,
+    /// Signalled when the queue closes (`wait_closed`).
+    shut: Condvar,
     max_messages: usize,
     max_bytes: usize,
 }
@@ -66,6 +69,7 @@ impl BoundedQueue {
             }),
             ready: Condvar::new(),
             space: Condvar::new(),
+            shut: Condvar::new(),
             max_messages,
             max_bytes,
         })
@@ -224,6 +228,46 @@ impl BoundedQueue {
         }
     }
 
+    /// Takes the next message, waiting with no timeout until one arrives, the queue closes, or
+    /// `stop` is set (then `Timeout`; whoever sets it calls [`BoundedQueue::wake_readers`]). A
+    /// quiet queue costs its reader no wake-up at all (docs/engine.md, "Idle").
+    pub fn recv_until(&self, stop: &AtomicBool) -> Result<String, RecvError> {
+        let mut s = self.lock();
+        loop {
+            if let Some(item) = s.items.pop_front() {
+                self.popped(&mut s, &item);
+                return Ok(item);
+            }
+            if s.closed {
+                return Err(RecvError::Closed);
+            }
+            // Read under the lock: `wake_readers` takes it after the flag is set, so a reader
+            // either sees the flag here or is already waiting when the signal comes.
+            if stop.load(Ordering::SeqCst) {
+                return Err(RecvError::Timeout);
+            }
+            s.readers_waiting += 1;
+            s = self.ready.wait(s).unwrap_or_else(|p| p.into_inner());
+            s.readers_waiting -= 1;
+        }
+    }
+
+    /// Wakes every reader blocked in `recv` / `recv_until`, so one whose stop flag was just set
+    /// returns (the others see nothing new and wait again).
+    pub fn wake_readers(&self) {
+        let s = self.lock();
+        drop(s);
+        self.ready.notify_all();
+    }
+
+    /// Blocks until the queue is closed, with no timeout and no polling.
+    pub fn wait_closed(&self) {
+        let mut s = self.lock();
+        while !s.closed {
+            s = self.shut.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
     /// Takes the next message when one is ready (no waiting).
     pub fn try_recv(&self) -> Option<String> {
         let mut s = self.lock();
@@ -247,6 +291,7 @@ impl BoundedQueue {
         drop(s);
         self.ready.notify_all();
         self.space.notify_all();
+        self.shut.notify_all();
         wakers.into_iter().for_each(Waker::wake);
     }
 
@@ -464,6 +509,44 @@ mod tests {
         assert_eq!(block_on(q.recv_async()), Ok("async".to_string()));
         assert_eq!(block_on(q.recv_async()), Err(RecvError::Closed));
         pusher.join().unwrap();
+    }
+
+    #[test]
+    fn recv_until_waits_untimed_and_returns_on_push_stop_and_close() {
+        let q = BoundedQueue::new(4, 100);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (q2, stop2) = (Arc::clone(&q), Arc::clone(&stop));
+        let reader = std::thread::spawn(move || {
+            let first = q2.recv_until(&stop2);
+            let second = q2.recv_until(&stop2);
+            (first, second)
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        q.try_push("one".into()).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        stop.store(true, Ordering::SeqCst);
+        q.wake_readers();
+        let (first, second) = reader.join().unwrap();
+        assert_eq!(first, Ok("one".to_string()));
+        assert_eq!(
+            second,
+            Err(RecvError::Timeout),
+            "the stop flag ends the wait"
+        );
+        // A message already queued is still taken before the flag is looked at; close wins too.
+        q.try_push("two".into()).unwrap();
+        assert_eq!(q.recv_until(&stop), Ok("two".to_string()));
+        let q3 = Arc::clone(&q);
+        let closer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            q3.close();
+        });
+        q.wait_closed();
+        closer.join().unwrap();
+        assert_eq!(
+            q.recv_until(&AtomicBool::new(false)),
+            Err(RecvError::Closed)
+        );
     }
 
     #[test]

@@ -949,11 +949,12 @@ impl KernelContext<'_> {
             if now >= deadline {
                 break Answer::TimedOut;
             }
-            // Woken by cancel, an answer or a closed connection; the cap is only a safety net.
+            // Woken by cancel, an answer or a closed connection; otherwise asleep to the
+            // approval's own deadline (no periodic wake-up).
             ctl = self
                 .turn
                 .wake
-                .wait_timeout(ctl, (deadline - now).min(Duration::from_secs(1)))
+                .wait_timeout(ctl, deadline - now)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         };
