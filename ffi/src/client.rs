@@ -7,13 +7,15 @@ use crate::approval::{ApprovalDecision, ApprovalRequest};
 use crate::delivery::{listener_failed, MAX_BATCH};
 use crate::errors::{signed, ClientError, HandlerError, ListenerError};
 use crate::server::AppServer;
-use crate::task::{TaskHandle, POLL};
-use cc_app_server::client::{ApprovalHandler as CoreHandler, Client as CoreClient, ClientConfig};
+use crate::task::TaskHandle;
+use cc_app_server::client::{
+    ApprovalHandler as CoreHandler, Client as CoreClient, ClientConfig, NotificationReader,
+};
 use cc_app_server::protocol::{ApprovalDecision as WireDecision, ApprovalRequest as WireRequest};
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -120,6 +122,9 @@ pub struct Client {
     /// concurrently; the core client closes when the last clone goes.
     inner: RwLock<Option<Arc<CoreClient>>>,
     initialize_result: String,
+    /// The JVM's JNI notification pump waits with no timeout; this is its stop flag (one pump
+    /// at a time: the SDK joins the old pump before it arms a new one).
+    pub(crate) jni_pump_stop: AtomicBool,
 }
 
 impl Client {
@@ -163,6 +168,29 @@ pub(crate) fn recv_batch(
     }
     while batch.len() < max {
         match client.recv_notification_text(Duration::ZERO) {
+            Ok(next) => batch.push(next),
+            Err(_) => break,
+        }
+    }
+    Ok(batch)
+}
+
+/// Up to `max` notifications: waits (untimed) for the first until one arrives, the client
+/// closes (`Closed`) or `stop` is set (an empty batch), then takes what is ready.
+pub(crate) fn reader_batch(
+    reader: &NotificationReader,
+    max: usize,
+    stop: &AtomicBool,
+) -> Result<Vec<String>, ClientError> {
+    use cc_app_server::engine::RecvError as CoreRecv;
+    let mut batch = Vec::new();
+    match reader.recv_text_until(stop) {
+        Ok(first) => batch.push(first),
+        Err(CoreRecv::Timeout) => return Ok(batch),
+        Err(CoreRecv::Closed) => return Err(ClientError::Closed),
+    }
+    while batch.len() < max {
+        match reader.recv_text(Duration::ZERO) {
             Ok(next) => batch.push(next),
             Err(_) => break,
         }
@@ -218,6 +246,7 @@ impl Client {
         Ok(Arc::new(Client {
             initialize_result: core.initialize_result.to_string(),
             inner: RwLock::new(Some(Arc::new(core))),
+            jni_pump_stop: AtomicBool::new(false),
         }))
     }
 
@@ -311,37 +340,39 @@ impl Client {
         &self,
         listener: Arc<dyn NotificationListener>,
     ) -> Result<Arc<TaskHandle>, ClientError> {
-        // A weak reference: a listener must not keep a closed client alive.
-        let weak = Arc::downgrade(&self.current()?);
-        TaskHandle::spawn("cc-ffi-notifications", move |cancelled| {
-            while !cancelled.load(Ordering::SeqCst) {
-                let batch = match weak.upgrade() {
-                    Some(client) => recv_batch(&client, MAX_BATCH, POLL),
-                    None => Err(ClientError::Closed),
-                };
-                match batch {
-                    Ok(batch) if batch.is_empty() => {}
-                    // Delivered even when `cancel` came while waiting: these messages are already
-                    // taken from the client, and dropping them would lose them for the next reader.
-                    // `cancel` waits for this last call; the loop ends right after it.
-                    Ok(batch) => {
-                        if let Err(e) = listener.on_notifications(batch) {
-                            listener_failed("notification", &e);
-                        }
-                    }
-                    // The connection is gone (closed, or the server shut down): nothing more
-                    // will arrive.
-                    Err(_) => {
-                        if !cancelled.load(Ordering::SeqCst) {
-                            if let Err(e) = listener.on_closed() {
+        // Only the client's inbox: a listener must not keep a closed client alive. It waits with
+        // no timeout; closing the client closes the inbox, cancelling wakes it.
+        let reader = self.current()?.notification_reader();
+        let waker = reader.clone();
+        TaskHandle::spawn(
+            "cc-ffi-notifications",
+            move || waker.wake(),
+            move |cancelled| {
+                while !cancelled.load(Ordering::SeqCst) {
+                    match reader_batch(&reader, MAX_BATCH, cancelled) {
+                        Ok(batch) if batch.is_empty() => {}
+                        // Delivered even when `cancel` came while waiting: these messages are already
+                        // taken from the client, and dropping them would lose them for the next reader.
+                        // `cancel` waits for this last call; the loop ends right after it.
+                        Ok(batch) => {
+                            if let Err(e) = listener.on_notifications(batch) {
                                 listener_failed("notification", &e);
                             }
                         }
-                        break;
+                        // The connection is gone (closed, or the server shut down): nothing more
+                        // will arrive.
+                        Err(_) => {
+                            if !cancelled.load(Ordering::SeqCst) {
+                                if let Err(e) = listener.on_closed() {
+                                    listener_failed("notification", &e);
+                                }
+                            }
+                            break;
+                        }
                     }
                 }
-            }
-        })
+            },
+        )
         .map_err(|_| ClientError::Closed)
     }
 

@@ -7,7 +7,7 @@
 //! panic boundary and throws a Java `IllegalStateException` instead of unwinding into the JVM.
 
 use ::jni::objects::{JClass, JObject, JString};
-use ::jni::sys::{jint, jlong, jobjectArray, jstring};
+use ::jni::sys::{jboolean, jint, jlong, jobjectArray, jstring};
 use ::jni::JNIEnv;
 use cc_app_server::client::{Client as CoreClient, ClientConfig};
 use cc_app_server::engine::{AppServer as CoreServer, Connection as CoreConnection, ServerConfig};
@@ -362,6 +362,57 @@ pub extern "system" fn Java_com_chainlesschain_appserver_JniTransport_nextNotifi
             Err(_) => return Ok(std::ptr::null_mut()),
         };
         string_array(env, batch)
+    })
+}
+
+/// The pump's wait: up to `max` notifications, waiting with no timeout for the first (an idle
+/// client costs the JVM no wake-up). An empty array once `stopNotifications` was called, null
+/// once the client is closed and drained.
+#[no_mangle]
+pub extern "system" fn Java_com_chainlesschain_appserver_JniTransport_waitNotifications<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    raw: jlong,
+    max: jint,
+) -> jobjectArray {
+    guard(&mut env, std::ptr::null_mut(), |env| {
+        // SAFETY: see `client`.
+        let client = unsafe { client(raw)? };
+        let max = usize::try_from(max).unwrap_or(1).max(1);
+        let Ok(core) = client.current() else {
+            return Ok(std::ptr::null_mut());
+        };
+        let reader = core.notification_reader();
+        // Not holding the client itself while waiting: a close from another thread goes ahead.
+        drop(core);
+        match crate::client::reader_batch(&reader, max, &client.jni_pump_stop) {
+            Ok(batch) => string_array(env, batch),
+            Err(_) => Ok(std::ptr::null_mut()),
+        }
+    })
+}
+
+/// Arms (`stop` false, before a pump starts) or stops (`stop` true: the waiting pump returns an
+/// empty batch) the JNI notification pump of one client.
+#[no_mangle]
+pub extern "system" fn Java_com_chainlesschain_appserver_JniTransport_stopNotifications<'l>(
+    mut env: JNIEnv<'l>,
+    _: JClass<'l>,
+    raw: jlong,
+    stop: jboolean,
+) {
+    guard(&mut env, (), |_| {
+        // SAFETY: see `client`.
+        let client = unsafe { client(raw)? };
+        client
+            .jni_pump_stop
+            .store(stop != 0, std::sync::atomic::Ordering::SeqCst);
+        if stop != 0 {
+            if let Ok(core) = client.current() {
+                core.notification_reader().wake();
+            }
+        }
+        Ok(())
     })
 }
 

@@ -6,7 +6,7 @@ use crate::delivery::{listener_failed, LISTENER_ERRORS, MAX_BATCH};
 use crate::errors::{signed, ListenerError, RecvError, SendError, ServerError};
 use crate::kernel::{ForeignKernel, ForeignTools};
 use crate::store::{apply_store_security, RolloutStore, StoreKind};
-use crate::task::{TaskHandle, POLL};
+use crate::task::TaskHandle;
 use crate::{AgentKernel, ApprovalPolicy, ToolExecutor};
 use cc_app_server::engine::{
     AppServer as CoreServer, Connection as CoreConnection, RecvError as CoreRecvError, ServerConfig,
@@ -490,35 +490,40 @@ impl Connection {
         listener: Arc<dyn MessageListener>,
     ) -> Result<Arc<TaskHandle>, RecvError> {
         let conn = Arc::clone(&self);
-        TaskHandle::spawn("cc-ffi-conn-listener", move |cancelled| {
-            while !cancelled.load(Ordering::SeqCst) {
-                match conn.inner.recv(Some(POLL)) {
-                    Ok(first) => {
-                        let mut batch = vec![first];
-                        while batch.len() < MAX_BATCH {
-                            match conn.inner.try_recv() {
-                                Some(next) => batch.push(next),
-                                None => break,
+        let waker = Arc::clone(&self);
+        TaskHandle::spawn(
+            "cc-ffi-conn-listener",
+            move || waker.inner.wake_receivers(),
+            move |cancelled| {
+                while !cancelled.load(Ordering::SeqCst) {
+                    match conn.inner.recv_until(cancelled) {
+                        Ok(first) => {
+                            let mut batch = vec![first];
+                            while batch.len() < MAX_BATCH {
+                                match conn.inner.try_recv() {
+                                    Some(next) => batch.push(next),
+                                    None => break,
+                                }
                             }
-                        }
-                        // Delivered even when `cancel` came while waiting: these messages are
-                        // already taken, and dropping them would lose them for the next reader.
-                        if let Err(e) = listener.on_messages(batch) {
-                            listener_failed("message", &e);
-                        }
-                    }
-                    Err(CoreRecvError::Timeout) => {}
-                    Err(CoreRecvError::Closed) => {
-                        if !cancelled.load(Ordering::SeqCst) {
-                            if let Err(e) = listener.on_closed() {
+                            // Delivered even when `cancel` came while waiting: these messages are
+                            // already taken, and dropping them would lose them for the next reader.
+                            if let Err(e) = listener.on_messages(batch) {
                                 listener_failed("message", &e);
                             }
                         }
-                        break;
+                        Err(CoreRecvError::Timeout) => {}
+                        Err(CoreRecvError::Closed) => {
+                            if !cancelled.load(Ordering::SeqCst) {
+                                if let Err(e) = listener.on_closed() {
+                                    listener_failed("message", &e);
+                                }
+                            }
+                            break;
+                        }
                     }
                 }
-            }
-        })
+            },
+        )
         .map_err(|_| RecvError::Closed)
     }
 }

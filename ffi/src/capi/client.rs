@@ -519,8 +519,8 @@ pub unsafe extern "C" fn cc_client_set_notification_callback(
 fn deliver(inner: &ClientInner, generation: u64, notify: CNotify) {
     let who = Who::Callback { generation };
     loop {
-        let until = Instant::now() + Duration::from_millis(100);
-        match inner.hub.next(&inner.client, who, Some(until)) {
+        // Untimed: unregistering interrupts the wait, closing ends it.
+        match inner.hub.next(&inner.client, who, None) {
             Next::Message(text) => {
                 let Ok(text) = std::ffi::CString::new(text) else {
                     continue;

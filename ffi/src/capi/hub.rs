@@ -5,19 +5,19 @@
 //! There is no thread of its own: whichever consumer waits (a poll, a turn handle, the callback's
 //! thread) becomes the one reader of the core inbox while it waits (leader and followers: the
 //! others wait on the condition variable), and routes what it reads, so a message for another
-//! consumer wakes that consumer at once and none is read twice or lost.
+//! consumer wakes that consumer at once and none is read twice or lost. A wait without a
+//! deadline is untimed all the way down (an idle callback thread costs no wake-up): whatever
+//! changes what a waiter may take (a turn resolved or freed, the callback unregistered) also
+//! interrupts the reader, which then looks again.
 
-use cc_app_server::client::Client as CoreClient;
+use cc_app_server::client::{Client as CoreClient, NotificationReader};
 use cc_app_server::engine::RecvError as CoreRecv;
 use cc_app_server::rollout::sync::lock;
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
-
-/// The longest one wait on the core inbox or the condition variable lasts; a wait without a
-/// deadline (`CC_WAIT_FOREVER`) is a loop of these.
-const SLICE: Duration = Duration::from_secs(1);
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 
 /// Who is asking for the next notification.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -61,6 +61,8 @@ struct State {
     next_turn: u64,
     /// A consumer is waiting on the core inbox.
     reading: bool,
+    /// The untimed reader's stop flag and its inbox, to interrupt it (`interrupt_reader`).
+    untimed: Option<(Arc<AtomicBool>, NotificationReader)>,
     closed: bool,
     /// The current callback registration (0: none).
     callback: u64,
@@ -135,6 +137,16 @@ impl State {
     }
 }
 
+impl State {
+    /// Makes the consumer blocked untimed on the core inbox (if any) return and look again.
+    fn interrupt_reader(&self) {
+        if let Some((stop, reader)) = &self.untimed {
+            stop.store(true, Ordering::SeqCst);
+            reader.wake();
+        }
+    }
+}
+
 impl Hub {
     fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
@@ -178,6 +190,7 @@ impl Hub {
         for text in others {
             s.route(text);
         }
+        s.interrupt_reader();
         drop(s);
         self.changed.notify_all();
     }
@@ -191,6 +204,7 @@ impl Hub {
                 s.route(text);
             }
         }
+        s.interrupt_reader();
         drop(s);
         self.changed.notify_all();
     }
@@ -205,7 +219,10 @@ impl Hub {
 
     /// Ends the current callback registration: the callback's thread takes nothing more.
     pub(super) fn stop_callback(&self) {
-        self.state().callback = 0;
+        let mut s = self.state();
+        s.callback = 0;
+        s.interrupt_reader();
+        drop(s);
         self.changed.notify_all();
     }
 
@@ -246,29 +263,38 @@ impl Hub {
             if s.closed {
                 return Next::Closed;
             }
-            let wait = match deadline {
-                None => SLICE,
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return Next::Timeout;
-                    }
-                    (d - now).min(SLICE)
+            if let Some(d) = deadline {
+                if Instant::now() >= d {
+                    return Next::Timeout;
                 }
-            };
+            }
             if s.reading {
-                s = self
-                    .changed
-                    .wait_timeout(s, wait)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+                s = match deadline {
+                    None => self.changed.wait(s).unwrap_or_else(|p| p.into_inner()),
+                    Some(d) => {
+                        let left = d.saturating_duration_since(Instant::now());
+                        self.changed
+                            .wait_timeout(s, left)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0
+                    }
+                };
                 continue;
             }
             s.reading = true;
+            let reader = core.notification_reader();
+            let stop = Arc::new(AtomicBool::new(false));
+            if deadline.is_none() {
+                s.untimed = Some((Arc::clone(&stop), reader.clone()));
+            }
             drop(s);
-            let got = core.recv_notification_text(wait);
+            let got = match deadline {
+                None => reader.recv_text_until(&stop),
+                Some(d) => reader.recv_text(d.saturating_duration_since(Instant::now())),
+            };
             s = self.state();
             s.reading = false;
+            s.untimed = None;
             match got {
                 Ok(text) => s.route(text),
                 Err(CoreRecv::Closed) => s.closed = true,

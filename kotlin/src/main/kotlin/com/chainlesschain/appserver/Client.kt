@@ -303,8 +303,9 @@ class Client internal constructor(
     }
 
     /**
-     * The JNI pump: polls batches of up to 256 notifications (50 ms at a time, so it notices a
-     * stop quickly) and hands them to the hub. A batch it has taken is always handed over, even
+     * The JNI pump: waits (with no timeout, so an idle client costs no wake-up) for batches of up
+     * to 256 notifications and hands them to the hub; [cancel] wakes it through the native stop
+     * flag. A batch it has taken is always handed over, even
      * when it was told to stop meanwhile: the hub keeps it for the next collector.
      */
     private class JniPump(private val handle: JniClientHandle, private val hub: NotificationListener) :
@@ -313,12 +314,14 @@ class Client internal constructor(
 
         init {
             isDaemon = true
+            // Armed here, before the thread starts: a cancel can only come after this.
+            handle.use { JniTransport.stopNotifications(it, false) }
         }
 
         override fun run() {
             while (!stopping) {
                 val batch = try {
-                    handle.use { JniTransport.nextNotifications(it, PUMP_BATCH, PUMP_POLL_MS) }
+                    handle.use { JniTransport.waitNotifications(it, PUMP_BATCH) }
                 } catch (e: AppServerException.Closed) {
                     null
                 }
@@ -334,6 +337,11 @@ class Client internal constructor(
 
         override fun cancel() {
             stopping = true
+            try {
+                handle.use { JniTransport.stopNotifications(it, true) }
+            } catch (e: AppServerException.Closed) {
+                // Released: the client is closed, so the pump has already seen the end.
+            }
             if (currentThread() !== this) join()
         }
 
@@ -397,7 +405,7 @@ class Client internal constructor(
                     if (subscribers.isNotEmpty()) return
                     handle.also { handle = null }
                 }
-                // Waits for the delivery thread: one poll, at most one hand-over (into the backlog).
+                // Waits for the delivery thread (woken at once), at most one hand-over (into the backlog).
                 stopping?.cancel()
             }
         }
@@ -538,7 +546,6 @@ private val requestPool: java.util.concurrent.ExecutorService = java.util.concur
 }
 
 private const val PUMP_BATCH = 256
-private const val PUMP_POLL_MS = 50L
 
 /** A collector's buffer is at least one native batch, so a backlog always fits ahead of live deliveries. */
 private const val BACKLOG_MAX = 256

@@ -61,6 +61,10 @@ internal object JniTransport {
     @JvmStatic external fun clientRelease(handle: Long)
     @JvmStatic external fun request(handle: Long, method: String, paramsJson: String): String
     @JvmStatic external fun nextNotifications(handle: Long, max: Int, timeoutMs: Long): Array<String>?
+    /** Waits with no timeout: a batch, an empty array after [stopNotifications], null once closed. */
+    @JvmStatic external fun waitNotifications(handle: Long, max: Int): Array<String>?
+    /** `true` wakes and stops the waiting pump; `false` arms a new one. */
+    @JvmStatic external fun stopNotifications(handle: Long, stop: Boolean)
 
     /** Turns a hot-path answer (`R` + result, or `E` + error JSON) into a result or a typed exception. */
     fun answer(text: String): String {
