@@ -13,7 +13,7 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{json, Value};
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -123,6 +123,17 @@ pub fn serve(
             .name("cc-stdio-reader".into())
             .spawn(move || read_loop(&shared, input, &tx))?;
     }
+    {
+        // The stall rule can close the connection while the writer is stuck in a write the
+        // client never reads: this thread sees the close without polling (no idle wake-up).
+        let (shared, tx) = (Arc::clone(&shared), tx.clone());
+        std::thread::Builder::new()
+            .name("cc-stdio-watch".into())
+            .spawn(move || {
+                shared.conn.wait_closed();
+                let _ = tx.send(Event::ConnectionClosed);
+            })?;
+    }
     let writer = {
         let shared = Arc::clone(&shared);
         std::thread::Builder::new()
@@ -177,7 +188,9 @@ fn supervise(
         Outcome::ReaderStopped
     };
     loop {
-        match rx.recv_timeout(Duration::from_millis(20)) {
+        // Every end arrives as an event (the watch thread reports a close), so this waits with
+        // no timeout.
+        match rx.recv() {
             Ok(Event::InputEnded) => {
                 info!("stdin closed; finishing in-flight work");
                 let drained = drain(shared, options.drain_timeout);
@@ -199,7 +212,7 @@ fn supervise(
                 error!("writing stdout failed: {e}; the client closed its end, shutting down");
                 return Outcome::OutputFailed;
             }
-            Ok(Event::ConnectionClosed) | Err(RecvTimeoutError::Timeout) => {
+            Ok(Event::ConnectionClosed) => {
                 if !shared.conn.is_open() {
                     let slow = server.stats().closed_slow_consumers.load(Ordering::Relaxed);
                     if slow == 0 {
@@ -208,7 +221,7 @@ fn supervise(
                     return closed_by_bound();
                 }
             }
-            Err(RecvTimeoutError::Disconnected) => return closed_by_bound(),
+            Err(mpsc::RecvError) => return closed_by_bound(),
         }
     }
 }
@@ -336,7 +349,7 @@ fn transport_error(shared: &Shared, code: i64, message: &str) -> io::Result<()> 
 fn write_loop(shared: &Shared, tx: &Sender<Event>) {
     const BATCH: usize = 256;
     loop {
-        let first = match shared.conn.recv(Some(Duration::from_millis(200))) {
+        let first = match shared.conn.recv(None) {
             Ok(m) => m,
             Err(RecvError::Timeout) => continue,
             Err(RecvError::Closed) => break,
