@@ -44,6 +44,9 @@ step "rust: build once, then every test"
 cargo test --workspace --no-run
 cargo test --workspace
 
+step "idle: zero wake-ups in-process (every host listener attached), at most 1/s in the stdio child, over 30 s"
+bash scripts/test-idle.sh
+
 step "schema: generated code is fresh, v1 has no breaking change"
 cargo run -q -p cc-agent-protocol -- generate --check
 cargo run -q -p cc-agent-protocol -- compat --baseline schema/baselines/v1.json | tail -n 1
