@@ -124,6 +124,7 @@ pub struct Client {
     initialize_result: String,
     /// The JVM's JNI notification pump waits with no timeout; this is its stop flag (one pump
     /// at a time: the SDK joins the old pump before it arms a new one).
+    #[cfg(feature = "jni")]
     pub(crate) jni_pump_stop: AtomicBool,
 }
 
@@ -246,6 +247,7 @@ impl Client {
         Ok(Arc::new(Client {
             initialize_result: core.initialize_result.to_string(),
             inner: RwLock::new(Some(Arc::new(core))),
+            #[cfg(feature = "jni")]
             jni_pump_stop: AtomicBool::new(false),
         }))
     }

@@ -2768,7 +2768,7 @@ public protocol TaskHandleProtocol: AnyObject, Sendable {
     
     /**
      * Stops the deliveries and waits for the delivery thread to exit (at most one in-flight
-     * callback plus one poll interval). Idempotent; safe to call from inside a callback.
+     * callback). Idempotent; safe to call from inside a callback.
      */
     func cancel() 
     
@@ -2836,7 +2836,7 @@ open class TaskHandle: TaskHandleProtocol, @unchecked Sendable {
     
     /**
      * Stops the deliveries and waits for the delivery thread to exit (at most one in-flight
-     * callback plus one poll interval). Idempotent; safe to call from inside a callback.
+     * callback). Idempotent; safe to call from inside a callback.
      */
 open func cancel()  {try! rustCall() {
         uniffiCallStatus in
@@ -7328,7 +7328,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_cc_app_server_ffi_checksum_method_rolloutstore_verify() != 2856) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_cc_app_server_ffi_checksum_method_taskhandle_cancel() != 33650) {
+    if (uniffi_cc_app_server_ffi_checksum_method_taskhandle_cancel() != 54651) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_cc_app_server_ffi_checksum_method_taskhandle_is_finished() != 41948) {
