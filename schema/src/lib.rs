@@ -2,9 +2,11 @@
 //! validator, the v1 compatibility gate and the code generator all live here so that every
 //! language's view of the protocol comes from one file.
 
+mod check;
 pub mod codegen;
 pub mod compat;
 pub mod jcs;
+pub mod pattern;
 pub mod validate;
 
 pub use validate::{

@@ -1,9 +1,9 @@
 //! The runtime validator: every message crossing a transport is checked against the canonical
 //! schema before anything acts on it, and a refusal says exactly where and why — for a tagged union,
-//! inside the branch its tag selected, never a bare "not valid under any of oneOf".
+//! inside the branch its tag selected, never a bare "not valid under any of oneOf". The schema is
+//! compiled once by the profile's own interpreter (`check.rs`), not a general JSON Schema engine.
 
-use jsonschema::error::ValidationErrorKind;
-use jsonschema::Validator;
+use crate::check::{truncate, Compiled, Found};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::fmt;
@@ -121,7 +121,7 @@ struct TaggedUnion {
 
 struct Registry {
     root: &'static Value,
-    validators: HashMap<String, OnceLock<Validator>>,
+    compiled: Compiled,
     client_methods: HashMap<String, String>,
     server_methods: HashMap<String, String>,
     notifications: HashMap<String, String>,
@@ -152,7 +152,7 @@ fn registry() -> &'static Registry {
         };
         Registry {
             root,
-            validators: defs.keys().map(|k| (k.clone(), OnceLock::new())).collect(),
+            compiled: Compiled::new(root).expect("the canonical schema is inside the profile"),
             client_methods: methods("ClientRequest"),
             server_methods: methods("ServerRequest"),
             notifications: methods("ServerNotification"),
@@ -188,167 +188,17 @@ fn tagged_union(root: &Value, node: &Value) -> Option<TaggedUnion> {
     Some(TaggedUnion { tag, branches })
 }
 
-/// For `oneOf: [X, {"type": "null"}]`, the schema X.
-fn nullable_inner(node: &Value) -> Option<&Value> {
-    let branches = node.get("oneOf")?.as_array()?;
-    if branches.len() != 2 || branches[1] != serde_json::json!({"type": "null"}) {
-        return None;
-    }
-    Some(&branches[0])
-}
-
-fn unescape(segment: &str) -> String {
-    segment.replace("~1", "/").replace("~0", "~")
-}
-
 impl Registry {
-    fn validator(&self, def: &str) -> &Validator {
-        self.validators[def].get_or_init(|| {
-            let mut wrapper = self.root.clone();
-            let obj = wrapper.as_object_mut().expect("schema is an object");
-            obj.remove("oneOf");
-            obj.insert("$ref".into(), Value::from(format!("#/$defs/{def}")));
-            jsonschema::draft202012::new(&wrapper).expect("the canonical schema compiles")
-        })
-    }
-
-    /// Follows an evaluation path (which spells out `$ref` hops) to the schema node holding the
-    /// failing `oneOf`.
-    fn oneof_node(&self, def: &str, evaluation_path: &str) -> Option<&'static Value> {
-        let mut node: &'static Value = &self.root["$defs"][def];
-        let segments: Vec<String> = evaluation_path.split('/').skip(1).map(unescape).collect();
-        let (last, walk) = segments.split_last()?;
-        if last != "oneOf" {
-            return None;
-        }
-        // The wrapper's own `$ref` is the first hop and lands on `def` itself.
-        let walk = walk.strip_prefix(&["$ref".to_string()]).unwrap_or(walk);
-        for seg in walk {
-            node = if seg == "$ref" {
-                &self.root["$defs"][ref_name(node)?]
-            } else if let Some(arr) = node.as_array() {
-                arr.get(seg.parse::<usize>().ok()?)?
-            } else {
-                node.get(seg.as_str())?
-            };
-        }
-        Some(node)
-    }
-
-    fn check(
-        &self,
-        def: &str,
-        instance: &Value,
-        base: &str,
-        branch: Option<&str>,
-        out: &mut Vec<ValidationIssue>,
-    ) {
-        let validator = self.validator(def);
-        if validator.is_valid(instance) {
-            return;
-        }
-        for err in validator.iter_errors(instance) {
-            let rel = err.instance_path().to_string();
-            let pointer = format!("{base}{rel}");
-            let is_oneof = matches!(
-                err.kind(),
-                ValidationErrorKind::OneOfNotValid { .. }
-                    | ValidationErrorKind::OneOfMultipleValid { .. }
-            );
-            if is_oneof {
-                let eval = err.evaluation_path().to_string();
-                if let (Some(node), Some(sub)) =
-                    (self.oneof_node(def, &eval), instance.pointer(&rel))
-                {
-                    if let Some(union) = tagged_union(self.root, node) {
-                        self.check_tagged(&union, sub, &pointer, out);
-                        continue;
-                    }
-                    if let Some(inner) = nullable_inner(node) {
-                        match ref_name(inner) {
-                            Some(def) => self.check(def, sub, &pointer, branch, out),
-                            None => out.push(ValidationIssue {
-                                pointer,
-                                branch: branch.map(str::to_string),
-                                message: format!(
-                                    "expected null or a value matching {}",
-                                    truncate(&inner.to_string(), 200)
-                                ),
-                            }),
-                        }
-                        continue;
-                    }
-                    if node.get("required").is_some()
-                        && node["oneOf"]
-                            .as_array()
-                            .is_some_and(|b| b.iter().all(|b| b.get("required").is_some()))
-                    {
-                        // The response envelope: told apart by members, not by a tag.
-                        out.push(ValidationIssue {
-                            pointer,
-                            branch: branch.map(str::to_string),
-                            message: "a response carries exactly one of \"result\" (with a non-null id) and \"error\"".into(),
-                        });
-                        continue;
-                    }
-                }
-            }
-            out.push(ValidationIssue {
-                pointer,
-                branch: branch.map(str::to_string),
-                message: err.to_string(),
-            });
-        }
-    }
-
-    fn check_tagged(
-        &self,
-        union: &TaggedUnion,
-        instance: &Value,
-        pointer: &str,
-        out: &mut Vec<ValidationIssue>,
-    ) {
-        let expected = || {
-            union
-                .branches
-                .iter()
-                .map(|(t, _)| t.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let Some(obj) = instance.as_object() else {
-            out.push(ValidationIssue {
-                pointer: pointer.to_string(),
-                branch: None,
-                message: format!("expected an object tagged by \"{}\"", union.tag),
-            });
-            return;
-        };
-        let Some(tag) = obj.get(&union.tag) else {
-            out.push(ValidationIssue {
-                pointer: pointer.to_string(),
-                branch: None,
-                message: format!(
-                    "missing tag \"{}\"; expected one of {}",
-                    union.tag,
-                    expected()
-                ),
-            });
-            return;
-        };
-        match union.branches.iter().find(|(t, _)| t == tag) {
-            Some((_, def)) => self.check(def, instance, pointer, Some(def), out),
-            None => out.push(ValidationIssue {
-                pointer: format!("{pointer}/{}", union.tag),
-                branch: None,
-                message: format!(
-                    "unknown {} {}; expected one of {}",
-                    union.tag,
-                    truncate(&tag.to_string(), 80),
-                    expected()
-                ),
-            }),
-        }
+    fn check(&self, def: &str, instance: &Value, out: &mut Vec<ValidationIssue>) {
+        let id = self.compiled.def(def).expect("a definition of the schema");
+        let mut found = Vec::new();
+        self.compiled
+            .check(id, instance, &mut Vec::new(), None, &mut found, false);
+        out.extend(found.into_iter().map(|f: Found| ValidationIssue {
+            pointer: f.pointer,
+            branch: f.branch,
+            message: f.message,
+        }));
     }
 
     /// The definition's `x-max-depth`, if it has one.
@@ -369,7 +219,7 @@ impl Registry {
         if let Some(limit) = self.max_depth(def) {
             check_depth(def, instance, limit, &mut issues);
         }
-        self.check(def, instance, "", None, &mut issues);
+        self.check(def, instance, &mut issues);
         if issues.is_empty() {
             return Ok(());
         }
@@ -425,17 +275,6 @@ fn check_depth(def: &str, instance: &Value, limit: usize, out: &mut Vec<Validati
             ),
         });
     }
-}
-
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
 }
 
 /// Validates one wire message (either direction) and says what it is.
@@ -548,7 +387,7 @@ pub fn validate_protocol_message(message: &Value) -> Result<MessageKind, Validat
 /// Validates `value` against one named definition of the schema (e.g. `ThreadStartResult`).
 pub fn validate_protocol_definition(name: &str, value: &Value) -> Result<(), ValidationError> {
     let reg = registry();
-    if !reg.validators.contains_key(name) {
+    if reg.compiled.def(name).is_none() {
         return Err(ValidationError::single(
             name,
             ErrorClass::InvalidParams,
@@ -570,6 +409,19 @@ pub fn assert_approval_decision(value: &Value) -> Result<&str, ValidationError> 
     Ok(value["kind"]
         .as_str()
         .expect("a valid decision has a string tag"))
+}
+
+/// The bare JSON Schema verdict on `value`: against one definition, or (`None`) the whole schema,
+/// without the `x-max-depth` bound the validators above add. For differential tests against
+/// another JSON Schema engine; `None` for an unknown definition.
+#[doc(hidden)]
+pub fn schema_verdict(definition: Option<&str>, value: &Value) -> Option<bool> {
+    let compiled = &registry().compiled;
+    let id = match definition {
+        Some(name) => compiled.def(name)?,
+        None => compiled.root(),
+    };
+    Some(compiled.is_valid(id, value))
 }
 
 /// Every definition name, in schema order.
@@ -754,7 +606,7 @@ mod tests {
     #[test]
     fn every_definition_compiles() {
         for name in definition_names() {
-            registry().validator(name);
+            assert!(registry().compiled.def(name).is_some(), "{name}");
         }
     }
 }
