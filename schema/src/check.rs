@@ -73,6 +73,9 @@ pub(crate) struct Node {
     maximum: Option<f64>,
     properties: Vec<(String, NodeId)>,
     required: Vec<String>,
+    /// For each `required` name, its index in `properties` (below 128) when it has one: a
+    /// present member is then known from the walk over the members, with no hash lookup.
+    required_index: Vec<Option<usize>>,
     additional: Option<NodeId>,
     max_properties: Option<u64>,
     property_names: Option<NodeId>,
@@ -282,6 +285,16 @@ impl Compiled {
                 other => return fail(format!("keyword {other:?} is outside the schema profile")),
             }
         }
+        node.required_index = node
+            .required
+            .iter()
+            .map(|r| {
+                node.properties
+                    .iter()
+                    .position(|(p, _)| p == r)
+                    .filter(|&i| i < 128)
+            })
+            .collect();
         self.nodes[id] = node;
         Ok(())
     }
@@ -420,9 +433,14 @@ impl Compiled {
                 }
                 if let Some(item) = node.items {
                     for (i, x) in items.iter().enumerate() {
-                        path.push(Seg::Index(i));
-                        self.check(item, x, path, branch, out, first_only);
-                        path.pop();
+                        // A yes/no check renders no pointer, so it keeps no path either.
+                        if first_only {
+                            self.check(item, x, path, branch, out, true);
+                        } else {
+                            path.push(Seg::Index(i));
+                            self.check(item, x, path, branch, out, false);
+                            path.pop();
+                        }
                         done!();
                     }
                 }
@@ -487,16 +505,6 @@ impl Compiled {
     ) {
         let start = out.len();
         let stop = |out: &Vec<Found>| first_only && out.len() > start;
-        for name in &node.required {
-            if !members.contains_key(name) {
-                push(out, path, &|| {
-                    format!("{} is a required property", Value::from(name.as_str()))
-                });
-                if stop(out) {
-                    return;
-                }
-            }
-        }
         if let Some(max) = node.max_properties {
             if members.len() as u64 > max {
                 push(out, path, &|| {
@@ -515,7 +523,14 @@ impl Compiled {
             for key in members.keys() {
                 let key_value = Value::String(key.clone());
                 let mut found = Vec::new();
-                self.check(names, &key_value, &mut Vec::new(), branch, &mut found, true);
+                self.check(
+                    names,
+                    &key_value,
+                    &mut Vec::new(),
+                    branch,
+                    &mut found,
+                    first_only,
+                );
                 if let Some(f) = found.into_iter().next() {
                     push(out, path, &|| {
                         format!("property name {}: {}", show(&key_value), f.message)
@@ -528,14 +543,15 @@ impl Compiled {
         }
         let additional = node.additional.map(|a| (a, self.nodes[a].never));
         let mut unexpected = Vec::new();
+        // Which declared properties are present, for `required` below.
+        let mut present: u128 = 0;
         for (key, value) in members {
-            let declared = node
-                .properties
-                .iter()
-                .find(|(n, _)| n == key)
-                .map(|(_, id)| *id);
+            let declared = node.properties.iter().position(|(n, _)| n == key);
+            if let Some(i) = declared.filter(|&i| i < 128) {
+                present |= 1 << i;
+            }
             let target = match (declared, additional) {
-                (Some(id), _) => id,
+                (Some(i), _) => node.properties[i].1,
                 (None, Some((_, true))) => {
                     unexpected.push(key.as_str());
                     continue;
@@ -543,9 +559,35 @@ impl Compiled {
                 (None, Some((id, false))) => id,
                 (None, None) => continue,
             };
-            path.push(Seg::Key(key));
-            self.check(target, value, path, branch, out, first_only);
-            path.pop();
+            if first_only {
+                self.check(target, value, path, branch, out, true);
+            } else {
+                path.push(Seg::Key(key));
+                self.check(target, value, path, branch, out, false);
+                path.pop();
+            }
+            if stop(out) {
+                return;
+            }
+        }
+        // Reported first, as the object's own shape comes before what is inside it.
+        let mut missing = Vec::new();
+        for (name, index) in node.required.iter().zip(&node.required_index) {
+            let here = match index {
+                Some(i) => present & (1 << i) != 0,
+                None => members.contains_key(name),
+            };
+            if !here {
+                push(&mut missing, path, &|| {
+                    format!("{} is a required property", Value::from(name.as_str()))
+                });
+                if first_only {
+                    break;
+                }
+            }
+        }
+        if !missing.is_empty() {
+            out.splice(start..start, missing);
             if stop(out) {
                 return;
             }
@@ -589,7 +631,8 @@ impl Compiled {
                     });
                     return;
                 };
-                let Some((key, value)) = obj.get_key_value(tag) else {
+                // A linear scan: objects are small, and it costs less than hashing the tag.
+                let Some((key, value)) = obj.iter().find(|(k, _)| *k == tag) else {
                     push(out, path, &|| {
                         format!("missing tag {tag:?}; expected one of {}", expected())
                     });

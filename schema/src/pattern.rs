@@ -44,11 +44,41 @@ impl std::error::Error for PatternError {}
 struct Class {
     ranges: Vec<(char, char)>,
     negated: bool,
+    /// The answer for every ASCII character, as a bit set (the schema's classes are ASCII); the
+    /// upper half, for bytes 128–255, stays empty so a byte test never answers for a non-ASCII one.
+    ascii: [u64; 4],
 }
 
 impl Class {
-    fn matches(&self, c: char) -> bool {
+    fn new(ranges: Vec<(char, char)>, negated: bool) -> Class {
+        let mut class = Class {
+            ranges,
+            negated,
+            ascii: [0; 4],
+        };
+        for b in 0..128u8 {
+            if class.slow_matches(char::from(b)) {
+                class.ascii[usize::from(b >> 6)] |= 1 << (b & 63);
+            }
+        }
+        class
+    }
+
+    fn slow_matches(&self, c: char) -> bool {
         self.ranges.iter().any(|&(lo, hi)| lo <= c && c <= hi) != self.negated
+    }
+
+    fn matches(&self, c: char) -> bool {
+        if c.is_ascii() {
+            self.matches_byte(c as u8)
+        } else {
+            self.slow_matches(c)
+        }
+    }
+
+    /// For an ASCII byte (false for any other byte).
+    fn matches_byte(&self, b: u8) -> bool {
+        self.ascii[usize::from(b >> 6)] & (1 << (b & 63)) != 0
     }
 }
 
@@ -125,11 +155,11 @@ impl Parser<'_> {
         Ok(match c {
             '^' => Ast::Start,
             '$' => Ast::End,
-            '.' => Ast::Class(Class {
-                // ECMA-262 `.` without the `s` flag: anything but a line terminator.
-                ranges: vec![('\n', '\n'), ('\r', '\r'), ('\u{2028}', '\u{2029}')],
-                negated: true,
-            }),
+            // ECMA-262 `.` without the `s` flag: anything but a line terminator.
+            '.' => Ast::Class(Class::new(
+                vec![('\n', '\n'), ('\r', '\r'), ('\u{2028}', '\u{2029}')],
+                true,
+            )),
             '(' => {
                 if self.eat('?') && !self.eat(':') {
                     return self.fail("only the non-capturing group (?:…) is supported");
@@ -144,17 +174,11 @@ impl Parser<'_> {
             '[' => Ast::Class(self.class()?),
             '\\' => {
                 let e = self.escape()?;
-                Ast::Class(Class {
-                    ranges: vec![(e, e)],
-                    negated: false,
-                })
+                Ast::Class(Class::new(vec![(e, e)], false))
             }
             '*' | '+' | '?' | '{' => return self.fail("a quantifier with nothing to repeat"),
             ']' | '}' => return self.fail("a bare ] or } (escape it)"),
-            lit => Ast::Class(Class {
-                ranges: vec![(lit, lit)],
-                negated: false,
-            }),
+            lit => Ast::Class(Class::new(vec![(lit, lit)], false)),
         })
     }
 
@@ -201,7 +225,7 @@ impl Parser<'_> {
                 ranges.push((lo, lo));
             }
         }
-        Ok(Class { ranges, negated })
+        Ok(Class::new(ranges, negated))
     }
 
     fn class_char(&mut self) -> Result<char, PatternError> {
@@ -286,6 +310,8 @@ pub struct Pattern {
     /// `^` (class{min,max})* `$` where greedy matching is exact (see [`segments`]): matched in
     /// one pass with no NFA. Most identifiers and digests of the schema have this shape.
     simple: Option<Vec<(Class, u32, u32)>>,
+    /// The program as a DFA over ASCII, when it is anchored and small enough (see [`Dfa`]).
+    dfa: Option<Dfa>,
     program: Vec<Inst>,
     /// Begins with `^` outside any group or alternation: only position 0 can start a match.
     anchored: bool,
@@ -312,9 +338,11 @@ impl Pattern {
             parser.pos = 0;
             return parser.fail("the pattern expands past 20,000 instructions");
         }
+        let dfa = if anchored { Dfa::build(&program) } else { None };
         Ok(Pattern {
             source: source.to_string(),
             simple: segments(&ast),
+            dfa,
             program,
             anchored,
         })
@@ -327,19 +355,46 @@ impl Pattern {
 
     /// True if the pattern matches anywhere in `subject` (ECMA-262 `RegExp.prototype.test`).
     pub fn is_match(&self, subject: &str) -> bool {
+        // Fastest first: one pass over segments, the DFA (ASCII subjects), the bounded
+        // backtracker (short subjects), and the NFA, which takes anything.
         if let Some(segments) = &self.simple {
-            let mut chars = subject.chars().peekable();
+            let bytes = subject.as_bytes();
+            let mut at = 0;
             for (class, min, max) in segments {
-                let mut taken = 0;
-                while taken < *max && chars.peek().is_some_and(|&c| class.matches(c)) {
-                    chars.next();
-                    taken += 1;
+                let max = *max as usize;
+                // A run of matching ASCII bytes (the common case), then character by character
+                // only if a non-ASCII byte stopped it.
+                let limit = max.min(bytes.len() - at);
+                let mut taken = bytes[at..at + limit]
+                    .iter()
+                    .position(|&b| !class.matches_byte(b))
+                    .unwrap_or(limit);
+                at += taken;
+                while taken < max && at < bytes.len() && !bytes[at].is_ascii() {
+                    match subject[at..].chars().next() {
+                        Some(c) if class.matches(c) => {
+                            at += c.len_utf8();
+                            taken += 1;
+                        }
+                        _ => break,
+                    }
+                    // Back to bytes: ASCII characters after it.
+                    while taken < max && at < bytes.len() && class.matches_byte(bytes[at]) {
+                        at += 1;
+                        taken += 1;
+                    }
                 }
-                if taken < *min {
+                if taken < *min as usize {
                     return false;
                 }
             }
-            return chars.next().is_none();
+            return at == bytes.len();
+        }
+        if let Some(answer) = self.dfa.as_ref().and_then(|d| d.run(subject.as_bytes())) {
+            return answer;
+        }
+        if let Some(answer) = self.bounded_backtrack(subject) {
+            return answer;
         }
         let n = self.program.len();
         let mut current = Threads::new(n);
@@ -372,6 +427,52 @@ impl Pattern {
             std::mem::swap(&mut current, &mut next);
             at = after;
         }
+    }
+
+    /// An anchored pattern on a short subject: a depth-first walk of the program that never visits
+    /// one (instruction, position) pair twice, so it is linear like the NFA but runs straight
+    /// through a pattern whose choices the next character decides (timestamps, scopes). `None`
+    /// when the visited set would exceed 32 KiB (long subjects take the NFA).
+    fn bounded_backtrack(&self, subject: &str) -> Option<bool> {
+        const MAX_BITS: usize = 256 * 1024;
+        if !self.anchored {
+            return None;
+        }
+        let width = subject.len() + 1;
+        let bits = self.program.len().checked_mul(width)?;
+        if bits > MAX_BITS {
+            return None;
+        }
+        let mut visited = vec![0u64; bits.div_ceil(64)];
+        let mut stack = vec![(0usize, 0usize)];
+        while let Some((mut pc, mut at)) = stack.pop() {
+            loop {
+                let bit = pc * width + at;
+                if visited[bit / 64] & (1 << (bit % 64)) != 0 {
+                    break;
+                }
+                visited[bit / 64] |= 1 << (bit % 64);
+                match &self.program[pc] {
+                    Inst::Match => return Some(true),
+                    Inst::Jump(to) => pc = *to,
+                    Inst::Split(a, b) => {
+                        stack.push((*b, at));
+                        pc = *a;
+                    }
+                    Inst::Start if at == 0 => pc += 1,
+                    Inst::End if at == subject.len() => pc += 1,
+                    Inst::Start | Inst::End => break,
+                    Inst::Class(class) => match subject[at..].chars().next() {
+                        Some(c) if class.matches(c) => {
+                            at += c.len_utf8();
+                            pc += 1;
+                        }
+                        _ => break,
+                    },
+                }
+            }
+        }
+        Some(false)
     }
 
     /// Follows the empty moves from `pc` at byte offset `at`; true when one reaches `Match`.
@@ -411,6 +512,180 @@ impl Pattern {
             }
         }
         false
+    }
+}
+
+/// An anchored program compiled to a deterministic automaton over ASCII bytes by subset
+/// construction: one table lookup per byte. ASCII bytes are grouped into classes the program
+/// cannot tell apart, so the table is states × classes. A subject with a non-ASCII byte is left
+/// to the other matchers. Built only up to `MAX_STATES` states.
+#[derive(Debug, Clone)]
+struct Dfa {
+    byte_class: [u8; 128],
+    classes: usize,
+    /// `state * classes + class` → the next state's row (`next_state * classes`); `DEAD` when
+    /// nothing can match any more.
+    next: Vec<u32>,
+    /// A match is complete here whatever follows (the search stops).
+    matched: Vec<bool>,
+    /// A match is complete if the subject ends here (`$` satisfied).
+    at_end: Vec<bool>,
+}
+
+const DEAD: u32 = u32::MAX;
+const MAX_STATES: usize = 2_048;
+
+impl Dfa {
+    /// The instructions waiting on a character or on the end, reached from `from` by empty
+    /// moves, and whether `Match` was reached.
+    fn closure(
+        program: &[Inst],
+        from: &[usize],
+        at_start: bool,
+        at_end: bool,
+    ) -> (Vec<usize>, bool) {
+        let mut seen = vec![false; program.len()];
+        let mut stack: Vec<usize> = from.to_vec();
+        let mut out = Vec::new();
+        let mut matched = false;
+        while let Some(pc) = stack.pop() {
+            if std::mem::replace(&mut seen[pc], true) {
+                continue;
+            }
+            match &program[pc] {
+                Inst::Match => matched = true,
+                Inst::Jump(to) => stack.push(*to),
+                Inst::Split(a, b) => {
+                    stack.push(*b);
+                    stack.push(*a);
+                }
+                Inst::Start if at_start => stack.push(pc + 1),
+                Inst::End if at_end => stack.push(pc + 1),
+                Inst::End => out.push(pc),
+                Inst::Start => {}
+                Inst::Class(_) => out.push(pc),
+            }
+        }
+        out.sort_unstable();
+        (out, matched)
+    }
+
+    fn build(program: &[Inst]) -> Option<Dfa> {
+        // Bytes that every class instruction treats alike share a column.
+        let mut byte_class = [0u8; 128];
+        let mut signatures: Vec<Vec<bool>> = Vec::new();
+        for b in 0..128u8 {
+            let sig: Vec<bool> = program
+                .iter()
+                .filter_map(|i| match i {
+                    Inst::Class(c) => Some(c.matches_byte(b)),
+                    _ => None,
+                })
+                .collect();
+            let id = match signatures.iter().position(|s| *s == sig) {
+                Some(id) => id,
+                None => {
+                    signatures.push(sig);
+                    signatures.len() - 1
+                }
+            };
+            byte_class[usize::from(b)] = u8::try_from(id).ok()?;
+        }
+        let classes = signatures.len();
+        let representative: Vec<u8> = (0..classes)
+            .map(|c| {
+                (0..128u8)
+                    .find(|&b| usize::from(byte_class[usize::from(b)]) == c)
+                    .expect("a member")
+            })
+            .collect();
+        let mut dfa = Dfa {
+            byte_class,
+            classes,
+            next: Vec::new(),
+            matched: Vec::new(),
+            at_end: Vec::new(),
+        };
+        let mut states: Vec<Vec<usize>> = Vec::new();
+        let mut index: std::collections::HashMap<Vec<usize>, u32> =
+            std::collections::HashMap::new();
+        let (start, start_matched) = Self::closure(program, &[0], true, false);
+        // Position 0 is also where `^` holds: the empty subject is judged with both anchors.
+        let empty_ok = Self::closure(program, &[0], true, true).1;
+        let mut add = |set: Vec<usize>,
+                       matched: bool,
+                       end_ok: bool,
+                       dfa: &mut Dfa,
+                       states: &mut Vec<Vec<usize>>|
+         -> Option<u32> {
+            if let Some(&id) = index.get(&set) {
+                return Some(id);
+            }
+            if states.len() >= MAX_STATES {
+                return None;
+            }
+            let id = u32::try_from(states.len()).ok()?;
+            index.insert(set.clone(), id);
+            states.push(set);
+            dfa.matched.push(matched);
+            dfa.at_end.push(end_ok || matched);
+            dfa.next.extend(std::iter::repeat_n(DEAD, classes));
+            Some(id)
+        };
+        add(start, start_matched, empty_ok, &mut dfa, &mut states)?;
+        let mut todo = 0;
+        while todo < states.len() {
+            let set = states[todo].clone();
+            if dfa.matched[todo] {
+                // Matched: the search is over whatever follows.
+                for class in 0..classes {
+                    dfa.next[todo * classes + class] = u32::try_from(todo * classes).ok()?;
+                }
+                todo += 1;
+                continue;
+            }
+            for (class, &b) in representative.iter().enumerate() {
+                let moved: Vec<usize> = set
+                    .iter()
+                    .filter(|&&pc| matches!(&program[pc], Inst::Class(c) if c.matches_byte(b)))
+                    .map(|&pc| pc + 1)
+                    .collect();
+                if moved.is_empty() {
+                    continue;
+                }
+                let (next, matched) = Self::closure(program, &moved, false, false);
+                if next.is_empty() && !matched {
+                    continue;
+                }
+                let ends: Vec<usize> = next
+                    .iter()
+                    .filter(|&&pc| matches!(program[pc], Inst::End))
+                    .map(|&pc| pc + 1)
+                    .collect();
+                let end_ok = !ends.is_empty() && Self::closure(program, &ends, false, true).1;
+                let id = add(next, matched, end_ok, &mut dfa, &mut states)?;
+                dfa.next[todo * classes + class] = id.checked_mul(u32::try_from(classes).ok()?)?;
+            }
+            todo += 1;
+        }
+        Some(dfa)
+    }
+
+    /// The answer, or `None` for a subject with a non-ASCII byte.
+    fn run(&self, subject: &[u8]) -> Option<bool> {
+        // A matched state only loops to itself (see `build`), so it is checked once, at the end.
+        let mut at = 0usize;
+        for &b in subject {
+            if !b.is_ascii() {
+                return None;
+            }
+            let next = self.next[at + usize::from(self.byte_class[usize::from(b)])];
+            if next == DEAD {
+                return Some(false);
+            }
+            at = next as usize;
+        }
+        Some(self.at_end[at / self.classes])
     }
 }
 
@@ -648,6 +923,51 @@ mod tests {
         let later = Pattern::new("^a{0,3}b?a$").unwrap();
         assert!(later.simple.is_none());
         assert!(later.is_match("aaa"));
+    }
+
+    #[test]
+    fn the_three_matchers_agree() {
+        let ts = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$";
+        let scope = r"^(\*|[a-z][a-z0-9_-]{0,31}(:[A-Za-z0-9*][A-Za-z0-9_.:*-]{0,127})?)$";
+        for p in [ts, scope, "^(a|a?){0,30}b$", "^a{0,3}b?a$"] {
+            let full = Pattern::new(p).unwrap();
+            assert!(full.dfa.is_some(), "{p}");
+            let nfa_only = Pattern {
+                anchored: false,
+                simple: None,
+                dfa: None,
+                ..full.clone()
+            };
+            for s in [
+                "",
+                "a",
+                "aaa",
+                "aab",
+                "ab",
+                "b",
+                "*",
+                "fs:read",
+                "fs:",
+                "2026-01-01T00:00:00Z",
+                "2026-01-01T00:00:00.5+01:00",
+                "2026-01-01T00:00:00.Z",
+                &"a".repeat(31),
+                &format!("{}b", "a".repeat(30)),
+            ] {
+                assert_eq!(
+                    full.bounded_backtrack(s),
+                    Some(nfa_only.is_match(s)),
+                    "{p} on {s:?}"
+                );
+                if let Some(dfa) = &full.dfa {
+                    assert_eq!(
+                        dfa.run(s.as_bytes()).unwrap_or(nfa_only.is_match(s)),
+                        nfa_only.is_match(s),
+                        "dfa: {p} on {s:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
