@@ -607,7 +607,9 @@ impl Dfa {
             at_end: Vec::new(),
         };
         let mut states: Vec<Vec<usize>> = Vec::new();
-        let mut index: std::collections::HashMap<Vec<usize>, u32> =
+        // Keyed on the flags too: the start state's closure is taken where `^` holds, so the
+        // same frontier reached later can differ in what it accepts.
+        let mut index: std::collections::HashMap<(Vec<usize>, bool, bool), u32> =
             std::collections::HashMap::new();
         let (start, start_matched) = Self::closure(program, &[0], true, false);
         // Position 0 is also where `^` holds: the empty subject is judged with both anchors.
@@ -618,15 +620,16 @@ impl Dfa {
                        dfa: &mut Dfa,
                        states: &mut Vec<Vec<usize>>|
          -> Option<u32> {
-            if let Some(&id) = index.get(&set) {
+            let key = (set, matched, end_ok);
+            if let Some(&id) = index.get(&key) {
                 return Some(id);
             }
             if states.len() >= MAX_STATES {
                 return None;
             }
             let id = u32::try_from(states.len()).ok()?;
-            index.insert(set.clone(), id);
-            states.push(set);
+            states.push(key.0.clone());
+            index.insert(key, id);
             dfa.matched.push(matched);
             dfa.at_end.push(end_ok || matched);
             dfa.next.extend(std::iter::repeat_n(DEAD, classes));
@@ -965,6 +968,40 @@ mod tests {
                         nfa_only.is_match(s),
                         "dfa: {p} on {s:?}"
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_dfa_agrees_where_anchors_sit_inside_alternatives() {
+        // The start state is closed where `^` holds; a frontier reached later can be the same
+        // instructions yet accept differently, so the DFA must not merge the two.
+        for p in [
+            "^x*$^",
+            "^(x|$^)*$",
+            "(^|x)ab",
+            "a|^$",
+            "^$|b*c",
+            "x?^a",
+            "(^a|b)*$",
+            "^(|a)$|a$",
+            "b|^a*$",
+        ] {
+            let full = Pattern::new(p).unwrap();
+            let nfa_only = Pattern {
+                anchored: false,
+                simple: None,
+                dfa: None,
+                ..full.clone()
+            };
+            for s in [
+                "", "x", "xx", "a", "aa", "ab", "xab", "xxab", "b", "ba", "bc", "c", "xa", "aab",
+            ] {
+                let want = nfa_only.is_match(s);
+                assert_eq!(full.is_match(s), want, "{p} on {s:?}");
+                if let Some(dfa) = &full.dfa {
+                    assert_eq!(dfa.run(s.as_bytes()), Some(want), "dfa: {p} on {s:?}");
                 }
             }
         }
