@@ -15,6 +15,7 @@
 use crate::pattern::Pattern;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Index of a node in [`Compiled::nodes`].
 pub(crate) type NodeId = usize;
@@ -68,7 +69,8 @@ pub(crate) struct Node {
     choices: Option<Vec<Value>>,
     min_length: Option<u64>,
     max_length: Option<u64>,
-    pattern: Option<Pattern>,
+    /// Shared by every node with the same pattern text (compiled once).
+    pattern: Option<Arc<Pattern>>,
     minimum: Option<f64>,
     maximum: Option<f64>,
     properties: Vec<(String, NodeId)>,
@@ -105,6 +107,8 @@ pub(crate) struct Compiled {
     nodes: Vec<Node>,
     defs: HashMap<String, NodeId>,
     root: NodeId,
+    /// Each distinct pattern text, compiled once (emptied when compiling is done).
+    patterns: HashMap<String, Arc<Pattern>>,
 }
 
 /// Why a schema is outside the profile.
@@ -128,10 +132,12 @@ impl Compiled {
             nodes: Vec::new(),
             defs: HashMap::new(),
             root: 0,
+            patterns: HashMap::new(),
         };
+        let no_defs = Map::new();
         let defs = match root.get("$defs") {
-            Some(Value::Object(d)) => d.clone(),
-            None => Map::new(),
+            Some(Value::Object(d)) => d,
+            None => &no_defs,
             Some(_) => return Err(ProfileError("$defs is not an object".into())),
         };
         // Every definition gets its node first, so `$ref`s (also recursive ones) resolve.
@@ -139,13 +145,16 @@ impl Compiled {
             let id = c.alloc();
             c.defs.insert(name.clone(), id);
         }
-        for (name, body) in &defs {
+        for (name, body) in defs {
             let id = c.defs[name];
-            c.fill(id, body, &defs, &format!("#/$defs/{name}"))?;
+            c.fill(id, body, defs, &format!("#/$defs/{name}"))?;
         }
         let root_id = c.alloc();
-        c.fill(root_id, root, &defs, "#")?;
+        c.fill(root_id, root, defs, "#")?;
         c.root = root_id;
+        // Held for the life of the process: no slack, no compile-time tables.
+        c.nodes.shrink_to_fit();
+        c.patterns = HashMap::new();
         Ok(c)
     }
 
@@ -160,6 +169,22 @@ impl Compiled {
         defs: &Map<String, Value>,
         at: &str,
     ) -> Result<NodeId, ProfileError> {
+        // A bare `$ref` (annotations aside) is its definition's node: checking goes straight
+        // there with the same path, so a node of its own would only cost memory (a third of the
+        // schema's subschemas are such references).
+        if let Value::Object(o) = schema {
+            let bare = o
+                .keys()
+                .all(|k| k == "$ref" || ANNOTATIONS.contains(&k.as_str()) || k.starts_with("x-"));
+            let target = o
+                .get("$ref")
+                .and_then(Value::as_str)
+                .and_then(|r| r.strip_prefix("#/$defs/"))
+                .and_then(|n| self.defs.get(n).copied());
+            if let (true, Some(t)) = (bare, target) {
+                return Ok(t);
+            }
+        }
         let id = self.alloc();
         self.fill(id, schema, defs, at)?;
         Ok(id)
@@ -237,9 +262,17 @@ impl Compiled {
                     let Some(p) = v.as_str() else {
                         return fail("pattern is a string".into());
                     };
-                    match Pattern::new(p) {
-                        Ok(p) => node.pattern = Some(p),
-                        Err(e) => return fail(e.to_string()),
+                    if let Some(known) = self.patterns.get(p) {
+                        node.pattern = Some(Arc::clone(known));
+                    } else {
+                        match Pattern::new(p) {
+                            Ok(compiled) => {
+                                let compiled = Arc::new(compiled);
+                                self.patterns.insert(p.to_string(), Arc::clone(&compiled));
+                                node.pattern = Some(compiled);
+                            }
+                            Err(e) => return fail(e.to_string()),
+                        }
                     }
                 }
                 "minimum" => node.minimum = Some(bound(v, k)?),

@@ -119,8 +119,13 @@ struct TaggedUnion {
     branches: Vec<(Value, String)>,
 }
 
+/// What validation keeps: the compiled schema and the few facts read from its text. The parsed
+/// schema itself (about 1 MiB of `Value`s) is dropped once these are built.
 struct Registry {
-    root: &'static Value,
+    /// Every definition name, in schema order.
+    names: Vec<String>,
+    /// Each definition's `x-max-depth`, where it has one.
+    max_depths: HashMap<String, usize>,
     compiled: Compiled,
     client_methods: HashMap<String, String>,
     server_methods: HashMap<String, String>,
@@ -134,7 +139,9 @@ fn ref_name(schema: &Value) -> Option<&str> {
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
-        let root = crate::schema();
+        let parsed: Value =
+            serde_json::from_str(crate::SCHEMA_JSON).expect("the checked-in schema is JSON");
+        let root = &parsed;
         let defs = root["$defs"].as_object().expect("schema has $defs");
         let methods = |union: &str| -> HashMap<String, String> {
             let tagged = tagged_union(root, &defs[union]).expect("envelope unions are tagged");
@@ -151,7 +158,14 @@ fn registry() -> &'static Registry {
                 .collect()
         };
         Registry {
-            root,
+            names: defs.keys().cloned().collect(),
+            max_depths: defs
+                .iter()
+                .filter_map(|(name, d)| {
+                    let depth = d.get("x-max-depth")?.as_u64()?;
+                    Some((name.clone(), usize::try_from(depth).ok()?))
+                })
+                .collect(),
             compiled: Compiled::new(root).expect("the canonical schema is inside the profile"),
             client_methods: methods("ClientRequest"),
             server_methods: methods("ServerRequest"),
@@ -203,10 +217,7 @@ impl Registry {
 
     /// The definition's `x-max-depth`, if it has one.
     fn max_depth(&self, def: &str) -> Option<usize> {
-        self.root["$defs"][def]
-            .get("x-max-depth")
-            .and_then(Value::as_u64)
-            .map(|n| n as usize)
+        self.max_depths.get(def).copied()
     }
 
     fn validate_def(
@@ -426,11 +437,7 @@ pub fn schema_verdict(definition: Option<&str>, value: &Value) -> Option<bool> {
 
 /// Every definition name, in schema order.
 pub fn definition_names() -> impl Iterator<Item = &'static str> {
-    crate::schema()["$defs"]
-        .as_object()
-        .expect("schema has $defs")
-        .keys()
-        .map(String::as_str)
+    registry().names.iter().map(String::as_str)
 }
 
 #[cfg(test)]
