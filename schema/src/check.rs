@@ -13,6 +13,8 @@
 //! reported inside the branch its tag selected, a nullable inside its inner schema.
 
 use crate::pattern::Pattern;
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -109,6 +111,38 @@ pub(crate) struct Compiled {
     root: NodeId,
     /// Each distinct pattern text, compiled once (emptied when compiling is done).
     patterns: HashMap<String, Arc<Pattern>>,
+    /// Every definition name, in schema order.
+    names: Vec<String>,
+    /// Each definition's `x-max-depth`, where it has one.
+    max_depths: HashMap<String, usize>,
+}
+
+/// For each definition, its required properties that carry a `const` (name, value): all a
+/// tagged union needs to know of its branches, gathered before any definition is compiled.
+type TagConsts = HashMap<String, Vec<(String, Value)>>;
+
+/// The members of a JSON object as unparsed text, in document order (duplicates kept, so they
+/// can be refused).
+struct RawMembers(Vec<(String, Box<RawValue>)>);
+
+impl<'de> Deserialize<'de> for RawMembers {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> Visitor<'de> for Members {
+            type Value = RawMembers;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawMembers, A::Error> {
+                let mut members = Vec::new();
+                while let Some(member) = map.next_entry::<String, Box<RawValue>>()? {
+                    members.push(member);
+                }
+                Ok(RawMembers(members))
+            }
+        }
+        d.deserialize_map(Members)
+    }
 }
 
 /// Why a schema is outside the profile.
@@ -127,35 +161,103 @@ const ANNOTATIONS: [&str; 5] = ["$schema", "$id", "title", "description", "$defs
 
 impl Compiled {
     /// Compiles `root` (a schema with `$defs`), refusing anything outside the profile.
+    #[cfg(test)]
     pub(crate) fn new(root: &Value) -> Result<Compiled, ProfileError> {
+        Compiled::from_text(&root.to_string())
+    }
+
+    /// Compiles the schema `text`, refusing anything outside the profile. One definition is
+    /// parsed at a time and dropped once compiled, so the schema's whole tree of `Value`s (about
+    /// twelve times its text) never exists: what a process keeps, and the peak it touches, is
+    /// the node table.
+    pub(crate) fn from_text(text: &str) -> Result<Compiled, ProfileError> {
+        let bad = |e: serde_json::Error| ProfileError(format!("the schema is not JSON: {e}"));
+        let root: Value = match serde_json::from_str::<RawMembers>(text) {
+            Ok(members) => {
+                let mut rest = Map::new();
+                let mut defs = Vec::new();
+                for (key, raw) in members.0 {
+                    if key == "$defs" {
+                        defs = serde_json::from_str::<RawMembers>(raw.get())
+                            .map_err(|_| ProfileError("$defs is not an object".into()))?
+                            .0;
+                    } else {
+                        rest.insert(key, serde_json::from_str(raw.get()).map_err(bad)?);
+                    }
+                }
+                return Compiled::build(&Value::Object(rest), &defs);
+            }
+            Err(_) => serde_json::from_str(text).map_err(bad)?,
+        };
+        // Not an object (`true`, `false`): a schema without definitions.
+        Compiled::build(&root, &[])
+    }
+
+    fn build(root: &Value, defs: &[(String, Box<RawValue>)]) -> Result<Compiled, ProfileError> {
         let mut c = Compiled {
             nodes: Vec::new(),
             defs: HashMap::new(),
             root: 0,
             patterns: HashMap::new(),
+            names: Vec::with_capacity(defs.len()),
+            max_depths: HashMap::new(),
         };
-        let no_defs = Map::new();
-        let defs = match root.get("$defs") {
-            Some(Value::Object(d)) => d,
-            None => &no_defs,
-            Some(_) => return Err(ProfileError("$defs is not an object".into())),
+        let parse = |name: &str, raw: &RawValue| -> Result<Value, ProfileError> {
+            serde_json::from_str(raw.get())
+                .map_err(|e| ProfileError(format!("#/$defs/{name} is not JSON: {e}")))
         };
-        // Every definition gets its node first, so `$ref`s (also recursive ones) resolve.
-        for name in defs.keys() {
+        // Every definition gets its node first, so `$ref`s (also recursive ones) resolve; and
+        // its tag constants and depth bound are read, so no definition is needed again.
+        let mut consts = TagConsts::new();
+        for (name, raw) in defs {
+            if c.defs.contains_key(name) {
+                return Err(ProfileError(format!("#/$defs/{name} is defined twice")));
+            }
             let id = c.alloc();
             c.defs.insert(name.clone(), id);
+            c.names.push(name.clone());
+            let body = parse(name, raw)?;
+            if let Some(depth) = body.get("x-max-depth").and_then(Value::as_u64) {
+                if let Ok(depth) = usize::try_from(depth) {
+                    c.max_depths.insert(name.clone(), depth);
+                }
+            }
+            consts.insert(name.clone(), required_consts(&body));
         }
-        for (name, body) in defs {
+        for (name, raw) in defs {
             let id = c.defs[name];
-            c.fill(id, body, defs, &format!("#/$defs/{name}"))?;
+            let body = parse(name, raw)?;
+            c.fill(id, &body, &consts, &format!("#/$defs/{name}"))?;
         }
         let root_id = c.alloc();
-        c.fill(root_id, root, defs, "#")?;
+        c.fill(root_id, root, &consts, "#")?;
         c.root = root_id;
         // Held for the life of the process: no slack, no compile-time tables.
         c.nodes.shrink_to_fit();
         c.patterns = HashMap::new();
         Ok(c)
+    }
+
+    /// Every definition name, in schema order.
+    pub(crate) fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// A definition's `x-max-depth`, if it has one.
+    pub(crate) fn max_depth(&self, name: &str) -> Option<usize> {
+        self.max_depths.get(name).copied()
+    }
+
+    /// A definition that is a tagged union: its tag and (tag value, branch definition) pairs,
+    /// in schema order.
+    pub(crate) fn tagged_branches(&self, name: &str) -> Option<(&str, Vec<(&Value, &str)>)> {
+        match &self.nodes[self.def(name)?].one_of {
+            Some(OneOf::Tagged { tag, branches }) => Some((
+                tag.as_str(),
+                branches.iter().map(|(v, n, _)| (v, n.as_str())).collect(),
+            )),
+            _ => None,
+        }
     }
 
     fn alloc(&mut self) -> NodeId {
@@ -166,7 +268,7 @@ impl Compiled {
     fn compile(
         &mut self,
         schema: &Value,
-        defs: &Map<String, Value>,
+        defs: &TagConsts,
         at: &str,
     ) -> Result<NodeId, ProfileError> {
         // A bare `$ref` (annotations aside) is its definition's node: checking goes straight
@@ -194,7 +296,7 @@ impl Compiled {
         &mut self,
         id: NodeId,
         schema: &Value,
-        defs: &Map<String, Value>,
+        defs: &TagConsts,
         at: &str,
     ) -> Result<(), ProfileError> {
         let fail = |what: String| Err(ProfileError(format!("{at}: {what}")));
@@ -733,12 +835,27 @@ impl Compiled {
     }
 }
 
+/// A definition's required properties that carry a `const`.
+fn required_consts(def: &Value) -> Vec<(String, Value)> {
+    let Some(required) = def.get("required").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    required
+        .iter()
+        .filter_map(Value::as_str)
+        .filter_map(|p| {
+            let value = def.get("properties")?.get(p)?.get("const")?;
+            Some((p.to_string(), value.clone()))
+        })
+        .collect()
+}
+
 /// Reads the shape of a `oneOf` (see [`OneOf`]).
 fn read_one_of(
     node: &Map<String, Value>,
     branches: &[Value],
     ids: Vec<NodeId>,
-    defs: &Map<String, Value>,
+    consts: &TagConsts,
     def_ids: &HashMap<String, NodeId>,
     at: &str,
 ) -> Result<OneOf, ProfileError> {
@@ -761,12 +878,11 @@ fn read_one_of(
             let name = ref_name(b).ok_or_else(|| {
                 ProfileError(format!("{at}: a tagged union's branches are $refs"))
             })?;
-            let def = &defs[&name];
-            let value = def["properties"].get(tag).and_then(|p| p.get("const"));
-            let required = def["required"]
-                .as_array()
-                .is_some_and(|r| r.iter().any(|x| x == tag));
-            let (Some(value), true) = (value, required) else {
+            let value = consts
+                .get(&name)
+                .and_then(|c| c.iter().find(|(p, _)| p == tag))
+                .map(|(_, v)| v);
+            let Some(value) = value else {
                 return Err(ProfileError(format!(
                     "{at}: branch {name} of a union tagged by {tag:?} lacks the required const tag"
                 )));
@@ -950,6 +1066,22 @@ mod tests {
 
     fn compiled(schema: Value) -> Compiled {
         Compiled::new(&schema).unwrap()
+    }
+
+    #[test]
+    fn a_definition_named_twice_is_refused_and_bare_refs_share_their_target() {
+        let twice = r##"{"$defs": {"A": {"type": "string"}, "A": {"type": "integer"}}}"##;
+        let e = Compiled::from_text(twice).err().expect("refused");
+        assert!(e.to_string().contains("#/$defs/A is defined twice"), "{e}");
+        let c = Compiled::from_text(
+            r##"{"$defs": {"A": {"type": "string"}}, "properties": {"a": {"$ref": "#/$defs/A"}}}"##,
+        )
+        .unwrap();
+        // The root and A only: the bare reference is A's own node.
+        assert_eq!(c.nodes.len(), 2);
+        assert!(c.is_valid(c.root(), &json!({"a": "x"})));
+        assert!(!c.is_valid(c.root(), &json!({"a": 1})));
+        assert_eq!(c.names(), ["A"]);
     }
 
     #[test]

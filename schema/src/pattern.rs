@@ -320,6 +320,11 @@ pub struct Pattern {
 impl Pattern {
     /// Compiles `source`, refusing anything outside the supported subset.
     pub fn new(source: &str) -> Result<Pattern, PatternError> {
+        Pattern::compile(source, false)
+    }
+
+    /// `new`; `general` leaves out the one-pass shape (tests hold the other matchers to it).
+    fn compile(source: &str, general: bool) -> Result<Pattern, PatternError> {
         let mut parser = Parser {
             src: source,
             chars: source.chars().collect(),
@@ -338,10 +343,17 @@ impl Pattern {
             parser.pos = 0;
             return parser.fail("the pattern expands past 20,000 instructions");
         }
-        let dfa = if anchored { Dfa::build(&program) } else { None };
+        let simple = if general { None } else { segments(&ast) };
+        // A one-pass shape answers every subject itself: neither the DFA nor the program would
+        // ever run, and for counted classes (`{0,700}`) they are most of a pattern's memory.
+        let (dfa, program) = match simple {
+            Some(_) => (None, Vec::new()),
+            None if anchored => (Dfa::build(&program), program),
+            None => (None, program),
+        };
         Ok(Pattern {
             source: source.to_string(),
-            simple: segments(&ast),
+            simple,
             dfa,
             program,
             anchored,
@@ -897,10 +909,9 @@ mod tests {
         ] {
             let fast = Pattern::new(p).unwrap();
             assert!(fast.simple.is_some(), "{p}");
-            let slow = Pattern {
-                simple: None,
-                ..fast.clone()
-            };
+            assert!(fast.program.is_empty() && fast.dfa.is_none(), "{p}");
+            let slow = Pattern::compile(p, true).unwrap();
+            assert!(slow.simple.is_none() && !slow.program.is_empty(), "{p}");
             for s in [
                 "",
                 "a",
@@ -937,9 +948,8 @@ mod tests {
             assert!(full.dfa.is_some(), "{p}");
             let nfa_only = Pattern {
                 anchored: false,
-                simple: None,
                 dfa: None,
-                ..full.clone()
+                ..Pattern::compile(p, true).unwrap()
             };
             for s in [
                 "",
@@ -991,9 +1001,8 @@ mod tests {
             let full = Pattern::new(p).unwrap();
             let nfa_only = Pattern {
                 anchored: false,
-                simple: None,
                 dfa: None,
-                ..full.clone()
+                ..Pattern::compile(p, true).unwrap()
             };
             for s in [
                 "", "x", "xx", "a", "aa", "ab", "xab", "xxab", "b", "ba", "bc", "c", "xa", "aab",

@@ -112,94 +112,47 @@ impl ValidationError {
     }
 }
 
-/// A `oneOf` whose branches are `$ref`s to objects that share a required `const` tag.
-struct TaggedUnion {
-    tag: String,
-    /// (tag value, definition name), in schema order.
-    branches: Vec<(Value, String)>,
-}
-
-/// What validation keeps: the compiled schema and the few facts read from its text. The parsed
-/// schema itself (about 1 MiB of `Value`s) is dropped once these are built.
+/// What validation keeps: the compiled schema and the envelopes' method tables. The schema's
+/// text is compiled one definition at a time ([`Compiled::from_text`]), never parsed whole.
 struct Registry {
-    /// Every definition name, in schema order.
-    names: Vec<String>,
-    /// Each definition's `x-max-depth`, where it has one.
-    max_depths: HashMap<String, usize>,
     compiled: Compiled,
     client_methods: HashMap<String, String>,
     server_methods: HashMap<String, String>,
     notifications: HashMap<String, String>,
 }
 
-fn ref_name(schema: &Value) -> Option<&str> {
-    schema.get("$ref")?.as_str()?.strip_prefix("#/$defs/")
-}
-
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
-        let parsed: Value =
-            serde_json::from_str(crate::SCHEMA_JSON).expect("the checked-in schema is JSON");
-        let root = &parsed;
-        let defs = root["$defs"].as_object().expect("schema has $defs");
+        let compiled = Compiled::from_text(crate::SCHEMA_JSON)
+            .expect("the canonical schema is inside the profile");
         let methods = |union: &str| -> HashMap<String, String> {
-            let tagged = tagged_union(root, &defs[union]).expect("envelope unions are tagged");
-            assert_eq!(tagged.tag, "method");
-            tagged
-                .branches
+            let (tag, branches) = compiled
+                .tagged_branches(union)
+                .expect("envelope unions are tagged");
+            assert_eq!(tag, "method");
+            branches
                 .into_iter()
                 .map(|(tag, def)| {
                     (
                         tag.as_str().expect("method tags are strings").to_string(),
-                        def,
+                        def.to_string(),
                     )
                 })
                 .collect()
         };
+        let (client_methods, server_methods, notifications) = (
+            methods("ClientRequest"),
+            methods("ServerRequest"),
+            methods("ServerNotification"),
+        );
         Registry {
-            names: defs.keys().cloned().collect(),
-            max_depths: defs
-                .iter()
-                .filter_map(|(name, d)| {
-                    let depth = d.get("x-max-depth")?.as_u64()?;
-                    Some((name.clone(), usize::try_from(depth).ok()?))
-                })
-                .collect(),
-            compiled: Compiled::new(root).expect("the canonical schema is inside the profile"),
-            client_methods: methods("ClientRequest"),
-            server_methods: methods("ServerRequest"),
-            notifications: methods("ServerNotification"),
+            compiled,
+            client_methods,
+            server_methods,
+            notifications,
         }
     })
-}
-
-/// Reads the tag structure of a `oneOf` node, if it is a tagged union.
-fn tagged_union(root: &Value, node: &Value) -> Option<TaggedUnion> {
-    let branches = node.get("oneOf")?.as_array()?;
-    let defs: Vec<(&str, &Value)> = branches
-        .iter()
-        .map(|b| ref_name(b).and_then(|n| root["$defs"].get(n).map(|d| (n, d))))
-        .collect::<Option<_>>()?;
-    // The union names its tag (`x-tag`); every branch must carry it as a required `const`.
-    let tag = node.get("x-tag")?.as_str()?.to_string();
-    let tagged = defs.iter().all(|(_, d)| {
-        d["properties"]
-            .get(&tag)
-            .and_then(|p| p.get("const"))
-            .is_some()
-            && d["required"]
-                .as_array()
-                .is_some_and(|r| r.iter().any(|x| x == tag.as_str()))
-    });
-    if !tagged {
-        return None;
-    }
-    let branches = defs
-        .iter()
-        .map(|(n, d)| (d["properties"][&tag]["const"].clone(), n.to_string()))
-        .collect();
-    Some(TaggedUnion { tag, branches })
 }
 
 impl Registry {
@@ -217,7 +170,7 @@ impl Registry {
 
     /// The definition's `x-max-depth`, if it has one.
     fn max_depth(&self, def: &str) -> Option<usize> {
-        self.max_depths.get(def).copied()
+        self.compiled.max_depth(def)
     }
 
     fn validate_def(
@@ -437,7 +390,7 @@ pub fn schema_verdict(definition: Option<&str>, value: &Value) -> Option<bool> {
 
 /// Every definition name, in schema order.
 pub fn definition_names() -> impl Iterator<Item = &'static str> {
-    registry().names.iter().map(String::as_str)
+    registry().compiled.names().iter().map(String::as_str)
 }
 
 #[cfg(test)]
