@@ -111,7 +111,11 @@ impl Client {
         handler: Option<Arc<dyn ApprovalHandler>>,
         config: ClientConfig,
     ) -> Result<Client, ClientError> {
-        let conn = Arc::new(server.connect().map_err(|_| ClientError::Closed)?);
+        let conn = Arc::new(server.connect().map_err(|e| match e {
+            // `max_connections` are open: the caller may retry once one closes.
+            SendError::Overloaded { retry_after_ms } => ClientError::Overloaded { retry_after_ms },
+            _ => ClientError::Closed,
+        })?);
         let pending: Pending = Arc::default();
         let inbox = Inbox::new(config.notification_capacity);
         let pump = {

@@ -262,7 +262,8 @@ cc_result cc_server_verify_thread(const cc_server *server,
                                   bool *out_ok,
                                   uint64_t *out_events);
 
-// Opens a raw connection. `*out_conn` owns the new handle.
+// Opens a raw connection. `*out_conn` owns the new handle. `CC_ERR_OVERLOADED` when the
+// server's `max_connections` are open (8 under the compact profile): close one and retry.
 //
 // # Safety
 // `server` valid; `out_conn` valid.

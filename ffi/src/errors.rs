@@ -22,6 +22,12 @@ pub enum ServerError {
     Store { kind: StoreFailure, reason: String },
     #[error("the server is shut down; open a new one")]
     ShutDown,
+    /// `connect` while the server's `max_connections` are open (8 under the compact profile):
+    /// close one, or retry after `retry_after_ms`.
+    #[error(
+        "the server's connections are all in use; close one or retry after {retry_after_ms} ms"
+    )]
+    Overloaded { retry_after_ms: i64 },
 }
 
 impl From<CoreOpenError> for ServerError {

@@ -494,7 +494,7 @@ fn initialize(config: &ServerConfig, conn: &ConnShared, params: &InitializeParam
             version: config.server_version.clone(),
             extra: Map::new(),
         },
-        schema_digest: cc_agent_protocol::schema_digest().to_string(),
+        schema_digest: cc_app_server_protocol::SCHEMA_DIGEST.to_string(),
         extra: Map::new(),
     })
 }

@@ -19,7 +19,8 @@ impl Handle for cc_connection {
     }
 }
 
-/// Opens a raw connection. `*out_conn` owns the new handle.
+/// Opens a raw connection. `*out_conn` owns the new handle. `CC_ERR_OVERLOADED` when the
+/// server's `max_connections` are open (8 under the compact profile): close one and retry.
 ///
 /// # Safety
 /// `server` valid; `out_conn` valid.
@@ -30,10 +31,16 @@ pub unsafe extern "C" fn cc_server_connect(
 ) -> cc_result {
     on_handle(handle(server), |s| {
         let out = out_arg(out_conn, "out_conn")?;
-        let conn = s
-            .server
-            .connect()
-            .map_err(|_| fail(CC_ERR_CLOSED, "the server is shut down"))?;
+        let conn = s.server.connect().map_err(|e| match e {
+            SendError::Overloaded { retry_after_ms } => fail(
+                CC_ERR_OVERLOADED,
+                format!(
+                    "the server's connections are all in use (max_connections); close one \
+                         or retry after {retry_after_ms} ms"
+                ),
+            ),
+            _ => fail(CC_ERR_CLOSED, "the server is shut down"),
+        })?;
         *out = into_handle(cc_connection {
             conn,
             kept: OversizedText::default(),

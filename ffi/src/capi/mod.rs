@@ -443,7 +443,7 @@ pub unsafe extern "C" fn cc_schema_digest(
     out_needed: *mut usize,
 ) -> cc_result {
     guarded(None, || {
-        TextOut::new(buf, len, out_needed).write(cc_agent_protocol::schema_digest())
+        TextOut::new(buf, len, out_needed).write(cc_app_server::protocol::SCHEMA_DIGEST)
     })
 }
 

@@ -203,6 +203,10 @@ def from_server_error(e: Any, ffi: Any, state_dir: str) -> Error:
         return cls(f"cannot open the rollout store in {state_dir}: {e.reason}")
     if isinstance(e, S.ShutDown):
         return Closed("the server is shut down; open a new one")
+    if isinstance(e, S.Overloaded):
+        return Overloaded(int(e.retry_after_ms),
+                          "the server's connections are all in use (max_connections); close one "
+                          f"or retry after {int(e.retry_after_ms)} ms")
     return Error(str(e))
 
 

@@ -138,6 +138,7 @@ extension AppServerError {
                 case .io: return AppServerError.store(message: reason)
                 }
             case .ShutDown: return AppServerError.closed(message: "the server is shut down; open a new one")
+            case .Overloaded(let ms): return AppServerError.overloaded(retryAfter: Double(ms) / 1000)
             }
         case let e as ProtocolDecodeError:
             return AppServerError.invalidJSON(message: e.description)

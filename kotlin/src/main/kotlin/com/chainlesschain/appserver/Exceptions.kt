@@ -112,6 +112,7 @@ internal fun ServerException.toSdk(): AppServerException = when (this) {
         StoreFailure.IO -> AppServerException.Store(reason)
     }
     is ServerException.ShutDown -> AppServerException.Closed("the server is shut down; open a new one")
+    is ServerException.Overloaded -> AppServerException.Overloaded(retryAfterMs)
 }
 
 internal fun StoreException.toSdk(): AppServerException = when (this) {
