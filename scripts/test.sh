@@ -70,6 +70,8 @@ step "published clients: chainlesschain-agent-sdk 0.2.4 and 0.2.9 from PyPI agai
 bash scripts/test-published.sh
 step "jvm: the jar (natives inside), JUnit 5 on the real library, examples and the Java facade from the jar"
 bash scripts/test-jvm.sh
+step "memory: an open compact server with 1,000 threads on disk and 10 loaded within 8 MiB of its host (release, median of 3)"
+bash scripts/test-memory.sh
 step "size: the stripped mobile library (release-mobile, no default features) within its budget; the wheel's and jar's natives"
 bash scripts/test-size.sh
 step "docs: every code block of README.md and docs/{python,kotlin,swift,ffi}.md extracted and run or compiled"

@@ -33,7 +33,7 @@ pub use kernel::{AgentKernel, ToolExecutor, TurnContext, TurnInput};
 pub use log::{LogLevel, LogListener, LogRecord};
 pub use server::{
     AppServer, Connection, FailedClosedStats, MessageListener, OpenAiOptions, ServerOptions,
-    ServerStats,
+    ServerProfile, ServerStats,
 };
 pub use store::{RolloutStore, StoreKind};
 pub use task::TaskHandle;
@@ -47,7 +47,7 @@ pub fn protocol_version() -> i32 {
 /// `sha256:` + hex of the canonical schema this library was built against.
 #[uniffi::export]
 pub fn schema_digest() -> String {
-    cc_agent_protocol::schema_digest().to_string()
+    cc_app_server::protocol::SCHEMA_DIGEST.to_string()
 }
 
 /// Features the engine implements and a client may ask for in `initialize`.

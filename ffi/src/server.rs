@@ -9,7 +9,8 @@ use crate::store::{apply_store_security, RolloutStore, StoreKind};
 use crate::task::TaskHandle;
 use crate::{AgentKernel, ApprovalPolicy, ToolExecutor};
 use cc_app_server::engine::{
-    AppServer as CoreServer, Connection as CoreConnection, RecvError as CoreRecvError, ServerConfig,
+    AppServer as CoreServer, Connection as CoreConnection, RecvError as CoreRecvError,
+    SendError as CoreSendError, ServerConfig,
 };
 use cc_app_server::rollout::Durability as CoreDurability;
 use cc_app_server::scripted::ScriptedKernel;
@@ -36,6 +37,20 @@ impl From<Durability> for CoreDurability {
             Durability::Ephemeral => CoreDurability::Ephemeral,
         }
     }
+}
+
+/// Which set of bounds a server starts from (docs/engine.md, "Default bounds" and "Small
+/// devices"); the options' own fields (`inbound_messages`, `max_line_bytes`, …) still win.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, uniffi::Enum)]
+pub enum ServerProfile {
+    /// The defaults: sized for a desktop or a server (256 connections, 64 running turns,
+    /// 1,024 loaded threads, a 32 MiB tail cache).
+    #[default]
+    Standard,
+    /// For phones and watches: 8 connections, 4 running turns, 16 loaded threads, a 512 KiB
+    /// tail cache, queues of 64 in / 128 out. An open server with 1,000 threads on disk and 10 loaded
+    /// stays within 8 MiB of the host's own memory (docs/bench/mobile.md).
+    Compact,
 }
 
 /// How a server is opened. Every field but `state_dir` is optional; absent means the default of
@@ -93,6 +108,10 @@ pub struct ServerOptions {
     /// nothing vouches for is recorded and reported by `verify` (default: refuse).
     #[uniffi(default = None)]
     pub accept_unanchored: Option<bool>,
+    /// The bounds to start from (default `Standard`); `Compact` for small devices. Last, so
+    /// positional constructors written before it still mean what they did.
+    #[uniffi(default = None)]
+    pub profile: Option<ServerProfile>,
 }
 
 /// The OpenAI-compatible kernel's settings (docs/kernels.md). A thread's `agentOptions.model` and
@@ -208,7 +227,10 @@ impl ServerOptions {
                 "state_dir is empty; pass the directory for the rollout",
             ));
         }
-        let mut config = ServerConfig::new(&self.state_dir);
+        let mut config = match self.profile.unwrap_or_default() {
+            ServerProfile::Standard => ServerConfig::new(&self.state_dir),
+            ServerProfile::Compact => ServerConfig::compact(&self.state_dir),
+        };
         if let Some(store) = self.store {
             config.store = store.into();
         }
@@ -308,7 +330,12 @@ impl AppServer {
         self.inner
             .connect()
             .map(|inner| Arc::new(Connection { inner }))
-            .map_err(|_| ServerError::ShutDown)
+            .map_err(|e| match e {
+                CoreSendError::Overloaded { retry_after_ms } => ServerError::Overloaded {
+                    retry_after_ms: i64::try_from(retry_after_ms).unwrap_or(i64::MAX),
+                },
+                _ => ServerError::ShutDown,
+            })
     }
 
     /// The rollout store this server writes, for listing, reading and verifying threads.

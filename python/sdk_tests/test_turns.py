@@ -78,6 +78,26 @@ def test_overload_is_overloaded_with_retry_after(state_dir: str) -> None:
         asyncio.run(main())
 
 
+def test_compact_profile_admits_eight_connections_and_refuses_the_ninth(state_dir: str) -> None:
+    with pytest.raises(ValueError, match="profile must be one of"):
+        cc.AppServer.open(state_dir, profile="tiny")  # type: ignore[arg-type]
+    with cc.AppServer.open(state_dir, durability="buffered", profile="compact") as server:
+        clients = [server.blocking_client() for _ in range(8)]
+        try:
+            with pytest.raises(cc.Overloaded) as e:
+                server.blocking_client()
+            assert e.value.code == -32001 and e.value.retry_after_ms > 0
+            # One closes: its slot is free again, and what was accepted is still there.
+            clients[0].thread_start(thread_id="c")
+            clients.pop(0).close()
+            again = server.blocking_client()
+            assert [t.id for t in again.thread_list().threads] == ["c"]
+            again.close()
+        finally:
+            for c in clients:
+                c.close()
+
+
 def test_fifty_threads_with_concurrent_turns(server: cc.AppServer) -> None:
     n = 50
 

@@ -128,6 +128,22 @@ impl Default for StoreOptions {
     }
 }
 
+impl StoreOptions {
+    /// The small-device profile (`ServerConfig::compact`; docs/engine.md, "Small devices"): 16
+    /// loaded store slots and a 512 KiB tail cache (32 events, 32 KiB per thread), group commits
+    /// of at most 64 requests; everything else as `default()`.
+    pub fn compact() -> Self {
+        StoreOptions {
+            max_batch_requests: 64,
+            max_loaded_threads: 16,
+            tail_cache_events: 32,
+            tail_cache_thread_bytes: 32 << 10,
+            tail_cache_bytes: 512 << 10,
+            ..StoreOptions::default()
+        }
+    }
+}
+
 /// An event to append; the store adds seq, hashes and time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {

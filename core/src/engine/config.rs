@@ -87,6 +87,33 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// The small-device profile (`ServerConfig::compact`; docs/engine.md, "Small devices"):
+    /// queues, caches and pools cut to what one app on a phone or a watch drives. The wire
+    /// bounds a peer can see stay as `default()` (a 1 MiB message, 8 MiB of output per turn),
+    /// so a thread recorded under one profile reads and resumes under the other.
+    pub fn compact() -> Self {
+        Limits {
+            inbound_messages: 64,
+            inbound_bytes: 2 << 20,
+            outbound_messages: 128,
+            outbound_bytes: 2 << 20,
+            idempotency_entries: 128,
+            max_running_turns: 4,
+            max_queued_turns: 32,
+            max_connections: 8,
+            max_pending_interrupts: 16,
+            max_loaded_threads: 16,
+            max_followed_threads: 256,
+            recent_turns: 16,
+            max_used_nonces: 4096,
+            max_inflight_events: 128,
+            max_inflight_bytes: 256 << 10,
+            ..Limits::default()
+        }
+    }
+}
+
 /// Everything `AppServer::open` needs.
 #[derive(Clone)]
 pub struct ServerConfig {
@@ -133,6 +160,16 @@ impl ServerConfig {
             protocol_versions: (1, cc_agent_protocol::PROTOCOL_VERSION),
             server_name: "cc-app-server".into(),
             server_version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+
+    /// `new` with the small-device bounds: `Limits::compact()` and `StoreOptions::compact()`
+    /// (docs/engine.md, "Small devices"). Durability, store kind and policy are as `new`.
+    pub fn compact(state_dir: impl Into<PathBuf>) -> Self {
+        ServerConfig {
+            store_options: StoreOptions::compact(),
+            limits: Limits::compact(),
+            ..ServerConfig::new(state_dir)
         }
     }
 }

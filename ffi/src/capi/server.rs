@@ -5,7 +5,7 @@
 use super::turn::CKernel;
 use super::*;
 use crate::errors::{ServerError, StoreFailure};
-use crate::server::{Durability, OpenAiOptions, ServerOptions};
+use crate::server::{Durability, OpenAiOptions, ServerOptions, ServerProfile};
 use crate::store::StoreKind;
 use crate::ApprovalPolicy;
 use cc_app_server::engine::AppServer as CoreServer;
@@ -58,6 +58,17 @@ fn options_from_json(text: &str) -> Outcome<ServerOptions> {
         };
         match key.as_str() {
             "stateDir" => o.state_dir = string()?,
+            "profile" => {
+                o.profile = Some(match string()?.as_str() {
+                    "standard" => ServerProfile::Standard,
+                    "compact" => ServerProfile::Compact,
+                    other => {
+                        return Err(bad(format!(
+                            "config.profile {other:?}: use standard or compact"
+                        )))
+                    }
+                })
+            }
             "store" => {
                 o.store = Some(match string()?.as_str() {
                     "jsonl" => StoreKind::Jsonl,

@@ -141,6 +141,72 @@ fn config_errors_are_reported_and_nulls_refused() {
 }
 
 #[test]
+fn the_compact_profile_admits_eight_connections_and_refuses_the_ninth_as_overloaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = null_mut();
+    let mut err = [0 as c_char; 128];
+    let bad = c(&json!({"stateDir": dir.path().to_str().unwrap(), "profile": "tiny"}).to_string());
+    let code = unsafe {
+        cc_server_open(
+            bad.as_ptr(),
+            null(),
+            &mut server,
+            err.as_mut_ptr(),
+            err.len(),
+        )
+    };
+    assert_eq!(code, CC_ERR_INVALID_ARGUMENT);
+    let text = unsafe { CStr::from_ptr(err.as_ptr()) }.to_str().unwrap();
+    assert!(text.contains("config.profile \"tiny\""), "{text}");
+    assert!(server.is_null());
+
+    let server = open(dir.path(), json!({"profile": "compact"}), None);
+    unsafe {
+        let mut conns = Vec::new();
+        for _ in 0..8 {
+            let mut conn = null_mut();
+            assert_eq!(cc_server_connect(server, &mut conn), CC_OK);
+            conns.push(conn);
+        }
+        let mut ninth = null_mut();
+        assert_eq!(cc_server_connect(server, &mut ninth), CC_ERR_OVERLOADED);
+        assert!(ninth.is_null());
+        let mut buf = [0 as c_char; 256];
+        assert_eq!(
+            cc_server_last_error(server, buf.as_mut_ptr(), buf.len(), null_mut()),
+            CC_OK
+        );
+        let text = CStr::from_ptr(buf.as_ptr()).to_str().unwrap();
+        assert!(text.contains("max_connections"), "{text}");
+        // One closes: the slot is free again.
+        cc_connection_close(conns[0]);
+        cc_connection_free(conns.remove(0));
+        assert_eq!(cc_server_connect(server, &mut ninth), CC_OK);
+        conns.push(ninth);
+        for conn in conns {
+            cc_connection_free(conn);
+        }
+        cc_server_free(server);
+    }
+    // The standard profile takes a ninth.
+    let other = tempfile::tempdir().unwrap();
+    let server = open(other.path(), json!({"profile": "standard"}), None);
+    unsafe {
+        let conns: Vec<_> = (0..9)
+            .map(|_| {
+                let mut conn = null_mut();
+                assert_eq!(cc_server_connect(server, &mut conn), CC_OK);
+                conn
+            })
+            .collect();
+        for conn in conns {
+            cc_connection_free(conn);
+        }
+        cc_server_free(server);
+    }
+}
+
+#[test]
 fn raw_connection_keeps_a_message_that_did_not_fit() {
     let dir = tempfile::tempdir().unwrap();
     let server = open(dir.path(), json!({"maxLineBytes": 4096}), None);

@@ -21,6 +21,7 @@ from ._store import RolloutStore
 Store = Literal["jsonl", "sqlite"]
 Durability = Literal["sync", "buffered", "ephemeral"]
 Policy = Literal["ask_every_time", "auto_approve", "deny_all"]
+Profile = Literal["standard", "compact"]
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,8 @@ class AppServer:
              max_line_bytes: int | None = None, inbound_messages: int | None = None,
              outbound_messages: int | None = None, outbound_stall: float | None = None,
              rollout_key: bytes | None = None, openai: OpenAI | None = None,
-             workspace_tools: str | os.PathLike[str] | None = None) -> AppServer:
+             workspace_tools: str | os.PathLike[str] | None = None,
+             profile: Profile = "standard") -> AppServer:
         """Opens the engine on `state_dir` (created 0700; torn tails repaired, turns a previous
         process left running closed). `script` (a JSON object) drives the built-in scripted kernel;
         `openai` runs turns on an OpenAI-compatible model instead; `workspace_tools` (an existing
@@ -117,7 +119,9 @@ class AppServer:
         and tool executor with Python ones (they win over the above). `outbound_stall`: how long a
         client that reads nothing while its queue is full keeps its connection (default 30 s).
         `rollout_key` (32 bytes, from your key store) turns on keyed tamper evidence
-        (docs/rollout-format.md); it is never written anywhere. Timeouts are in seconds.
+        (docs/rollout-format.md); it is never written anywhere. `profile="compact"` starts from
+        the small-device bounds (8 connections, 16 loaded threads, a 512 KiB tail cache; the
+        options above still win; docs/engine.md, "Small devices"). Timeouts are in seconds.
         Raises `ValueError` for a bad option (`InvalidParams` when the engine refuses it), and
         `StoreLocked`, `StoreUnsafe`, `StoreDamaged` or `StoreError` when the store cannot be
         opened."""
@@ -135,7 +139,9 @@ class AppServer:
             inbound_messages=inbound_messages, outbound_messages=outbound_messages,
             outbound_stall_ms=_ms("outbound_stall", outbound_stall), rollout_key=rollout_key,
             openai=None if openai is None else openai._native(),
-            workspace_tools_dir=None if workspace_tools is None else os.fspath(workspace_tools))
+            workspace_tools_dir=None if workspace_tools is None else os.fspath(workspace_tools),
+            profile=_choice("profile", profile, {"standard": ffi.ServerProfile.STANDARD,
+                                                 "compact": ffi.ServerProfile.COMPACT}))
         native_kernel = None if kernel is None else NativeKernel(kernel)
         native_tools = None if tools is None else NativeTools(tools)
         try:

@@ -4211,6 +4211,11 @@ public struct ServerOptions: Equatable, Hashable {
      * nothing vouches for is recorded and reported by `verify` (default: refuse).
      */
     public var acceptUnanchored: Bool?
+    /**
+     * The bounds to start from (default `Standard`); `Compact` for small devices. Last, so
+     * positional constructors written before it still mean what they did.
+     */
+    public var profile: ServerProfile?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -4250,7 +4255,11 @@ public struct ServerOptions: Equatable, Hashable {
         /**
          * Open threads whose head anchor is missing or damaged instead of refusing them; what
          * nothing vouches for is recorded and reported by `verify` (default: refuse).
-         */acceptUnanchored: Bool? = nil) {
+         */acceptUnanchored: Bool? = nil, 
+        /**
+         * The bounds to start from (default `Standard`); `Compact` for small devices. Last, so
+         * positional constructors written before it still mean what they did.
+         */profile: ServerProfile? = nil) {
         self.stateDir = stateDir
         self.store = store
         self.durability = durability
@@ -4267,6 +4276,7 @@ public struct ServerOptions: Equatable, Hashable {
         self.outboundStallMs = outboundStallMs
         self.rolloutKey = rolloutKey
         self.acceptUnanchored = acceptUnanchored
+        self.profile = profile
     }
 
     
@@ -4300,7 +4310,8 @@ public struct FfiConverterTypeServerOptions: FfiConverterRustBuffer {
                 workspaceToolsDir: FfiConverterOptionString.read(from: &buf), 
                 outboundStallMs: FfiConverterOptionInt64.read(from: &buf), 
                 rolloutKey: FfiConverterOptionData.read(from: &buf), 
-                acceptUnanchored: FfiConverterOptionBool.read(from: &buf)
+                acceptUnanchored: FfiConverterOptionBool.read(from: &buf), 
+                profile: FfiConverterOptionTypeServerProfile.read(from: &buf)
         )
     }
 
@@ -4321,6 +4332,7 @@ public struct FfiConverterTypeServerOptions: FfiConverterRustBuffer {
         FfiConverterOptionInt64.write(value.outboundStallMs, into: &buf)
         FfiConverterOptionData.write(value.rolloutKey, into: &buf)
         FfiConverterOptionBool.write(value.acceptUnanchored, into: &buf)
+        FfiConverterOptionTypeServerProfile.write(value.profile, into: &buf)
     }
 }
 
@@ -6064,6 +6076,12 @@ enum ServerError: Swift.Error, Equatable, Hashable, Foundation.LocalizedError {
     case Store(kind: StoreFailure, reason: String
     )
     case ShutDown
+    /**
+     * `connect` while the server's `max_connections` are open (8 under the compact profile):
+     * close one, or retry after `retry_after_ms`.
+     */
+    case Overloaded(retryAfterMs: Int64
+    )
 
     
 
@@ -6101,6 +6119,9 @@ public struct FfiConverterTypeServerError: FfiConverterRustBuffer {
             reason: try FfiConverterString.read(from: &buf)
             )
         case 3: return .ShutDown
+        case 4: return .Overloaded(
+            retryAfterMs: try FfiConverterInt64.read(from: &buf)
+            )
 
          default: throw UniffiInternalError.unexpectedEnumCase
         }
@@ -6127,6 +6148,11 @@ public struct FfiConverterTypeServerError: FfiConverterRustBuffer {
         case .ShutDown:
             writeInt(&buf, Int32(3))
         
+        
+        case let .Overloaded(retryAfterMs):
+            writeInt(&buf, Int32(4))
+            FfiConverterInt64.write(retryAfterMs, into: &buf)
+            
         }
     }
 }
@@ -6145,6 +6171,85 @@ public func FfiConverterTypeServerError_lift(_ buf: RustBuffer) throws -> Server
 public func FfiConverterTypeServerError_lower(_ value: ServerError) -> RustBuffer {
     return FfiConverterTypeServerError.lower(value)
 }
+
+
+/**
+ * Which set of bounds a server starts from (docs/engine.md, "Default bounds" and "Small
+ * devices"); the options' own fields (`inbound_messages`, `max_line_bytes`, …) still win.
+ */
+
+public enum ServerProfile: Equatable, Hashable {
+    
+    /**
+     * The defaults: sized for a desktop or a server (256 connections, 64 running turns,
+     * 1,024 loaded threads, a 32 MiB tail cache).
+     */
+    case standard
+    /**
+     * For phones and watches: 8 connections, 4 running turns, 16 loaded threads, a 512 KiB
+     * tail cache, queues of 64 in / 128 out. An open server with 1,000 threads on disk and 10 loaded
+     * stays within 8 MiB of the host's own memory (docs/bench/mobile.md).
+     */
+    case compact
+
+
+
+
+
+}
+
+#if compiler(>=6)
+extension ServerProfile: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeServerProfile: FfiConverterRustBuffer {
+    typealias SwiftType = ServerProfile
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> ServerProfile {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .standard
+        
+        case 2: return .compact
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: ServerProfile, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .standard:
+            writeInt(&buf, Int32(1))
+        
+        
+        case .compact:
+            writeInt(&buf, Int32(2))
+        
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeServerProfile_lift(_ buf: RustBuffer) throws -> ServerProfile {
+    return try FfiConverterTypeServerProfile.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeServerProfile_lower(_ value: ServerProfile) -> RustBuffer {
+    return FfiConverterTypeServerProfile.lower(value)
+}
+
 
 
 /**
@@ -6813,6 +6918,30 @@ fileprivate struct FfiConverterOptionTypeDurability: FfiConverterRustBuffer {
         switch try readInt(&buf) as Int8 {
         case 0: return nil
         case 1: return try FfiConverterTypeDurability.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionTypeServerProfile: FfiConverterRustBuffer {
+    typealias SwiftType = ServerProfile?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeServerProfile.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeServerProfile.read(from: &buf)
         default: throw UniffiInternalError.unexpectedOptionalTag
         }
     }
