@@ -3,6 +3,15 @@ import Foundation
 internal import CcAppServerNative
 import CcAppServerProtocol
 
+/// Which set of bounds a server starts from (docs/engine.md, "Small devices"); `limits` set
+/// beside it still win.
+public enum ServerProfile: Hashable, Sendable {
+    /// Sized for a desktop: 256 connections, 1,024 loaded threads, a 32 MiB tail cache (the default).
+    case standard
+    /// For phones and watches: 8 connections, 4 running turns, 16 loaded threads, a 512 KiB tail cache.
+    case compact
+}
+
 /// Where a server keeps its rollouts.
 public enum StoreKind: Hashable, Sendable {
     /// One JSONL file per thread (the default).
@@ -74,11 +83,13 @@ public struct ServerOptions: Hashable, Sendable {
     /// Open threads whose head anchor is missing or damaged instead of refusing them.
     public var acceptUnanchored: Bool
     public var limits: Limits
+    /// The bounds to start from; `.compact` on a phone or a watch.
+    public var profile: ServerProfile
 
     public init(store: StoreKind = .jsonl, durability: Durability = .sync, policy: ApprovalPolicy = .askEveryTime,
                 approvalTimeout: Double? = nil, workspace: String? = nil, rolloutKey: [UInt8]? = nil,
                 scriptJSON: String? = nil, workspaceToolsDirectory: String? = nil, acceptUnanchored: Bool = false,
-                limits: Limits = .init()) {
+                limits: Limits = .init(), profile: ServerProfile = .standard) {
         self.store = store
         self.durability = durability
         self.policy = policy
@@ -89,6 +100,7 @@ public struct ServerOptions: Hashable, Sendable {
         self.workspaceToolsDirectory = workspaceToolsDirectory
         self.acceptUnanchored = acceptUnanchored
         self.limits = limits
+        self.profile = profile
     }
 }
 
@@ -135,7 +147,8 @@ extension ServerOptions {
             settleDeadlineMs: millis(limits.settleDeadline), maxLineBytes: limits.maxLineBytes.map(Int64.init),
             inboundMessages: int32(limits.inboundMessages), outboundMessages: int32(limits.outboundMessages),
             openai: nil, workspaceToolsDir: workspaceToolsDirectory, outboundStallMs: millis(limits.outboundStall),
-            rolloutKey: rolloutKey.map { Data($0) }, acceptUnanchored: acceptUnanchored)
+            rolloutKey: rolloutKey.map { Data($0) }, acceptUnanchored: acceptUnanchored,
+            profile: profile == .compact ? .compact : .standard)
     }
 }
 

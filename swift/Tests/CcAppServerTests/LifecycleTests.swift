@@ -34,6 +34,27 @@ final class LifecycleTests: XCTestCase {
         XCTAssertEqual(listed.threads.map(\.id), [threadId])
     }
 
+    func testTheCompactProfileAdmitsEightClientsAndRefusesTheNinth() async throws {
+        let server = try openServer(options: ServerOptions(durability: .buffered, profile: .compact))
+        defer { server.close() }
+        var clients: [Client] = []
+        for _ in 0..<8 { clients.append(try await server.client()) }
+        do {
+            _ = try await server.client()
+            XCTFail("a ninth client was admitted")
+        } catch let e as AppServerError {
+            guard case .overloaded(let retryAfter) = e else { return XCTFail("\(e)") }
+            XCTAssertEqual(e.code, -32001)
+            XCTAssertGreaterThan(retryAfter, 0)
+        }
+        clients.removeFirst().close()
+        let again = try await server.client()
+        let listed = try await again.threadList()
+        XCTAssertEqual(listed.threads.count, 0)
+        again.close()
+        clients.forEach { $0.close() }
+    }
+
     func testTheRolloutIsOnDiskAsJSONLines() async throws {
         let dir = tempStateDirectory()
         let server = try openServer(directory: dir)

@@ -8,6 +8,7 @@ import com.chainlesschain.appserver.ffi.Durability as NativeDurability
 import com.chainlesschain.appserver.ffi.FailedClosedStats as NativeFailedClosed
 import com.chainlesschain.appserver.ffi.OpenAiOptions as NativeOpenAi
 import com.chainlesschain.appserver.ffi.ServerOptions as NativeServerOptions
+import com.chainlesschain.appserver.ffi.ServerProfile as NativeProfile
 import com.chainlesschain.appserver.ffi.ServerStats as NativeStats
 import com.chainlesschain.appserver.ffi.StoreKind as NativeStoreKind
 
@@ -23,6 +24,21 @@ enum class StoreKind {
     internal fun toNative(): NativeStoreKind = when (this) {
         JSONL -> NativeStoreKind.JSONL
         SQLITE -> NativeStoreKind.SQLITE
+    }
+}
+
+/** Which set of bounds a server starts from (docs/engine.md, "Small devices"); options set beside it win. */
+enum class ServerProfile {
+    /** Sized for a desktop (256 connections, 1,024 loaded threads, a 32 MiB tail cache; the default). */
+    STANDARD,
+
+    /** For phones and watches: 8 connections, 4 running turns, 16 loaded threads, a 512 KiB tail cache. */
+    COMPACT,
+    ;
+
+    internal fun toNative(): NativeProfile = when (this) {
+        STANDARD -> NativeProfile.STANDARD
+        COMPACT -> NativeProfile.COMPACT
     }
 }
 
@@ -124,6 +140,8 @@ data class ServerOptions(
     val rolloutKey: ByteArray? = null,
     /** Open threads whose head anchor is missing or damaged instead of refusing them. */
     val acceptUnanchored: Boolean? = null,
+    /** The bounds to start from; [ServerProfile.COMPACT] for phones and watches. */
+    val profile: ServerProfile? = null,
 ) {
     /** A builder holding these values (to change a few of them). */
     fun toBuilder(): Builder = Builder().also { b ->
@@ -132,7 +150,7 @@ data class ServerOptions(
         b.settleDeadlineMs = settleDeadlineMs; b.maxLineBytes = maxLineBytes
         b.inboundMessages = inboundMessages; b.outboundMessages = outboundMessages
         b.outboundStallMs = outboundStallMs; b.openai = openai; b.workspaceToolsDir = workspaceToolsDir
-        b.rolloutKey = rolloutKey; b.acceptUnanchored = acceptUnanchored
+        b.rolloutKey = rolloutKey; b.acceptUnanchored = acceptUnanchored; b.profile = profile
     }
 
     fun withStore(v: StoreKind?) = copy(store = v)
@@ -147,9 +165,10 @@ data class ServerOptions(
     fun withWorkspaceToolsDir(v: String?) = copy(workspaceToolsDir = v)
     fun withRolloutKey(v: ByteArray?) = copy(rolloutKey = v)
     fun withAcceptUnanchored(v: Boolean?) = copy(acceptUnanchored = v)
+    fun withProfile(v: ServerProfile?) = copy(profile = v)
 
     override fun toString(): String = "ServerOptions(store=$store, durability=$durability, policy=$policy, " +
-        "workspace=$workspace, rolloutKey=${if (rolloutKey == null) "null" else "<redacted>"}, …)"
+        "workspace=$workspace, profile=$profile, rolloutKey=${if (rolloutKey == null) "null" else "<redacted>"}, …)"
 
     /**
      * Builds [ServerOptions]: in Kotlin as a DSL (`AppServer.open(dir) { store = StoreKind.SQLITE }`),
@@ -171,6 +190,7 @@ data class ServerOptions(
         var workspaceToolsDir: String? = null
         var rolloutKey: ByteArray? = null
         var acceptUnanchored: Boolean? = null
+        var profile: ServerProfile? = null
 
         fun store(v: StoreKind?) = apply { store = v }
         fun durability(v: Durability?) = apply { durability = v }
@@ -187,11 +207,12 @@ data class ServerOptions(
         fun workspaceToolsDir(v: String?) = apply { workspaceToolsDir = v }
         fun rolloutKey(v: ByteArray?) = apply { rolloutKey = v }
         fun acceptUnanchored(v: Boolean?) = apply { acceptUnanchored = v }
+        fun profile(v: ServerProfile?) = apply { profile = v }
 
         fun build() = ServerOptions(
             store, durability, policy, workspace, scriptJson, approvalTimeoutMs, settleDeadlineMs,
             maxLineBytes, inboundMessages, outboundMessages, outboundStallMs, openai,
-            workspaceToolsDir, rolloutKey, acceptUnanchored,
+            workspaceToolsDir, rolloutKey, acceptUnanchored, profile,
         )
     }
 
@@ -202,7 +223,7 @@ data class ServerOptions(
         maxLineBytes = maxLineBytes, inboundMessages = inboundMessages,
         outboundMessages = outboundMessages, outboundStallMs = outboundStallMs,
         openai = openai?.toNative(), workspaceToolsDir = workspaceToolsDir,
-        rolloutKey = rolloutKey, acceptUnanchored = acceptUnanchored,
+        rolloutKey = rolloutKey, acceptUnanchored = acceptUnanchored, profile = profile?.toNative(),
     )
 
     companion object {

@@ -208,6 +208,24 @@ class LifecycleTest {
     }
 
     @Test
+    fun `the compact profile admits eight clients and refuses the ninth as Overloaded`() {
+        val options = ServerOptions.builder().profile(ServerProfile.COMPACT).durability(Durability.BUFFERED).build()
+        assertEquals(ServerProfile.COMPACT, options.toBuilder().build().profile)
+        AppServer.open(tempStateDir(), options).use { server ->
+            val clients = (0 until 8).map { server.client() }
+            try {
+                val refused = assertThrows<AppServerException.Overloaded> { server.client() }
+                assertEquals(-32001, refused.code)
+                assertTrue(refused.retryAfterMs >= 1)
+                clients[0].close()
+                server.client().use { again -> assertNotNull(runBlocking { again.threadList() }) }
+            } finally {
+                clients.forEach { it.close() }
+            }
+        }
+    }
+
+    @Test
     fun `a server shutdown closes its clients and their flows`() = runBlocking {
         val server = AppServer.open(tempStateDir())
         val client = server.client()
