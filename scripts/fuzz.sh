@@ -102,7 +102,10 @@ for t in "${TARGETS[@]}"; do
   if [ $rc -ne 0 ]; then
     status=1
     echo "fuzz $t: FAILED (exit $rc); the input is in fuzz/artifacts/$t/, the log in $log:"
-    grep -E 'panicked at|ERROR: libFuzzer|ERROR: AddressSanitizer|SUMMARY' "$log" | head -n 10 || true
+    # The panic with its message (an assertion's left/right), the sanitizer's verdict and the
+    # input as base64, so a failure on a CI machine can be replayed here from its log alone.
+    awk '/panicked at/ {p=1} /^stack backtrace:/ {p=0} p' "$log" | head -n 12 || true
+    grep -E 'ERROR: libFuzzer|ERROR: AddressSanitizer|SUMMARY|^Base64: ' "$log" | cut -c1-2000 | head -n 6 || true
   fi
   summary+=("$(printf '%-11s execs %-10s cov %-6s exit %-3s artifacts %s' "$t" "$execs" "${cov:-?}" "$rc" "$crashes")")
 done
