@@ -791,7 +791,7 @@ impl JsonlBackend {
             .split(|b| *b == b'\n')
             .take((last - from_seq + 1) as usize)
         {
-            let ev: StoredEvent = serde_json::from_slice(line)
+            let ev: StoredEvent = crate::from_json_bytes(line)
                 .map_err(|e| corrupt(seq, format!("not a valid event line ({e})")))?;
             let p = prev.clone().unwrap_or_else(|| ev.prev_hash.clone());
             check_event(&ev, seq, &p, self.ctx(id)).map_err(|r| corrupt(seq, r))?;
@@ -1274,7 +1274,7 @@ impl Backend for JsonlBackend {
                 return Err(corrupt(seq, "the line before it is missing".into()));
             }
             let line = &body[line_start..line_end];
-            let ev: StoredEvent = serde_json::from_slice(line)
+            let ev: StoredEvent = crate::from_json_bytes(line)
                 .map_err(|e| corrupt(seq, format!("not a valid event line ({e})")))?;
             check_event(&ev, seq, &ev.prev_hash, self.ctx(id)).map_err(|r| corrupt(seq, r))?;
             if ev.hash != expect {
@@ -1386,7 +1386,7 @@ impl Backend for JsonlBackend {
         let Ok(line) = line_ending_at(&file, a.offset) else {
             return Ok(None);
         };
-        let Ok(ev) = serde_json::from_slice::<StoredEvent>(&line) else {
+        let Ok(ev) = crate::from_json_bytes::<StoredEvent>(&line) else {
             return Ok(None);
         };
         if ev.seq != a.seq
@@ -1742,7 +1742,7 @@ impl JsonlBackend {
         let stop = offsets.get(seq).copied().unwrap_or(end);
         let mut buf = vec![0u8; (stop - start) as usize];
         file.read_exact_at(&mut buf, start)?;
-        serde_json::from_slice(&buf[..buf.len() - 1])
+        crate::from_json_bytes(&buf[..buf.len() - 1])
             .map_err(|e| StoreError::Io(io_other(e.to_string())))
     }
 }
@@ -2035,7 +2035,7 @@ impl JsonlBackend {
             )));
         }
         let line = line_ending_at(at.file, a.offset).map_err(|e| at.mismatch(e.to_string()))?;
-        let ev: StoredEvent = serde_json::from_slice(&line).map_err(|e| {
+        let ev: StoredEvent = crate::from_json_bytes(&line).map_err(|e| {
             at.mismatch(format!(
                 "no event ends at the anchored offset {} ({e})",
                 a.offset

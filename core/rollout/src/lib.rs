@@ -225,7 +225,7 @@ impl CheckedEvent {
             // Shed (`shed_payload`): the encoded text is the payload, parsed back.
             let mut text = Vec::new();
             self.encoded.write_line(&mut text);
-            event.payload = serde_json::from_slice(&text).expect("an encoded payload parses");
+            event.payload = from_json_bytes(&text).expect("an encoded payload parses");
         }
         event
     }
@@ -295,6 +295,21 @@ impl StoredEvent {
 
 /// Where each store keeps its files inside the state dir (docs/rollout-format.md), so tools that
 /// read the files directly (the CLI, verifiers) name them the way the stores do.
+/// Parses JSON bytes with the `&str` reader the rest of the library parses with. serde_json
+/// instantiates its whole deserializer (every type's visitor) once per reader type, so reading
+/// event lines through `from_slice` kept a second copy of it: 10s of KB of the mobile library
+/// (docs/bench/size.md). Invalid UTF-8 is refused here, as `from_slice` refused it.
+pub(crate) fn from_json_bytes<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+) -> serde_json::Result<T> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => serde_json::from_str(text),
+        Err(e) => Err(<serde_json::Error as serde::de::Error>::custom(
+            format_args!("invalid UTF-8 at byte {}", e.valid_up_to()),
+        )),
+    }
+}
+
 pub mod layout {
     use std::path::{Path, PathBuf};
 

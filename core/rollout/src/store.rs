@@ -470,7 +470,7 @@ pub fn parse_line(
     ctx: ChainCtx<'_>,
 ) -> Result<StoredEvent, String> {
     let ev: StoredEvent =
-        serde_json::from_slice(line).map_err(|e| format!("not a valid event line ({e})"))?;
+        crate::from_json_bytes(line).map_err(|e| format!("not a valid event line ({e})"))?;
     check_event(&ev, expected_seq, prev_hash, ctx)?;
     Ok(ev)
 }

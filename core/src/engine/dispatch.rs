@@ -254,12 +254,14 @@ fn handle(inner: &Arc<Inner>, conn: &Arc<ConnShared>, line: &str) {
     }
     // Valid against the schema, so the generated type reads it; a disagreement between the two
     // would be ours, and is refused rather than guessed at.
+    // Both tries read by reference: one instantiation of the request types' visitors (a
+    // by-value `from_value` beside it was a second copy, ~20 KB of the mobile library).
     let request = match ClientRequest::deserialize(&value) {
         Ok(r) => Ok(r),
         Err(_) => {
             let mut value = value;
             integral_floats_as_integers(&mut value);
-            serde_json::from_value::<ClientRequest>(value)
+            ClientRequest::deserialize(&value)
         }
     };
     let request = match request {
