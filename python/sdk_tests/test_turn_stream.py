@@ -165,6 +165,91 @@ def test_item_delta_is_lazy_but_the_generated_class(server: cc.AppServer) -> Non
         bad.params
 
 
+def _spelled(params: object, **dumps: object) -> str:
+    """A delta notification spelled as the engine writes it (members in its order, no spaces)."""
+    import json
+
+    return '{"jsonrpc":"2.0","method":"item/delta","params":' + json.dumps(params, separators=(",", ":"), **dumps) + "}"  # type: ignore[arg-type]
+
+
+def test_the_text_delta_fast_path_agrees_with_the_generated_decoder() -> None:
+    """`params` of a text delta in the engine's spelling skip `json.loads` and the generic decoder;
+    every other text falls back to them (and to their error). Both give equal objects."""
+    import json
+
+    from cc_app_server._client import _decode_notification, _text_delta_params
+
+    def good(text: object = "hé", **over: object) -> dict[str, object]:
+        return {"threadId": "t", "eventSeq": 7, "delta": {"text": text, "type": "text"}, "itemId": "i", "turnId": "u", **over}
+
+    fast_expected = [
+        _spelled(good()),
+        _spelled(good(), ensure_ascii=False),
+        _spelled(good('a"b\\c\n\t\u0001/\ud83d\ude00\ud800 é😀')),
+        _spelled(good('a"b\\c\n\t\u0001/\ud83d\ude00 é😀'), ensure_ascii=False),
+        _spelled(good("")),
+        _spelled(good(eventSeq=0)),
+        '{"jsonrpc":"2.0","method":"item/delta","params":{"threadId":"t","eventSeq":1,"delta":{"text":"\\/ \\u00E9","type":"text"},"itemId":"i","turnId":"u"}}',
+    ]
+    slow_expected = [
+        json.dumps({"jsonrpc": "2.0", "method": "item/delta", "params": good()}),  # spaces
+        _spelled({"eventSeq": 7, "threadId": "t", "delta": {"text": "x", "type": "text"}, "itemId": "i", "turnId": "u"}),
+        _spelled(good(eventSeq=-1)),
+        _spelled(good(eventSeq=3.0)),
+        _spelled(good(eventSeq=True)),
+        _spelled(good(eventSeq="7")),
+        '{"jsonrpc":"2.0","method":"item/delta","params":{"threadId":"t","eventSeq":07,"delta":{"text":"x","type":"text"},"itemId":"i","turnId":"u"}}',
+        _spelled(good(threadId=1)),
+        _spelled(good(turnId=None)),
+        _spelled(good(extra=1)),
+        _spelled({k: v for k, v in good().items() if k != "itemId"}),
+        _spelled(good(5)),
+        _spelled(good(delta={"text": "x", "type": "text", "more": 1})),
+        _spelled(good(delta={"stream": "stdout", "text": "x", "type": "output"})),
+        _spelled(good(delta={"text": "x", "type": "texts"})),
+        _spelled(good(delta="text")),
+        '{"jsonrpc":"2.0","method":"item/delta","params":{"threadId":"t","eventSeq":1,"delta":{"text":"a\x01b","type":"text"},"itemId":"i","turnId":"u"}}',  # a raw control character
+        '{"jsonrpc":"2.0","method":"item/delta","params":{"threadId":"t","eventSeq":1,"delta":{"text":"\\q","type":"text"},"itemId":"i","turnId":"u"}}',
+        _spelled(good()) + " ",
+        _spelled(good())[:-1] + ',"method":"item/started"}',
+    ]
+    for text, fast_path in [(t, True) for t in fast_expected] + [(t, False) for t in slow_expected]:
+        fast = _text_delta_params(text)
+        assert (fast is not None) == fast_path, text
+        try:
+            want: p.ItemDeltaParams | None = p.decode_ItemDeltaNotification(json.loads(text)).params
+        except ValueError:  # DecodeError, or text json.loads refuses
+            want = None
+        if fast is not None:
+            assert want is not None and fast == want, text
+            assert fast.__dict__.keys() == want.__dict__.keys() and fast.delta.__dict__ == want.delta.__dict__
+        lazy = _decode_notification(text)
+        if want is not None:
+            assert isinstance(lazy, p.ItemDeltaNotification) and lazy.params == want, text
+        elif isinstance(lazy, p.ItemDeltaNotification):  # lazy: refused where it is read
+            with pytest.raises(ValueError):
+                lazy.params  # noqa: B018
+        else:  # not in the server's head spelling: decoded eagerly, kept as unknown
+            assert isinstance(lazy, p.UnknownCase), text
+
+
+def test_the_real_servers_text_deltas_take_the_fast_path(server: cc.AppServer) -> None:
+    from cc_app_server._client import _text_delta_params
+
+    with server.blocking_client() as client:
+        client.thread_start(thread_id="fp", agent_options=script('plain, "quoted"\n\tand é😀', chunks=4))
+        client.turn_start("fp", "go")
+        deltas = []
+        for text in client.raw_notifications(timeout=20):
+            if '"method":"item/delta"' in text:
+                deltas.append(text)
+            if '"method":"turn/completed"' in text:
+                break
+    assert len(deltas) == 4
+    for text in deltas:
+        assert _text_delta_params(text) is not None, text
+
+
 def test_unknown_notifications_have_a_method_and_absent_members_are_none(tmp_path: pathlib.Path) -> None:
     from cc_app_server._client import _decode_notification
     unknown = _decode_notification('{"jsonrpc":"2.0","method":"future/thing","params":{}}')
