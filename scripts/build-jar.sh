@@ -4,6 +4,7 @@
 # stripped and placed at JNA's resource path (linux-x86-64/), the uniffi Kotlin glue generated
 # into target/jvm/uniffi-kotlin (never checked in) by the pinned uniffi-bindgen, then
 # `mvn verify` (kotlinc with allWarningsAsErrors, javac -Werror, JUnit 5 against the real library).
+# `mvn` also writes the KDoc jar (Dokka HTML, classifier javadoc; scripts/check-javadoc-jar.sh).
 # Also copies the runtime dependencies to target/jvm/deps for a plain `java -cp` run.
 # Set CC_JVM_SKIP_TESTS=1 to package without running the tests.
 set -euo pipefail
@@ -59,4 +60,4 @@ mvn "${mvn_args[@]}" dependency:copy-dependencies -DincludeScope=runtime \
 sources_jar="$out/maven/cc-app-server-$version-sources.jar"
 rm -f "$sources_jar"
 jar cf "$sources_jar" -C kotlin/src/main/kotlin . -C bindings/kotlin/src/main/kotlin . -C "$out/uniffi-kotlin" .
-echo "built $out/maven/cc-app-server-$version.jar and $sources_jar"
+echo "built $out/maven/cc-app-server-$version.jar, $sources_jar and the KDoc jar $out/maven/cc-app-server-$version-javadoc.jar"

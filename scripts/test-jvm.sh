@@ -4,7 +4,7 @@
 # then — from the built jar on a plain `java -cp jar:deps` classpath, with no -Djna.library.path —
 # runs the Kotlin example (examples/kotlin), the JetBrains example (examples/jetbrains), both
 # compiled with kotlinc -Werror, the Java-facade test, the error-class test and the public-API
-# check (javap). Prints `jvm: N passed, N failed`
+# check (javap), and checks the KDoc jar (scripts/check-javadoc-jar.sh). Prints `jvm: N passed, N failed`
 # (the JUnit tests plus the three plain-classpath runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -101,6 +101,13 @@ echo "public API: javap -public over the jar's SDK classes (no glue type), proto
 m2="${CC_MAVEN_REPO:-$HOME/.m2/repository}"
 reflect="$m2/org/jetbrains/kotlin/kotlin-reflect/$KOTLIN_VERSION/kotlin-reflect-$KOTLIN_VERSION.jar"
 if java -Dcc.api.classes="$jar" -cp "$cp:$reflect:$out/maven/test-classes" com.chainlesschain.appserver.PublicApiTestKt; then
+  plain_passed=$((plain_passed + 1))
+else
+  plain_failed=$((plain_failed + 1))
+fi
+
+echo "KDoc jar: scripts/check-javadoc-jar.sh (Dokka HTML beside the jar, no glue page)"
+if bash scripts/check-javadoc-jar.sh "$out/maven/cc-app-server-$version-javadoc.jar"; then
   plain_passed=$((plain_passed + 1))
 else
   plain_failed=$((plain_failed + 1))
