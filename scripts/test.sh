@@ -74,6 +74,8 @@ step "memory: an open compact server with 1,000 threads on disk and 10 loaded wi
 bash scripts/test-memory.sh
 step "size: the stripped mobile library (release-mobile, no default features) within its budget; the wheel's and jar's natives"
 bash scripts/test-size.sh
+step "release manifest: the record of this checkout (versions, digest, commit, generator, consumers, artifact SHA-256s) checked field by field"
+bash scripts/test-release-manifest.sh
 step "docs: every code block of README.md and docs/{python,kotlin,swift,ffi}.md extracted and run or compiled"
 bash scripts/test-docs.sh
 step "fuzz: every libFuzzer target for 8 s (nightly, AddressSanitizer)"
