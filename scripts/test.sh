@@ -66,6 +66,8 @@ step "swift: the package built (Swift 6, no warnings) and XCTested on Linux, the
 bash scripts/test-swift.sh
 step "python sdk: the wheel built, installed into a fresh venv, pytest + quickstart + mypy --strict against it"
 bash scripts/test-python-sdk.sh
+step "python versions: the same wheel on CPython 3.10, 3.12 and 3.13 (fresh venvs): approvals, typed notifications, errors, quickstart, mypy --strict"
+bash scripts/test-python-versions.sh
 step "published clients: chainlesschain-agent-sdk 0.2.4 and 0.2.9 from PyPI against our release binary, both directions validated"
 bash scripts/test-published.sh
 step "jvm: the jar (natives inside), JUnit 5 on the real library, examples and the Java facade from the jar"
