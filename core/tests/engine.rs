@@ -9,7 +9,7 @@ use cc_app_server::rollout::StoreKind;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const T: Option<Duration> = Some(Duration::from_secs(20));
 
@@ -842,20 +842,35 @@ fn client_bounds_and_timeouts() {
         ..ClientConfig::default()
     };
     let client = Arc::new(Client::connect(&server, None, config).unwrap());
-    client.request("thread/start", json!({"threadId": "ct", "agentOptions": {"script": {"steps": [{"type": "ignoreCancel", "ms": 1000}]}}})).unwrap();
+    client.request("thread/start", json!({"threadId": "ct", "agentOptions": {"script": {"steps": [{"type": "message", "text": "running"}, {"type": "ignoreCancel", "ms": 1000}]}}})).unwrap();
     let turn = client
         .request(
             "turn/start",
             json!({"threadId": "ct", "input": [{"type": "text", "text": "go"}]}),
         )
         .unwrap();
+    // The kernel is running (its message is out) before it is interrupted: an interrupt of a
+    // turn still waiting for a runner settles at once, which is not what this measures.
+    loop {
+        let n = client
+            .next_notification(Duration::from_secs(20))
+            .expect("the turn's message");
+        if n["method"] == "item/completed" {
+            break;
+        }
+    }
     // turn/interrupt takes ~1 s to settle: the client times out at 100 ms with -32010, not success.
     let c2 = Arc::clone(&client);
     let tid = turn["turn"]["id"].clone();
     let slow = std::thread::spawn(move || {
         c2.request("turn/interrupt", json!({"threadId": "ct", "turnId": tid}))
     });
-    std::thread::sleep(Duration::from_millis(20));
+    // Wait until the interrupt is the pending request (a fixed sleep loses that race on a
+    // loaded machine), well inside its 100 ms timeout's window of ~1 s of settling.
+    let waiting = Instant::now();
+    while client.pending_requests() == 0 && waiting.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let busy = client.request("thread/list", json!({}));
     assert_eq!(
         busy.as_ref().map_err(ClientError::code),
