@@ -81,7 +81,7 @@ fn crashed_state(dir: &std::path::Path, kind: StoreKind, evidence: bool) {
         params_digest: "sha256:crafted".into(),
         idempotency_key: None,
     };
-    create_log(&*store, &header, None).unwrap();
+    create_log(&*store, &header, None, None).unwrap();
     let now = cc_app_server::time::now_unix_millis() as u64;
     let events = vec![
         json!({"type": "graphRunStarted", "runId": RUN, "definition": definition(), "planDigest": plan.digest,
@@ -308,7 +308,7 @@ fn a_start_that_never_became_durable_is_closed_as_failed() {
         params_digest: "sha256:y".into(),
         idempotency_key: None,
     };
-    create_log(&*store, &header, None).unwrap();
+    create_log(&*store, &header, None, None).unwrap();
     drop(store);
     let (server, _) = open(dir.path(), StoreKind::Jsonl);
     let summary = server

@@ -882,3 +882,58 @@ fn values_never_nest_past_what_every_reader_parses() {
     assert_eq!(err.code(), -32602);
     s.server.shutdown();
 }
+
+/// docs/rollout-format.md, "Trace and parent ids": a run's events are in the trace its caller
+/// sent; an attempt's events name the attempt's start, which names the run's start; the
+/// attempt's own thread names the run's event that started it, across logs, by hash.
+#[test]
+fn a_runs_events_and_its_attempts_turns_carry_its_trace() {
+    let s = open(ApprovalPolicy::AutoApprove);
+    let graph = s.server.graph();
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let mut req = request(diamond(), "tr1", json!({"topic": "rust"}));
+    req.traceparent = Some(format!("00-{trace}-00f067aa0ba902b7-01"));
+    graph.start(req).unwrap();
+    let summary = graph.wait("tr1", Duration::from_secs(20)).unwrap();
+    assert_eq!(status(&summary), "succeeded", "{summary:?}");
+    let ev = events(&s.server, "tr1");
+    let seq_of = |e: &StoredEvent| e.parent_id.as_deref().and_then(|p| p.parse::<u64>().ok());
+    assert_eq!(ev[0].parent_id.as_deref(), Some("span:00f067aa0ba902b7"));
+    let started = ev.iter().find(|e| e.kind() == "graphRunStarted").unwrap();
+    assert_eq!(seq_of(started), Some(1), "the run's start names its header");
+    let mut attempts = HashMap::new();
+    // A finished run's log is archived: housekeeping, outside every trace.
+    assert_eq!(ev.last().unwrap().kind(), "threadArchived");
+    for e in &ev[..ev.len() - 1] {
+        assert_eq!(e.trace_id.as_deref(), Some(trace), "{e:?}");
+        if let Some(a) = e.payload["attemptId"].as_u64() {
+            if e.kind() == "graphAttemptStarted" {
+                assert_eq!(seq_of(e), Some(started.seq), "{e:?}");
+                attempts.insert(a, e);
+            } else {
+                let of = attempts[&a];
+                assert_eq!(seq_of(e), Some(of.seq), "{e:?} names its attempt's start");
+            }
+        } else if e.seq > started.seq {
+            assert_eq!(seq_of(e), Some(started.seq), "{e:?}");
+        }
+    }
+    assert_eq!(attempts.len(), 4);
+    // The agent nodes' turns, on threads of their own, join the run's trace by its event.
+    let st = s.server.graph().state("tr1").unwrap();
+    for node in ["left", "right"] {
+        let thread = st.nodes[node].thread_id.clone().unwrap();
+        let turn = s.server.store().read(&thread, 0, 100).unwrap().events;
+        let attempt = attempts
+            .values()
+            .find(|a| a.payload["node"] == node)
+            .unwrap();
+        let link = format!("event:{}", attempt.hash);
+        assert_eq!(turn[0].parent_id.as_deref(), Some(link.as_str()));
+        let turn_started = turn.iter().find(|e| e.kind() == "turnStarted").unwrap();
+        assert_eq!(turn_started.parent_id.as_deref(), Some(link.as_str()));
+        for e in turn.iter().filter(|e| e.kind() != "threadArchived") {
+            assert_eq!(e.trace_id.as_deref(), Some(trace), "{e:?}");
+        }
+    }
+}

@@ -107,6 +107,7 @@ fn index_follows_every_mutation_and_a_reopen(kind: StoreKind) {
             HeaderExtra {
                 agent_options: Some(json!({"model": "m"})),
                 idempotency_key: Some("key-a".into()),
+                ..Default::default()
             },
         )
         .unwrap();

@@ -211,9 +211,20 @@ pub fn log_listener_errors() -> i64 {
     signed(LISTENER_ERRORS.load(Ordering::Relaxed))
 }
 
-/// The process-wide subscriber: no spans (the engine logs events only), a level check that costs
-/// one atomic load, and a non-blocking hand-off.
+/// The process-wide subscriber: a level check that costs one atomic load, and a non-blocking
+/// hand-off. Spans are kept only for their fields: a record logged inside the engine's `turn` or
+/// `graph_run` span carries that span's fields (`trace_id=…`, the thread, turn or run), so a
+/// host's log joins its rollouts on the trace id (docs/rollout-format.md).
 struct Bridge;
+
+/// Live spans' fields and how many handles each has (a span closes when the last goes).
+static SPANS: Mutex<Vec<(u64, String, usize)>> = Mutex::new(Vec::new());
+static NEXT_SPAN: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The spans this thread is in, innermost last.
+    static ENTERED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 impl Subscriber for Bridge {
     fn register_callsite(&self, _: &'static Metadata<'static>) -> tracing::subscriber::Interest {
@@ -226,8 +237,32 @@ impl Subscriber for Bridge {
         level != 0 && LogLevel::of(metadata.level()).rank() <= level
     }
 
-    fn new_span(&self, _: &Attributes<'_>) -> Id {
-        Id::from_u64(1)
+    fn new_span(&self, attributes: &Attributes<'_>) -> Id {
+        let mut text = Text::default();
+        attributes.record(&mut text);
+        let id = NEXT_SPAN.fetch_add(1, Ordering::Relaxed);
+        lock(&SPANS).push((id, text.fields, 1));
+        Id::from_u64(id)
+    }
+
+    fn clone_span(&self, id: &Id) -> Id {
+        if let Some(s) = lock(&SPANS).iter_mut().find(|s| s.0 == id.into_u64()) {
+            s.2 += 1;
+        }
+        id.clone()
+    }
+
+    fn try_close(&self, id: Id) -> bool {
+        let mut spans = lock(&SPANS);
+        let Some(i) = spans.iter().position(|s| s.0 == id.into_u64()) else {
+            return false;
+        };
+        spans[i].2 -= 1;
+        let closed = spans[i].2 == 0;
+        if closed {
+            spans.swap_remove(i);
+        }
+        closed
     }
 
     fn record(&self, _: &Id, _: &Record<'_>) {}
@@ -242,6 +277,17 @@ impl Subscriber for Bridge {
         let metadata = event.metadata();
         let mut text = Text::default();
         event.record(&mut text);
+        ENTERED.with(|entered| {
+            let entered = entered.borrow();
+            if !entered.is_empty() {
+                let spans = lock(&SPANS);
+                for id in entered.iter().rev() {
+                    if let Some(s) = spans.iter().find(|s| s.0 == *id) {
+                        text.fields.push_str(&s.1);
+                    }
+                }
+            }
+        });
         let record = LogRecord {
             level: LogLevel::of(metadata.level()),
             target: metadata.target().to_string(),
@@ -256,9 +302,18 @@ impl Subscriber for Bridge {
         }
     }
 
-    fn enter(&self, _: &Id) {}
+    fn enter(&self, id: &Id) {
+        ENTERED.with(|e| e.borrow_mut().push(id.into_u64()));
+    }
 
-    fn exit(&self, _: &Id) {}
+    fn exit(&self, id: &Id) {
+        ENTERED.with(|e| {
+            let mut e = e.borrow_mut();
+            if let Some(i) = e.iter().rposition(|x| *x == id.into_u64()) {
+                e.remove(i);
+            }
+        });
+    }
 }
 
 /// Collects an event's message and fields as text.

@@ -261,3 +261,21 @@ def test_unknown_notifications_have_a_method_and_absent_members_are_none(tmp_pat
         assert started.thread.title is None
         page = client.thread_list()
         assert page.unreadable is None
+
+
+def test_a_traceparent_reaches_every_event_of_the_turn(server: cc.AppServer) -> None:
+    # docs/rollout-format.md, "Trace and parent ids".
+    trace, span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    with server.blocking_client() as client:
+        client.thread_start(thread_id="traced", agent_options=script("traced"),
+                            traceparent=f"00-0af7651916cd43dd8448eb211c80319c-{span}-01")
+        stream = client.turn("traced", "hello", traceparent=f"00-{trace}-{span}-01", timeout=20)
+        assert stream.text() == "traced"
+        events = client.thread_read("traced").events
+        assert events[0].trace_id == "0af7651916cd43dd8448eb211c80319c"
+        turn = [e for e in events if e.trace_id == trace]
+        assert isinstance(turn[0].payload, p.TurnStartedEvent) and turn[0].parent_id == f"span:{span}"
+        assert isinstance(turn[-1].payload, p.TurnCompletedEvent) and len(turn) >= 6
+        assert all(e.parent_id is not None and int(e.parent_id) < e.seq for e in turn[1:])
+        with pytest.raises(cc.InvalidParams):
+            client.turn_start("traced", "again", traceparent=f"00-{'0' * 32}-{span}-01")

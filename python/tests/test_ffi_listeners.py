@@ -258,3 +258,29 @@ def test_diagnostics_reach_a_python_log_listener(server: Any) -> None:
         client.close()
     finally:
         ffi.set_log_listener(None, ffi.LogLevel.ERROR)
+
+
+def test_a_record_logged_inside_a_turn_carries_its_trace_id(server: Any) -> None:
+    # docs/rollout-format.md, "Trace and parent ids": host logs and rollouts join on the id.
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    records = Records()
+    ffi.set_log_listener(records, ffi.LogLevel.WARN)
+    try:
+        client = ffi.Client.connect(server)
+        client.request_blocking("thread/start", json.dumps({"threadId": "traced", "agentOptions": {"script": {"steps": [
+            {"type": "fail", "message": "scripted failure"}]}}}))
+        client.request_blocking("turn/start", json.dumps({"threadId": "traced", "input": [{"type": "text", "text": "go"}],
+                                                          "traceparent": f"00-{trace}-00f067aa0ba902b7-01"}))
+        deadline = time.monotonic() + 20
+        while not records.find("scripted failure") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        [record, *_] = records.find("scripted failure")
+        assert record.level == ffi.LogLevel.WARN
+        assert f"trace_id={trace}" in record.message and "thread_id=traced" in record.message, record.message
+        page = json.loads(client.request_blocking("thread/read", json.dumps({"threadId": "traced"})))
+        traced = [e for e in page["events"] if e["traceId"] == trace]
+        assert [e["payload"]["type"] for e in traced][0] == "turnStarted"
+        assert traced[-1]["payload"]["type"] == "turnCompleted"
+        client.close()
+    finally:
+        ffi.set_log_listener(None, ffi.LogLevel.ERROR)

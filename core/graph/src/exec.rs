@@ -178,9 +178,21 @@ fn node_turn(
         metadata,
         forked_from: None,
     };
+    // The attempt's thread and turn are in the run's trace and name the run's event that
+    // started the attempt (docs/rollout-format.md, "Trace and parent ids").
+    let (trace_id, parent_id) = {
+        let core = run.enter();
+        let started = core.state.attempts.get(&job.attempt);
+        (
+            core.state.trace_id.clone(),
+            started.map(|a| crate::rollout::trace::event_ref(&a.started_hash)),
+        )
+    };
     let extra = HeaderExtra {
         agent_options: (!agent_options.is_null()).then(|| agent_options.clone()),
         idempotency_key: None,
+        parent_id: trace_id.as_ref().and(parent_id),
+        trace_id,
     };
     let started = |turn: Arc<dyn TurnCancel>| {
         *lock(&job.live.turn) = Some(Arc::clone(&turn));

@@ -16,6 +16,7 @@ use crate::protocol::{
     GraphDefinition, GraphFencedAttempt, GraphRunGrant, GraphRunOptions, GraphRunStartedEvent,
     GraphRunSummary, GraphWorker, ToolResult,
 };
+use crate::rollout::trace::Trace;
 use crate::rollout::{RolloutStore, StoreError};
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, VecDeque};
@@ -214,6 +215,14 @@ impl GraphHost {
         if !self
             .threads
             .spawn(&format!("cc-graph-{}", run.id), move || {
+                // What the scheduler logs carries the run's trace id (docs/rollout-format.md).
+                let trace_id = r.enter().state.trace_id.clone().unwrap_or_default();
+                let _span = tracing::error_span!(
+                    "graph_run",
+                    trace_id = trace_id.as_str(),
+                    run_id = r.id.as_str()
+                )
+                .entered();
                 // A finished run leaves the live set (it stays readable, replayed from its log).
                 if r.schedule(&threads) {
                     if let Some(host) = host.upgrade() {
@@ -364,6 +373,8 @@ pub struct StartRequest {
     pub grant: GraphRunGrant,
     pub options: Option<GraphRunOptions>,
     pub idempotency_key: Option<String>,
+    /// The caller's W3C `traceparent` (else the run starts a trace of its own).
+    pub traceparent: Option<String>,
 }
 
 impl StartRequest {
@@ -375,6 +386,7 @@ impl StartRequest {
             grant,
             options: None,
             idempotency_key: None,
+            traceparent: None,
         }
     }
 }
@@ -456,6 +468,7 @@ pub(crate) fn start(
             .map_err(|errors| GraphError::Invalid(errors[0].clone()))?,
     );
     check_inputs(&plan, &req.inputs)?;
+    let trace = Trace::of_request(req.traceparent.as_deref()).map_err(GraphError::Params)?;
     let options = resolved_options(req.options.as_ref());
     let params_digest = crate::approval::digest_json(&json!({
         "definition": req.definition,
@@ -529,6 +542,7 @@ pub(crate) fn start(
         plan.title
             .clone()
             .or(Some(format!("graph {}", plan.graph_id))),
+        Some(&trace),
     )?;
     let clock = lock(&host.settings).clock.clone();
     let started = GraphRunStartedEvent {
@@ -548,6 +562,7 @@ pub(crate) fn start(
     // The answer is the run as its start left it, taken before the scheduler can move on.
     let summary = {
         let mut core = run.enter();
+        core.start_trace = Some(trace);
         run.commit(&mut core, events)?;
         core.state.summary(false)
     };

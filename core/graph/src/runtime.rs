@@ -23,6 +23,7 @@ use crate::protocol::{
     ToolCall, ToolResult,
 };
 pub(crate) use crate::rollout::sync::lock;
+use crate::rollout::trace::{seq_ref, Trace};
 use crate::rollout::{NewEvent, RolloutStore, StoreError, StoredEvent};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -42,6 +43,44 @@ fn payload_event(p: &EventPayload) -> NewEvent {
         panic!("the graph runtime built an event outside the schema: {e}\n{value}");
     }
     NewEvent::new(value)
+}
+
+/// Sets each event's trace and parent ids (docs/rollout-format.md, "Trace and parent ids"):
+/// the run's trace id on every event; `graphRunStarted` names the run's header (seq 1, which
+/// names the caller's span); an attempt's events name its `graphAttemptStarted`, every other
+/// event `graphRunStarted`. The runtime is the only writer of the run's log, under the run's
+/// lock, so the seqs this batch gets are the state's last + 1, + 2, ...
+fn traced(core: &RunCore, mut events: Vec<NewEvent>) -> Vec<NewEvent> {
+    let mut trace_id = core.state.trace_id.clone();
+    let mut run_seq = core.state.run_started_seq;
+    let mut attempts_here: HashMap<u64, u64> = HashMap::new();
+    for (seq, e) in (core.state.last_seq + 1..).zip(events.iter_mut()) {
+        let kind = e.payload.get("type").and_then(Value::as_str).unwrap_or("");
+        let attempt = e.payload.get("attemptId").and_then(Value::as_u64);
+        if kind == "graphRunStarted" {
+            trace_id = core.start_trace.as_ref().map(|t| t.id.clone());
+            run_seq = seq;
+            e.parent_id = (seq > 1).then(|| seq_ref(seq - 1));
+        } else {
+            let of_attempt = attempt.and_then(|a| {
+                attempts_here
+                    .get(&a)
+                    .copied()
+                    .or_else(|| core.state.attempts.get(&a).map(|x| x.started_seq))
+            });
+            e.parent_id = of_attempt.or((run_seq > 0).then_some(run_seq)).map(seq_ref);
+        }
+        if kind == "graphAttemptStarted" {
+            if let Some(a) = attempt {
+                attempts_here.insert(a, seq);
+            }
+        }
+        e.trace_id.clone_from(&trace_id);
+        if trace_id.is_none() {
+            e.parent_id = None;
+        }
+    }
+    events
 }
 
 /// An attempt running in this process: what cancels it.
@@ -120,6 +159,9 @@ pub(crate) struct RunCore {
     /// Appends this process made to the run's log, and the events they carried.
     pub commits: u64,
     pub events_appended: u64,
+    /// The trace of the request that starts the run, for its `graphRunStarted` (later events
+    /// take the trace id from the state, which has it from the log).
+    pub start_trace: Option<Trace>,
 }
 
 pub(crate) struct Run {
@@ -178,6 +220,7 @@ impl Run {
                 scheduler: false,
                 commits: 0,
                 events_appended: 0,
+                start_trace: None,
             }),
             wake: Condvar::new(),
             done: Condvar::new(),
@@ -238,7 +281,7 @@ impl Run {
                 "the run stopped recording: {why}"
             )));
         }
-        let events: Vec<NewEvent> = payloads.iter().map(payload_event).collect();
+        let events = traced(core, payloads.iter().map(payload_event).collect());
         let stored = match self.store.append(&self.id, events) {
             Ok(s) => s,
             Err(e) => {

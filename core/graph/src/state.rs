@@ -168,6 +168,10 @@ pub struct AttemptInst {
     pub custody: Vec<String>,
     pub thread_id: Option<String>,
     pub refusals: u32,
+    /// Its `graphAttemptStarted` event's seq and hash (what its events' and its turn's
+    /// `parentId` name).
+    pub started_seq: u64,
+    pub started_hash: String,
 }
 
 #[derive(Debug, Clone)]
@@ -221,6 +225,10 @@ struct Channel {
 #[derive(Debug, Clone)]
 pub struct RunState {
     pub run_id: String,
+    /// The run's trace id (its `graphRunStarted` event's; docs/rollout-format.md, "Trace and
+    /// parent ids") and that event's seq, which the run's later events name as their parent.
+    pub trace_id: Option<String>,
+    pub run_started_seq: u64,
     pub title: Option<String>,
     pub created_at: String,
     pub updated_at: String,
@@ -283,6 +291,8 @@ impl RunState {
     pub fn new(run_id: &str) -> Self {
         RunState {
             run_id: run_id.into(),
+            trace_id: None,
+            run_started_seq: 0,
             title: None,
             created_at: String::new(),
             updated_at: String::new(),
@@ -378,8 +388,12 @@ impl RunState {
                 self.title = h.title;
                 self.created_at = ev.time.clone();
             }
-            EventPayload::GraphRunStarted(p) => self.run_started(ev.seq, p),
-            EventPayload::GraphAttemptStarted(p) => self.attempt_started(ev.seq, p),
+            EventPayload::GraphRunStarted(p) => {
+                self.trace_id.clone_from(&ev.trace_id);
+                self.run_started_seq = ev.seq;
+                self.run_started(ev.seq, p)
+            }
+            EventPayload::GraphAttemptStarted(p) => self.attempt_started(ev.seq, &ev.hash, p),
             EventPayload::GraphLeaseRenewed(p) => match self.attempts.get_mut(&p.attempt_id) {
                 Some(a) if a.status == AttemptStatus::Running && a.fence == p.fence => {
                     a.lease_expires_at_ms = p.lease_expires_at_ms as i64;
@@ -673,7 +687,12 @@ impl RunState {
         t.max_attempts.min(by_budget)
     }
 
-    fn attempt_started(&mut self, seq: u64, p: crate::protocol::GraphAttemptStartedEvent) {
+    fn attempt_started(
+        &mut self,
+        seq: u64,
+        hash: &str,
+        p: crate::protocol::GraphAttemptStartedEvent,
+    ) {
         if p.fence <= self.max_fence {
             self.anomaly(
                 seq,
@@ -728,6 +747,8 @@ impl RunState {
                 custody: p.custody,
                 thread_id: p.thread_id,
                 refusals: 0,
+                started_seq: seq,
+                started_hash: hash.to_string(),
             },
         );
         self.running.insert(p.attempt_id);

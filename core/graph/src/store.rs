@@ -5,6 +5,7 @@
 //! only the public `RolloutStore` trait is used.
 
 use super::state::RunState;
+use crate::rollout::trace::Trace;
 use crate::rollout::{
     open_store, HeaderExtra, ListQuery, RolloutStore, StoreError, StoreKind, StoreOptions,
     StoredEvent, ThreadStart, MAX_READ_LIMIT,
@@ -72,6 +73,7 @@ pub fn create_log(
     store: &dyn RolloutStore,
     header: &RunHeader,
     title: Option<String>,
+    trace: Option<&Trace>,
 ) -> Result<(), StoreError> {
     let title = title.map(|t| t.chars().take(crate::rollout::MAX_TITLE_CHARS).collect());
     store
@@ -85,6 +87,8 @@ pub fn create_log(
             HeaderExtra {
                 agent_options: None,
                 idempotency_key: header.idempotency_key.clone(),
+                trace_id: trace.map(|t| t.id.clone()),
+                parent_id: trace.and_then(|t| t.caller.clone()),
             },
         )
         .map(|_| ())

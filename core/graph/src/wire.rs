@@ -196,6 +196,7 @@ fn handle(
                 grant: p.grant.unwrap_or_else(no_grant),
                 options: p.options,
                 idempotency_key: p.idempotency_key,
+                traceparent: p.traceparent,
             };
             run_start(host, conn, req)
         }

@@ -15,6 +15,7 @@ mod keyed;
 mod sqlite;
 mod store;
 pub mod sync;
+pub mod trace;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -210,6 +211,20 @@ impl CheckedEvent {
         })
     }
 
+    /// Sets the event's trace and parent ids (`trace`) after the check: the engine computes
+    /// them (a trace id of 32 hex, a parent reference of at most 71 characters), so they are
+    /// within the schema's 1–128 characters by construction.
+    pub fn set_trace(&mut self, trace_id: Option<String>, parent_id: Option<String>) {
+        debug_assert!(trace_id
+            .as_ref()
+            .is_none_or(|t| (1..=128).contains(&t.len())));
+        debug_assert!(parent_id
+            .as_ref()
+            .is_none_or(|p| (1..=128).contains(&p.len())));
+        self.event.trace_id = trace_id;
+        self.event.parent_id = parent_id;
+    }
+
     /// Bytes of the encoded payload (for the in-flight bound).
     pub fn encoded_len(&self) -> usize {
         self.encoded.len_hint()
@@ -354,12 +369,15 @@ pub struct ThreadStart {
 }
 
 /// What `start_recorded` adds to a thread's header event, so that it survives restarts: the
-/// host's `agentOptions` (a member of the header payload) and the `idempotencyKey` of the request
-/// that created the thread (the event's own `idempotencyKey`).
+/// host's `agentOptions` (a member of the header payload), the `idempotencyKey` of the request
+/// that created the thread (the event's own `idempotencyKey`), and the request's trace (the
+/// event's `traceId`, and `parentId` naming the caller's span; `trace`).
 #[derive(Debug, Clone, Default)]
 pub struct HeaderExtra {
     pub agent_options: Option<Value>,
     pub idempotency_key: Option<String>,
+    pub trace_id: Option<String>,
+    pub parent_id: Option<String>,
 }
 
 /// A thread's head and header, as `list`/`summary` report it.

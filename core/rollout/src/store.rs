@@ -1472,6 +1472,8 @@ impl<B: Backend> BackedStore<B> {
             header.payload["agentOptions"] = options;
         }
         header.idempotency_key = recorded.idempotency_key;
+        header.trace_id = recorded.trace_id;
+        header.parent_id = recorded.parent_id;
         cc_agent_protocol::validate_protocol_definition("EventPayload", &header.payload).map_err(
             |e| {
                 StoreError::InvalidArgument(format!(
@@ -2142,8 +2144,13 @@ impl<B: Backend> RolloutStore for BackedStore<B> {
         let mut hashes_needed: Vec<(usize, u64)> = Vec::new();
         let mut after = 1;
         let mut origin_hash = src.head_hash.clone();
+        // The fork keeps its source's trace: its header carries the trace of the event it was
+        // forked at and names that event (`trace::event_ref`) as its parent.
+        let mut origin_trace = None;
         if at == 1 {
-            origin_hash = self.event_at(source, 1)?.hash;
+            let first = self.event_at(source, 1)?;
+            origin_hash = first.hash;
+            origin_trace = first.trace_id;
         }
         while after < at {
             let page = self.read_range(
@@ -2158,6 +2165,7 @@ impl<B: Backend> RolloutStore for BackedStore<B> {
                 after = ev.seq;
                 if ev.seq == at {
                     origin_hash = ev.hash.clone();
+                    origin_trace.clone_from(&ev.trace_id);
                 }
                 // Archiving is not inherited; a seal vouches for the source's chain only.
                 if matches!(ev.kind(), "threadArchived" | "sealed") {
@@ -2178,10 +2186,15 @@ impl<B: Backend> RolloutStore for BackedStore<B> {
                     payload["toSeq"] = Value::from(nt);
                     hashes_needed.push((copies.len(), nt));
                 }
+                // A parent named by its seq is renumbered like the events are.
+                let parent_id = match trace::parent_seq(ev.parent_id.as_deref()) {
+                    Some(p) => Some(trace::seq_ref(map.get(p as usize).copied().unwrap_or(1))),
+                    None => ev.parent_id,
+                };
                 copies.push(NewEvent {
                     payload,
                     trace_id: ev.trace_id,
-                    parent_id: ev.parent_id,
+                    parent_id,
                     idempotency_key: ev.idempotency_key,
                 });
                 map.push(copies.len() as u64 + 1);
@@ -2194,7 +2207,7 @@ impl<B: Backend> RolloutStore for BackedStore<B> {
             forked_from: Some(ForkOrigin {
                 thread_id: source.to_string(),
                 event_seq: at,
-                event_hash: origin_hash,
+                event_hash: origin_hash.clone(),
             }),
         };
         // The host's agentOptions travel with the thread into its forks.
@@ -2205,6 +2218,8 @@ impl<B: Backend> RolloutStore for BackedStore<B> {
                 .get("agentOptions")
                 .cloned(),
             idempotency_key: None,
+            parent_id: Some(trace::event_ref(&origin_hash)),
+            trace_id: origin_trace,
         };
         if hashes_needed.is_empty() {
             return self.create(start, recorded, copies);

@@ -2,6 +2,7 @@
 //! node runs here as an ordinary turn on a thread of its own, so its tool calls pass the one
 //! approval gate every turn passes; the graph host reaches the engine through nothing else.
 
+use super::causal::Step;
 use super::outbound::deliver;
 use super::pipeline::emit_locked;
 use super::threads::data_from_summary;
@@ -10,6 +11,7 @@ use super::{lock, ConnShared, Inner, ThreadState};
 use crate::graph::port::{AttemptEnd, AttemptTurn, Follower, GraphEngine, TurnCancel};
 use crate::kernel::AgentKernel;
 use crate::protocol::{EventPayload, TextInput, TurnStartedEvent, UserInput};
+use crate::rollout::trace::Trace;
 use crate::rollout::RolloutStore;
 use serde_json::Map;
 use std::any::Any;
@@ -60,6 +62,16 @@ impl GraphEngine for Inner {
         attempt: AttemptTurn<'_>,
         kernel: &dyn AgentKernel,
     ) -> Result<AttemptEnd, String> {
+        // The attempt's turn is in its run's trace, and names the run's event that started the
+        // attempt (`event:<hash>`), as the thread's header does.
+        let trace = Trace {
+            id: attempt
+                .extra
+                .trace_id
+                .clone()
+                .unwrap_or_else(|| Trace::fresh().id),
+            caller: attempt.extra.parent_id.clone(),
+        };
         let (summary, _) = self
             .store
             .start_recorded(attempt.thread, attempt.extra)
@@ -83,13 +95,19 @@ impl GraphEngine for Inner {
         let recorded = {
             let guard = lock(&thread.emit_lock);
             lock(&thread.data).active = Some(Arc::clone(&turn));
-            let started = event(&EventPayload::TurnStarted(TurnStartedEvent {
+            let mut started = event(&EventPayload::TurnStarted(TurnStartedEvent {
                 turn_id: turn.id.clone(),
                 input: input.clone(),
                 extra: Map::new(),
             }));
+            {
+                let mut t = lock(&turn.trace);
+                t.begin(trace);
+                (started.trace_id, started.parent_id) = t.ids(Step::TurnStarted, None);
+            }
             emit_locked(&self, &thread, &guard, vec![started], |events| {
                 turn.set_started_at(&events[0].time);
+                lock(&turn.trace).recorded(Step::TurnStarted, None, events[0].seq);
                 Vec::new()
             })
         };

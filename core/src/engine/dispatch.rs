@@ -1,6 +1,7 @@
 //! Reading a connection's inbound queue: parse, validate against the schema, enforce the
 //! handshake, then run the method. Request ids are echoed byte for byte as the host wrote them.
 
+use super::causal::Step;
 use super::idempotency::{thread_start_fingerprint, turn_start_fingerprint, Keyed, Recorded};
 use super::outbound::{cap, reply, reply_with, result, rpc, RawId, RpcError, RpcResult};
 use super::pipeline::emit_locked;
@@ -20,6 +21,7 @@ use crate::protocol::{
     ThreadForkResult, ThreadStartResult, TurnStartResult, TurnStartedEvent,
     TurnStartedNotification, TurnStartedParams,
 };
+use crate::rollout::trace::{parse_traceparent, Trace};
 use crate::rollout::{HeaderExtra, StoreError, ThreadStart};
 use cc_agent_protocol::{validate_protocol_message, MessageKind};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -574,9 +576,12 @@ fn thread_start(inner: &Inner, conn: &Arc<ConnShared>, params: &ThreadStartParam
         forked_from: None,
     };
     let agent_options = agent_options(params.agent_options.as_ref());
+    let trace = request_trace(params.traceparent.as_deref(), false)?;
     let recorded = HeaderExtra {
         agent_options: agent_options.clone(),
         idempotency_key: params.idempotency_key.clone(),
+        trace_id: trace.as_ref().map(|t| t.id.clone()),
+        parent_id: trace.and_then(|t| t.caller),
     };
     let (summary, _) = inner.store.start_recorded(start, recorded)?;
     let mut data = data_from_summary(&summary);
@@ -691,7 +696,22 @@ fn thread_archive(inner: &Inner, conn: &Arc<ConnShared>, thread_id: &str) -> Rpc
 
 /// Admits the turn (bounded: -32001 beyond the running and queued bounds), records
 /// `turnStarted`, answers at once with the turn `queued`, and hands it to the runner pool.
+/// The request's trace (docs/rollout-format.md, "Trace and parent ids"): the caller's
+/// `traceparent`, or a fresh trace where `fresh` (a turn, a run); -32602 for a malformed one.
+pub(crate) fn request_trace(
+    traceparent: Option<&str>,
+    fresh: bool,
+) -> Result<Option<Trace>, RpcError> {
+    match traceparent {
+        Some(t) => parse_traceparent(t)
+            .map(Some)
+            .map_err(|why| RpcError::new(error_code::INVALID_PARAMS, why)),
+        None => Ok(fresh.then(Trace::fresh)),
+    }
+}
+
 fn turn_start(inner: &Arc<Inner>, conn: &Arc<ConnShared>, params: &TurnStartParams) -> RpcResult {
+    let trace = request_trace(params.traceparent.as_deref(), true)?.unwrap_or_else(Trace::fresh);
     let thread = load_thread(inner, &params.thread_id)?;
     let input = params.input.clone();
     conn.follow(&thread.id);
@@ -748,8 +768,14 @@ fn turn_start(inner: &Arc<Inner>, conn: &Arc<ConnShared>, params: &TurnStartPara
         extra: Map::new(),
     }));
     started.idempotency_key = params.idempotency_key.clone();
+    {
+        let mut t = lock(&turn.trace);
+        t.begin(trace);
+        (started.trace_id, started.parent_id) = t.ids(Step::TurnStarted, None);
+    }
     let recorded = emit_locked(inner, &thread, &guard, vec![started], |events| {
         turn.set_started_at(&events[0].time);
+        lock(&turn.trace).recorded(Step::TurnStarted, None, events[0].seq);
         vec![ServerNotification::TurnStarted(TurnStartedNotification {
             jsonrpc: rpc(),
             params: TurnStartedParams {

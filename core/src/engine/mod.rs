@@ -4,6 +4,7 @@
 //! before any host sees it.
 
 mod attempt;
+mod causal;
 mod compact;
 mod config;
 mod dispatch;

@@ -46,6 +46,8 @@ struct Pending {
     event: CheckedEvent,
     note: Note,
     bytes: usize,
+    /// The seq `record` said it would get (the committer checks it).
+    seq: u64,
 }
 
 /// A thread's events on their way to the disk and to its followers.
@@ -63,6 +65,9 @@ pub(crate) struct ThreadPipeline {
     /// Followers whose outbound queue went over its caps when the committer delivered: the
     /// producer waits for them to read (backpressure), as `deliver` would.
     congested: Vec<Weak<ConnShared>>,
+    /// The seq the next handed-over event gets while events are in flight (with none in
+    /// flight it is the thread's head + 1).
+    next_seq: u64,
 }
 
 impl ThreadPipeline {
@@ -169,8 +174,8 @@ impl Committer {
     }
 }
 
-/// Each event's notification and its in-flight bytes, in order.
-type Notes = Vec<(Note, usize)>;
+/// Each event's notification, its in-flight bytes and the seq `record` promised it, in order.
+type Notes = Vec<(Note, usize, u64)>;
 
 /// One round: every queued event of these threads committed together, then delivered.
 fn commit(inner: &Inner, committer: &Committer, threads: Vec<Arc<ThreadState>>) {
@@ -188,7 +193,7 @@ fn commit(inner: &Inner, committer: &Committer, threads: Vec<Arc<ThreadState>>) 
         let mut notes = Vec::with_capacity(n);
         for item in p.queued.drain(..n) {
             events.push(item.event);
-            notes.push((item.note, item.bytes));
+            notes.push((item.note, item.bytes, item.seq));
         }
         if !p.queued.is_empty() {
             p.scheduled = true;
@@ -215,7 +220,7 @@ fn commit(inner: &Inner, committer: &Committer, threads: Vec<Arc<ThreadState>>) 
                     // Nothing after a lost event may be recorded: the turn stops here.
                     let dropped: Vec<Pending> = p.queued.drain(..).collect();
                     let n = notes.len() + dropped.len();
-                    let bytes = notes.iter().map(|(_, b)| b).sum::<usize>()
+                    let bytes = notes.iter().map(|(_, b, _)| b).sum::<usize>()
                         + dropped.iter().map(|d| d.bytes).sum::<usize>();
                     p.inflight_events -= n;
                     p.inflight_bytes -= bytes;
@@ -244,8 +249,10 @@ fn deliver_round(inner: &Inner, thread: &ThreadState, appended: &[AppendedEvent]
     let mut congested: Vec<Weak<ConnShared>> = Vec::new();
     let mut bytes = 0;
     let n = notes.len();
-    for (event, (note, b)) in appended.iter().zip(notes) {
+    for (event, (note, b, promised)) in appended.iter().zip(notes) {
         bytes += b;
+        // Parent ids name events by the seq `record` promised: it must be the one they got.
+        debug_assert_eq!(event.seq, promised, "thread {}: a promised seq", thread.id);
         let text = match note {
             Note::None => continue,
             Note::Mirror(method) => mirror(method, &thread.id, event),
@@ -374,14 +381,16 @@ fn cap_origin(tool: &str) -> String {
 
 /// Hands one checked event of a running turn over for recording. Waits only for room: the
 /// turn's in-flight bound, and followers that are not reading (closed as slow consumers after
-/// their stall deadline, as `deliver` does). `Err` once a commit of this thread failed.
+/// their stall deadline, as `deliver` does). `Err` once a commit of this thread failed; else
+/// the seq the event gets (every append of a thread goes through its emit lock, held here, so
+/// it is known before the commit: what a later event's `parentId` names).
 pub(crate) fn record(
     inner: &Inner,
     thread: &Arc<ThreadState>,
     mut event: CheckedEvent,
     bytes: usize,
     note: Note,
-) -> Result<(), String> {
+) -> Result<u64, String> {
     // Freed here, on the thread that built it, not on the committer's.
     event.shed_payload();
     let limits = inner.config.limits;
@@ -418,7 +427,22 @@ pub(crate) fn record(
     if let Some(f) = &p.failed {
         return Err(f.clone());
     }
-    p.queued.push(Pending { event, note, bytes });
+    if p.inflight_events == 0 {
+        // Nothing in flight and no other append (the emit lock): the head is settled, and
+        // only this thread adds to the pipe, so it stays empty while the lock is let go.
+        drop(p);
+        let head = lock(&thread.data).last_seq;
+        p = lock(&thread.pipe);
+        p.next_seq = head + 1;
+    }
+    let seq = p.next_seq;
+    p.next_seq += 1;
+    p.queued.push(Pending {
+        event,
+        note,
+        bytes,
+        seq,
+    });
     p.inflight_events += 1;
     p.inflight_bytes += bytes;
     inner
@@ -431,7 +455,7 @@ pub(crate) fn record(
     if schedule {
         inner.committer.schedule(inner, Arc::clone(thread));
     }
-    Ok(())
+    Ok(seq)
 }
 
 /// Waits until everything this thread handed over is committed and delivered (or failed);

@@ -6,6 +6,7 @@
 //! is appended (durably) before `turn/completed` is sent, and exactly once per turn; the one
 //! exception, a store that refuses writes, is spelled out at `unrecorded_end`.
 
+use super::causal::{self, Step};
 use super::outbound::{deliver, reply, result, rpc, RawId, RpcResult};
 use super::pipeline::emit;
 use super::pipeline::{self, Note};
@@ -95,6 +96,8 @@ pub(crate) struct TurnShared {
     pub write_scope: std::sync::OnceLock<Vec<String>>,
     /// What the turn has streamed so far (`Limits::max_turn_output_bytes`).
     streamed: Mutex<Streamed>,
+    /// The turn's trace id and which of its events caused which (causal.rs).
+    pub trace: Mutex<super::causal::TurnTrace>,
 }
 
 /// The output a turn has streamed, counted before each delta or tool result is recorded.
@@ -133,6 +136,7 @@ impl TurnShared {
             item_times: Arc::new(Mutex::new(std::collections::HashMap::new())),
             write_scope: std::sync::OnceLock::new(),
             streamed: Mutex::new(Streamed::default()),
+            trace: Mutex::new(Default::default()),
         })
     }
 
@@ -323,6 +327,16 @@ pub(crate) fn run_on(
     input: Vec<UserInput>,
     kernel: &dyn crate::kernel::AgentKernel,
 ) {
+    // Everything logged while the turn runs carries its trace id, so host logs and the rollout
+    // join on it. At error level so it is there whenever anything is logged at all.
+    let trace_id = lock(&turn.trace).id().unwrap_or_default().to_string();
+    let _span = tracing::error_span!(
+        "turn",
+        trace_id = trace_id.as_str(),
+        thread_id = thread.id.as_str(),
+        turn_id = turn.id.as_str()
+    )
+    .entered();
     if turn.is_cancelled() {
         // Interrupted while it waited for a runner: the kernel never starts.
         let error = Some(turn_error("interrupted", "the turn was interrupted"));
@@ -392,6 +406,16 @@ pub(crate) fn run_on(
         Ok(Ok(())) if cancelled => (TurnStatus::Interrupted, interrupted()),
         Ok(Ok(())) => (TurnStatus::Completed, None),
     };
+    if let Some(e) = error.as_ref().filter(|_| status == TurnStatus::Failed) {
+        // Inside the turn's span: the record carries its trace id.
+        tracing::warn!(
+            target: "cc_app_server::turn",
+            "turn {} failed ({}): {}",
+            turn.id,
+            e.code,
+            &*e.message
+        );
+    }
     finish(&inner, &thread, &turn, status, error);
 }
 
@@ -466,7 +490,9 @@ pub(crate) fn finish(
             data.active = None;
         }
     };
-    let recorded = emit(inner, thread, vec![event(&payload)], |events| {
+    let mut ended = event(&payload);
+    (ended.trace_id, ended.parent_id) = lock(&turn.trace).ids(Step::OfTurn, None);
+    let recorded = emit(inner, thread, vec![ended], |events| {
         terminal.turn.completed_at = Some(events[0].time.clone());
         terminal.turn.terminal_evidence =
             Some(terminal_evidence(status, &events[0].hash, output.clone()));
@@ -726,6 +752,7 @@ impl KernelContext<'_> {
             }
         }
         let bytes = pipeline::approx_json_len(&payload);
+        let (step, item) = causal::step_of(&payload);
         let event = match CheckedEvent::try_new(NewEvent::new(payload)) {
             Ok(e) => e,
             Err((e, refused)) => {
@@ -738,8 +765,25 @@ impl KernelContext<'_> {
                 )));
             }
         };
-        pipeline::record(self.inner, self.thread, event, bytes, note)
-            .map_err(|e| self.failed_to_record(e))
+        self.record_traced(event, step, item.as_deref(), bytes, note)
+    }
+
+    /// Hands a checked event over with its trace and parent ids (causal.rs), and remembers
+    /// the seq it gets.
+    fn record_traced(
+        &self,
+        mut event: CheckedEvent,
+        step: Step,
+        item: Option<&str>,
+        bytes: usize,
+        note: Note,
+    ) -> Result<(), KernelError> {
+        let (trace_id, parent_id) = lock(&self.turn.trace).ids(step, item);
+        event.set_trace(trace_id, parent_id);
+        let seq = pipeline::record(self.inner, self.thread, event, bytes, note)
+            .map_err(|e| self.failed_to_record(e))?;
+        lock(&self.turn.trace).recorded(step, item, seq);
+        Ok(())
     }
 
     /// Everything handed over so far is durable and delivered (before a tool runs, before the
@@ -1085,14 +1129,13 @@ impl TurnContext for KernelContext<'_> {
                         text.len() + EVENT_ENVELOPE_BYTES,
                         text.chars().count(),
                     )?;
-                    return pipeline::record(
-                        self.inner,
-                        self.thread,
+                    return self.record_traced(
                         event,
+                        Step::Delta,
+                        Some(item_id),
                         bytes,
                         Note::Mirror("item/delta"),
-                    )
-                    .map_err(|e| self.failed_to_record(e));
+                    );
                 }
             }
         }

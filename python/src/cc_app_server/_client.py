@@ -572,9 +572,11 @@ class AsyncClient(_BaseClient):
 
     async def thread_start(self, *, title: str | None = None, thread_id: str | None = None,
                            metadata: JsonObject | None = None, agent_options: p.AgentOptions | None = None,
-                           idempotency_key: str | None = None) -> p.ThreadStartResult:
-        """`thread/start`: a new thread (your `thread_id`, or one the server picks)."""
-        params = _params.thread_start(title, thread_id, metadata, agent_options, idempotency_key)
+                           idempotency_key: str | None = None,
+                           traceparent: str | None = None) -> p.ThreadStartResult:
+        """`thread/start`: a new thread (your `thread_id`, or one the server picks). `traceparent`:
+        a W3C trace context its header is recorded under (docs/rollout-format.md)."""
+        params = _params.thread_start(title, thread_id, metadata, agent_options, idempotency_key, traceparent)
         return p.decode_ThreadStartResult(json.loads(await self._call("thread/start", params)))
 
     async def thread_read(self, thread_id: str, *, after_event_seq: int | None = None,
@@ -645,9 +647,11 @@ class AsyncClient(_BaseClient):
         return p.decode_GraphRunCancelResult(json.loads(await self._call("graph/run/cancel", params)))
 
     async def turn_start(self, thread_id: str, input: str | Sequence[p.UserInput], *,
-                         idempotency_key: str | None = None) -> p.TurnStartResult:
-        """`turn/start`: returns at once; the turn runs and reports through notifications."""
-        params = _params.turn_start(thread_id, input, idempotency_key)
+                         idempotency_key: str | None = None, traceparent: str | None = None) -> p.TurnStartResult:
+        """`turn/start`: returns at once; the turn runs and reports through notifications.
+        `traceparent`: a W3C trace context (`00-<trace id>-<span id>-<flags>`) every event of the
+        turn is recorded under, its first naming your span (else the turn starts its own trace)."""
+        params = _params.turn_start(thread_id, input, idempotency_key, traceparent)
         return p.decode_TurnStartResult(json.loads(await self._call("turn/start", params)))
 
     async def turn_interrupt(self, thread_id: str, turn_id: str) -> p.TurnInterruptResult:
@@ -657,7 +661,7 @@ class AsyncClient(_BaseClient):
         return p.decode_TurnInterruptResult(json.loads(await self._call("turn/interrupt", params)))
 
     async def turn(self, thread_id: str, input: str | Sequence[p.UserInput], *, idempotency_key: str | None = None,
-                   timeout: float | None = None) -> TurnStream:
+                   timeout: float | None = None, traceparent: str | None = None) -> TurnStream:
         """Starts a turn and returns its stream: subscribed before `turn/start` is sent, so nothing
         of the turn is missed; see `TurnStream` (`await stream.text()`, `await
         stream.completion()`). While the stream lasts, its thread's notifications go to it, not to
@@ -665,7 +669,8 @@ class AsyncClient(_BaseClient):
         sub = self._subscribe(thread_id)
         try:
             await self._start_listener()
-            started = await self.turn_start(thread_id, input, idempotency_key=idempotency_key)
+            started = await self.turn_start(thread_id, input, idempotency_key=idempotency_key,
+                                            traceparent=traceparent)
         except BaseException:
             self._unsubscribe(sub)
             raise
@@ -810,8 +815,8 @@ class BlockingClient(_BaseClient):
 
     def thread_start(self, *, title: str | None = None, thread_id: str | None = None,
                      metadata: JsonObject | None = None, agent_options: p.AgentOptions | None = None,
-                     idempotency_key: str | None = None) -> p.ThreadStartResult:
-        params = _params.thread_start(title, thread_id, metadata, agent_options, idempotency_key)
+                     idempotency_key: str | None = None, traceparent: str | None = None) -> p.ThreadStartResult:
+        params = _params.thread_start(title, thread_id, metadata, agent_options, idempotency_key, traceparent)
         return p.decode_ThreadStartResult(json.loads(self._call("thread/start", params)))
 
     def thread_read(self, thread_id: str, *, after_event_seq: int | None = None,
@@ -864,8 +869,8 @@ class BlockingClient(_BaseClient):
         return p.decode_GraphRunCancelResult(json.loads(self._call("graph/run/cancel", params)))
 
     def turn_start(self, thread_id: str, input: str | Sequence[p.UserInput], *,
-                   idempotency_key: str | None = None) -> p.TurnStartResult:
-        params = _params.turn_start(thread_id, input, idempotency_key)
+                   idempotency_key: str | None = None, traceparent: str | None = None) -> p.TurnStartResult:
+        params = _params.turn_start(thread_id, input, idempotency_key, traceparent)
         return p.decode_TurnStartResult(json.loads(self._call("turn/start", params)))
 
     def turn_interrupt(self, thread_id: str, turn_id: str) -> p.TurnInterruptResult:
@@ -873,13 +878,13 @@ class BlockingClient(_BaseClient):
         return p.decode_TurnInterruptResult(json.loads(self._call("turn/interrupt", params)))
 
     def turn(self, thread_id: str, input: str | Sequence[p.UserInput], *, idempotency_key: str | None = None,
-             timeout: float | None = None) -> BlockingTurnStream:
+             timeout: float | None = None, traceparent: str | None = None) -> BlockingTurnStream:
         """Starts a turn and returns its stream (see `AsyncClient.turn`): `for note in stream`,
         `stream.text()`, `stream.completion()`."""
         sub = self._subscribe(thread_id)
         try:
             self._listen()
-            started = self.turn_start(thread_id, input, idempotency_key=idempotency_key)
+            started = self.turn_start(thread_id, input, idempotency_key=idempotency_key, traceparent=traceparent)
         except BaseException:
             self._unsubscribe(sub)
             raise

@@ -19,10 +19,11 @@ def opt(value: T | None) -> T | None:
 
 
 def thread_start(title: str | None, thread_id: str | None, metadata: JsonObject | None,
-                 agent_options: p.AgentOptions | None, idempotency_key: str | None) -> p.Json:
+                 agent_options: p.AgentOptions | None, idempotency_key: str | None,
+                 traceparent: str | None = None) -> p.Json:
     return p.encode_ThreadStartParams(p.ThreadStartParams(
         thread_id=opt(thread_id), title=opt(title), metadata=opt(metadata), agent_options=opt(agent_options),
-        idempotency_key=opt(idempotency_key)))
+        idempotency_key=opt(idempotency_key), traceparent=opt(traceparent)))
 
 
 def thread_read(thread_id: str, after_event_seq: int | None, limit: int | None) -> p.Json:
@@ -55,10 +56,11 @@ def thread_compact(thread_id: str, summary: str | None) -> p.Json:
     return p.encode_ThreadCompactParams(p.ThreadCompactParams(thread_id=thread_id, summary=opt(summary)))
 
 
-def turn_start(thread_id: str, input: str | Sequence[p.UserInput], idempotency_key: str | None) -> p.Json:
+def turn_start(thread_id: str, input: str | Sequence[p.UserInput], idempotency_key: str | None,
+               traceparent: str | None = None) -> p.Json:
     inputs: list[p.UserInput] = [p.TextInput(text=input)] if isinstance(input, str) else list(input)
     return p.encode_TurnStartParams(p.TurnStartParams(
-        thread_id=thread_id, input=inputs, idempotency_key=opt(idempotency_key)))
+        thread_id=thread_id, input=inputs, idempotency_key=opt(idempotency_key), traceparent=opt(traceparent)))
 
 
 def turn_interrupt(thread_id: str, turn_id: str) -> p.Json:

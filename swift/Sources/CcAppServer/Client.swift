@@ -134,14 +134,19 @@ public final class Client: Sendable {
         }
     }
 
-    public func turnStart(threadId: String, input: [UserInput], idempotencyKey: String? = nil) async throws -> TurnStartResult {
-        let p = TurnStartParams(threadId: threadId, input: input, idempotencyKey: idempotencyKey)
+    /// `traceparent`: a W3C trace context (`00-<trace id>-<span id>-<flags>`) every event of the
+    /// turn is recorded under, its first naming your span (else the turn starts its own trace).
+    public func turnStart(threadId: String, input: [UserInput], idempotencyKey: String? = nil,
+                          traceparent: String? = nil) async throws -> TurnStartResult {
+        let p = TurnStartParams(threadId: threadId, input: input, idempotencyKey: idempotencyKey, traceparent: traceparent)
         return try await typed("turn/start", p.toJSON()) { try TurnStartResult(json: $0) }
     }
 
     /// Starts a turn with one text input. Its events arrive as notifications (see `turn`).
-    public func turnStart(threadId: String, text: String, idempotencyKey: String? = nil) async throws -> TurnStartResult {
-        try await turnStart(threadId: threadId, input: [.text(TextInput(text: text))], idempotencyKey: idempotencyKey)
+    public func turnStart(threadId: String, text: String, idempotencyKey: String? = nil,
+                          traceparent: String? = nil) async throws -> TurnStartResult {
+        try await turnStart(threadId: threadId, input: [.text(TextInput(text: text))], idempotencyKey: idempotencyKey,
+                            traceparent: traceparent)
     }
 
     /// Interrupts a running turn and waits until it has settled.
@@ -202,13 +207,17 @@ public final class Client: Sendable {
 
     /// Starts a turn and returns its events: subscribed before the turn starts, filtered to this
     /// turn, ending after its `turn/completed`.
-    public func turn(threadId: String, text: String, idempotencyKey: String? = nil) async throws -> TurnEvents {
-        try await turn(threadId: threadId, input: [.text(TextInput(text: text))], idempotencyKey: idempotencyKey)
+    public func turn(threadId: String, text: String, idempotencyKey: String? = nil,
+                     traceparent: String? = nil) async throws -> TurnEvents {
+        try await turn(threadId: threadId, input: [.text(TextInput(text: text))], idempotencyKey: idempotencyKey,
+                       traceparent: traceparent)
     }
 
-    public func turn(threadId: String, input: [UserInput], idempotencyKey: String? = nil) async throws -> TurnEvents {
+    public func turn(threadId: String, input: [UserInput], idempotencyKey: String? = nil,
+                     traceparent: String? = nil) async throws -> TurnEvents {
         let sub = Subscription(hub: hub, capacity: streamBuffer)
-        let started = try await turnStart(threadId: threadId, input: input, idempotencyKey: idempotencyKey)
+        let started = try await turnStart(threadId: threadId, input: input, idempotencyKey: idempotencyKey,
+                                          traceparent: traceparent)
         let turnId = started.turn.id
         let done = Flag()
         let stream = AsyncThrowingStream<ServerNotification, any Error> {

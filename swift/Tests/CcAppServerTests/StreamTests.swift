@@ -29,6 +29,25 @@ final class StreamTests: XCTestCase {
         XCTAssertEqual(seqs, seqs.sorted())
     }
 
+    // docs/rollout-format.md, "Trace and parent ids": the host's trace reaches every event.
+    func testATraceparentReachesEveryEventOfTheTurn() async throws {
+        let server = try openServer(chatty)
+        defer { server.close() }
+        let client = try await server.client()
+        let thread = try await client.threadStart().thread
+        let trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+        let events = try await client.turn(threadId: thread.id, text: "go",
+                                           traceparent: "00-\(trace)-00f067aa0ba902b7-01")
+        for try await _ in events {}
+        let read = try await client.threadRead(threadId: thread.id)
+        let traced = read.events.filter { $0.traceId == trace }
+        XCTAssertGreaterThan(traced.count, 4)
+        XCTAssertEqual(traced.first?.parentId, "span:00f067aa0ba902b7")
+        for e in traced.dropFirst() {
+            XCTAssertLessThan(Int64(e.parentId ?? "") ?? .max, e.seq)
+        }
+    }
+
     func testSeveralStreamsEachSeeEverything() async throws {
         let server = try openServer(chatty)
         defer { server.close() }

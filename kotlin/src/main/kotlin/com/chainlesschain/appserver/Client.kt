@@ -115,7 +115,8 @@ class Client internal constructor(
         metadata: Map<String, Any>? = null,
         agentOptions: AgentOptions? = null,
         idempotencyKey: String? = null,
-    ): ThreadStartResult = threadStart(ThreadStartParams(threadId, title, metadata, agentOptions, idempotencyKey))
+        traceparent: String? = null,
+    ): ThreadStartResult = threadStart(ThreadStartParams(threadId, title, metadata, agentOptions, idempotencyKey, traceparent))
 
     suspend fun threadStart(params: ThreadStartParams): ThreadStartResult =
         call("thread/start", params.toJson()).let { decoding("thread/start result") { ThreadStartResult.fromJson(it) } }
@@ -217,9 +218,18 @@ class Client internal constructor(
             throw AppServerException.InvalidJson("graph definition at ${e.pointer}: ${e.reason}")
         }
 
-    /** Starts a turn on [threadId] with [text]; returns at once (the turn runs asynchronously). */
-    suspend fun turnStart(threadId: String, text: String, idempotencyKey: String? = null): TurnStartResult =
-        turnStart(TurnStartParams(threadId, listOf(UserInput.Text(TextInput(text))), idempotencyKey))
+    /**
+     * Starts a turn on [threadId] with [text]; returns at once (the turn runs asynchronously).
+     * [traceparent]: a W3C trace context (`00-<trace id>-<span id>-<flags>`) every event of the turn
+     * is recorded under, its first naming your span (else the turn starts a trace of its own).
+     */
+    suspend fun turnStart(
+        threadId: String,
+        text: String,
+        idempotencyKey: String? = null,
+        traceparent: String? = null,
+    ): TurnStartResult =
+        turnStart(TurnStartParams(threadId, listOf(UserInput.Text(TextInput(text))), idempotencyKey, traceparent))
 
     suspend fun turnStart(params: TurnStartParams): TurnStartResult =
         call("turn/start", params.toJson()).let { decoding("turn/start result") { TurnStartResult.fromJson(it) } }
@@ -481,8 +491,12 @@ class Client internal constructor(
      * handle (unbounded, one turn's worth: the engine bounds a turn's output) so an unread handle
      * never stalls other collectors; close the handle to drop them early.
      */
-    suspend fun turn(threadId: String, text: String, idempotencyKey: String? = null): TurnHandle =
-        turn(TurnStartParams(threadId, listOf(UserInput.Text(TextInput(text))), idempotencyKey))
+    suspend fun turn(
+        threadId: String,
+        text: String,
+        idempotencyKey: String? = null,
+        traceparent: String? = null,
+    ): TurnHandle = turn(TurnStartParams(threadId, listOf(UserInput.Text(TextInput(text))), idempotencyKey, traceparent))
 
     /** [turn] with full `turn/start` params (several inputs, an idempotency key). */
     suspend fun turn(params: TurnStartParams): TurnHandle {

@@ -16,6 +16,23 @@ import org.junit.jupiter.api.Test
 import org.junit.jupiter.api.assertThrows
 
 class TurnTest {
+    // docs/rollout-format.md, "Trace and parent ids": the host's trace reaches every event.
+    @Test
+    fun `a traceparent reaches every event of the turn`() = runBlocking {
+        AppServer.open(tempStateDir()) { durability = Durability.EPHEMERAL }.use { server ->
+            server.client().use { client ->
+                val trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+                client.threadStart(threadId = "tr", agentOptions = scriptOptions(script(messageStep("traced", chunks = 2))))
+                val turn = client.turn("tr", "go", traceparent = "00-$trace-00f067aa0ba902b7-01")
+                assertEquals("traced", turn.text())
+                val traced = client.threadRead("tr").events.filter { it.traceId == trace }
+                assertTrue(traced.size >= 5, "$traced")
+                assertEquals("span:00f067aa0ba902b7", traced.first().parentId)
+                assertTrue(traced.drop(1).all { (it.parentId?.toLongOrNull() ?: Long.MAX_VALUE) < it.seq }, "$traced")
+            }
+        }
+    }
+
     @Test
     fun `a turn's events, its text and an approval`() = runBlocking {
         var asked = 0
