@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # 4 MiB + 128 KiB: the goal was 4 MiB (4,194,304); measured 4,284,552 bytes (Rust 1.95, lld 22),
 # and docs/bench/size.md says what is left above 4 MiB and why. Raise it only with a measured reason.
-budget=${CC_SIZE_BUDGET:-4325376}
+budget=${CC_SIZE_BUDGET:-4300800}
 target=${CARGO_TARGET_DIR:-target}
 ext=so; [ "$(uname -s)" = Darwin ] && ext=dylib
 passed=0 failed=0
