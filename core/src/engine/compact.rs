@@ -194,6 +194,14 @@ fn compact(
         }
     };
     let _guard = lock(&thread.emit_lock);
+    // A turn may have started while the summary was written: its events are on their way to
+    // the store (pipeline.rs), numbered in order, and nothing may be appended between them.
+    if lock(&thread.data).active.is_some() {
+        return Err(RpcError::new(
+            error_code::CONFLICT,
+            "a turn started on the thread while it was being compacted; compact again when it ends",
+        ));
+    }
     let event = inner.store.compact(&thread.id, &summary, through)?;
     let wire = {
         let mut data = lock(&thread.data);

@@ -252,7 +252,15 @@ fn deliver_round(inner: &Inner, thread: &ThreadState, appended: &[AppendedEvent]
     for (event, (note, b, promised)) in appended.iter().zip(notes) {
         bytes += b;
         // Parent ids name events by the seq `record` promised: it must be the one they got.
-        debug_assert_eq!(event.seq, promised, "thread {}: a promised seq", thread.id);
+        if event.seq != promised {
+            debug_assert_eq!(event.seq, promised, "thread {}: a promised seq", thread.id);
+            tracing::error!(
+                target: "cc_app_server::turn",
+                "thread {}: event {} was promised seq {promised}; a parentId after it may name the wrong event",
+                thread.id,
+                event.seq
+            );
+        }
         let text = match note {
             Note::None => continue,
             Note::Mirror(method) => mirror(method, &thread.id, event),
