@@ -81,6 +81,8 @@ bash scripts/test-tamper.sh
 
 step "typescript: tsc --strict, fixture replay"
 bash scripts/test-typescript.sh
+step "typescript client: the npm package packed, installed into a fresh directory, node --test against the real binary, tsc --strict"
+bash scripts/test-typescript-client.sh
 join idle "idle: zero wake-ups in-process (every host listener attached), at most 1/s in the stdio child, over 30 s"
 step "python: mypy --strict, fixture replay"
 bash scripts/test-python.sh
