@@ -291,7 +291,7 @@ impl Subscriber for Bridge {
         let record = LogRecord {
             level: LogLevel::of(metadata.level()),
             target: metadata.target().to_string(),
-            message: cap(text.finish()),
+            message: text.finish(),
             unix_ms: cc_app_server::time::now_unix_millis(),
         };
         match tx.try_send(record) {
@@ -324,12 +324,16 @@ struct Text {
 }
 
 impl Text {
+    /// The message, then the fields (the span's `trace_id=…` among them): a long message is cut
+    /// first, so the fields that join a record to its rollout always survive the length cap.
     fn finish(self) -> String {
         if self.fields.is_empty() {
-            self.message
-        } else {
-            format!("{}{}", self.message, self.fields)
+            return cap(self.message, MAX_MESSAGE_BYTES);
         }
+        let fields = cap(self.fields, MAX_MESSAGE_BYTES / 2);
+        let mut text = cap(self.message, MAX_MESSAGE_BYTES - fields.len());
+        text.push_str(&fields);
+        text
     }
 }
 
@@ -351,13 +355,40 @@ impl Visit for Text {
     }
 }
 
-fn cap(mut text: String) -> String {
-    if text.len() > MAX_MESSAGE_BYTES {
-        let mut end = MAX_MESSAGE_BYTES;
+fn cap(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
         while !text.is_char_boundary(end) {
             end -= 1;
         }
         text.truncate(end);
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_message_is_cut_before_the_span_fields() {
+        let fields = " trace_id=4bf92f3577b34da6a3ce929d0e0e4736 thread_id=t turn_id=u".to_string();
+        let text = Text {
+            message: "é".repeat(MAX_MESSAGE_BYTES),
+            fields: fields.clone(),
+        }
+        .finish();
+        assert!(text.len() <= MAX_MESSAGE_BYTES, "{}", text.len());
+        assert!(text.ends_with(&fields) && text.starts_with('é'));
+        let short = Text {
+            message: "m".into(),
+            fields: fields.clone(),
+        };
+        assert_eq!(short.finish(), format!("m{fields}"));
+        let alone = Text {
+            message: "x".repeat(MAX_MESSAGE_BYTES + 1),
+            fields: String::new(),
+        };
+        assert_eq!(alone.finish().len(), MAX_MESSAGE_BYTES);
+    }
 }

@@ -6,6 +6,7 @@ package com.chainlesschain.appserver;
 
 import com.chainlesschain.appserver.protocol.AgentOptions;
 import com.chainlesschain.appserver.protocol.DecodeMode;
+import com.chainlesschain.appserver.protocol.ServerNotification;
 import java.io.File;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -87,6 +88,11 @@ public class ErrorClassesTest {
             // A kernel that ignores the interrupt for a while keeps turn/interrupt unanswered.
             client.threadStart(null, "slow", script("{\"type\":\"message\",\"text\":\"in\"},{\"type\":\"ignoreCancel\",\"ms\":2500}"), null);
             JavaTurnHandle turn = client.turn("slow", "go");
+            // The kernel is running (its message is out) before the interrupt: a turn still
+            // waiting for a runner would settle at once, and nothing would stay pending.
+            for (ServerNotification n : turn) {
+                if (n instanceof ServerNotification.ItemCompleted) break;
+            }
             CompletableFuture<?> interrupt = client.turnInterruptAsync("slow", turn.turnId());
             long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
             while (client.getPendingRequests() < 1 && System.nanoTime() < deadline) Thread.sleep(5);
