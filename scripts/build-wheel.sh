@@ -11,23 +11,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
 tools=${CC_WHEEL_TOOLS:-target/wheel-tools}
-if [ ! -x "$tools/bin/maturin" ] || ! cmp -s python/requirements-build.txt "$tools/.requirements-build.txt"; then
-  rm -rf "$tools"
-  if ! python3 -m venv "$tools" 2>/dev/null; then
-    rm -rf "$tools"
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
-    fi
-    python3 -m venv "$tools"
-  fi
-  "$tools/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-build.txt
-  cp python/requirements-build.txt "$tools/.requirements-build.txt"
-fi
-
-protocol=python/src/cc_app_server/protocol
-rm -rf "$protocol"
-mkdir -p "$protocol"
-cp bindings/python/cc_agent_protocol/__init__.py bindings/python/cc_agent_protocol/py.typed "$protocol/"
+bash scripts/wheel-prep.sh "$tools"
 
 # The pinned uniffi-bindgen, in release next to the wheel's own artifacts, on PATH: maturin takes
 # it from there because no workspace package has a bin of that name (ffi/bindgen/Cargo.toml says

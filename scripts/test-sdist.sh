@@ -62,24 +62,8 @@ else
 fi
 
 # --- 1. the tools venv (as scripts/build-wheel.sh makes it), the protocol copy, `maturin sdist`
-if [ ! -x "$tools/bin/maturin" ] || ! cmp -s python/requirements-build.txt "$tools/.requirements-build.txt"; then
-  rm -rf "$tools"
-  if ! python3 -m venv "$tools" 2>/dev/null; then
-    rm -rf "$tools"
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
-    fi
-    python3 -m venv "$tools"
-  fi
-  "$tools/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-build.txt
-  cp python/requirements-build.txt "$tools/.requirements-build.txt"
-fi
+bash scripts/wheel-prep.sh "$tools"
 tools=$(cd "$tools" && pwd)
-
-protocol=python/src/cc_app_server/protocol
-rm -rf "$protocol"
-mkdir -p "$protocol"
-cp bindings/python/cc_agent_protocol/__init__.py bindings/python/cc_agent_protocol/py.typed "$protocol/"
 
 rm -rf "$out"
 mkdir -p "$out"
